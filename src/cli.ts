@@ -1,0 +1,166 @@
+// The `billing` command: start the service and manage partner accounts.
+import { Command, Option } from 'commander';
+import { describeSettings, loadSettings, type Settings } from '../config/settings.js';
+import { systemClock } from './clock.js';
+import { openRuntime, type Runtime } from './embedded.js';
+import { ConfigError, RefusalError } from './errors.js';
+import { createLogger, type Logger } from './logger.js';
+import { start } from './main.js';
+import { variants } from './provisioning/schemas.js';
+
+function settingsOrExit(): Settings {
+  try {
+    return loadSettings(process.env);
+  } catch (error) {
+    if (error instanceof ConfigError) {
+      process.stderr.write(`${error.message}\n`);
+      process.exit(2);
+    }
+    throw error;
+  }
+}
+
+/** Runs a command with a runtime open, and closes it (and a Redis it started) afterwards. */
+async function withRuntime<T>(run: (runtime: Runtime) => Promise<T>): Promise<T> {
+  const settings = settingsOrExit();
+  // The CLI's own logs would clutter its output: only warnings and errors, on stderr.
+  const log: Logger = createLogger('warn', process.stderr);
+  const runtime = await openRuntime(settings, log);
+  try {
+    return await run(runtime);
+  } finally {
+    await runtime.close();
+  }
+}
+
+function printTable(rows: readonly Record<string, string | number>[]): void {
+  if (rows.length === 0) {
+    process.stdout.write('(none)\n');
+    return;
+  }
+  const columns = Object.keys(rows[0] ?? {});
+  const widths = columns.map((c) => Math.max(c.length, ...rows.map((r) => String(r[c]).length)));
+  const line = (cells: readonly string[]) =>
+    cells
+      .map((cell, i) => cell.padEnd(widths[i] ?? 0))
+      .join('  ')
+      .trimEnd();
+  process.stdout.write(`${line(columns)}\n`);
+  for (const row of rows) process.stdout.write(`${line(columns.map((c) => String(row[c])))}\n`);
+}
+
+const positiveInt = (name: string) => (value: string) => {
+  if (!/^\d+$/.test(value) || Number(value) < 1 || Number(value) > 365) {
+    throw new ConfigError(
+      'invalid_flag',
+      `${name} must be an integer from 1 to 365, got ${JSON.stringify(value)}`,
+    );
+  }
+  return Number(value);
+};
+
+export function buildCli(): Command {
+  const program = new Command('billing')
+    .description('Billing-cycle automation: embedded provisioning core and renewal workers')
+    .addHelpText('after', `\nSettings (environment variables):\n${describeSettings()}\n`)
+    .showHelpAfterError();
+
+  program
+    .command('start')
+    .description('start the service (embedded default: HTTP API with the provisioning core)')
+    .addOption(
+      new Option('--role <role>', 'which parts to run')
+        .choices(['api', 'worker', 'all'])
+        .default('all'),
+    )
+    .action(async () => {
+      const settings = settingsOrExit();
+      await start(settings, createLogger(settings.LOG_LEVEL));
+    });
+
+  const partners = program
+    .command('partners')
+    .description('partner accounts of the provisioning core');
+  partners
+    .command('add')
+    .description('create a partner and print its API key (shown once)')
+    .requiredOption('--name <name>', 'unique partner name')
+    .addOption(
+      new Option('--variant <variant>', 'interface variant')
+        .choices(variants)
+        .makeOptionMandatory(),
+    )
+    .option(
+      '--renewal-window-days <days>',
+      'renewal window in days (default 15)',
+      positiveInt('--renewal-window-days'),
+    )
+    .option('--json', 'print {"name","variant","apiKey"} on one line')
+    .action(
+      async (opts: {
+        name: string;
+        variant: 'marketplace' | 'external';
+        renewalWindowDays?: number;
+        json?: boolean;
+      }) => {
+        const name = opts.name.trim();
+        if (name === '' || name.length > 200) {
+          throw new ConfigError(
+            'invalid_flag',
+            `--name must be 1..200 characters, got ${JSON.stringify(opts.name)}`,
+          );
+        }
+        const { partner, apiKey } = await withRuntime((rt) =>
+          rt.partners.create({
+            name,
+            variant: opts.variant,
+            renewalWindowDays: opts.renewalWindowDays,
+            now: systemClock.now(),
+          }),
+        );
+        if (opts.json) {
+          process.stdout.write(
+            `${JSON.stringify({ name: partner.name, variant: partner.variant, apiKey })}\n`,
+          );
+          return;
+        }
+        process.stdout.write(
+          `Created partner ${partner.name} (${partner.variant}, renewal window ${partner.renewalWindowDays} days).\n` +
+            `API key (shown once, keep it safe):\n${apiKey}\n`,
+        );
+      },
+    );
+  partners
+    .command('list')
+    .description('list partners (never their keys)')
+    .option('--json', 'print JSON')
+    .action(async (opts: { json?: boolean }) => {
+      const all = await withRuntime((rt) => rt.partners.list());
+      if (opts.json) {
+        process.stdout.write(`${JSON.stringify({ partners: all })}\n`);
+        return;
+      }
+      printTable(
+        all.map((p) => ({
+          id: p.id,
+          name: p.name,
+          variant: p.variant,
+          'window(days)': p.renewalWindowDays,
+          created: new Date(p.createdAt * 1000).toISOString(),
+        })),
+      );
+    });
+  return program;
+}
+
+export async function runCli(argv: readonly string[]): Promise<void> {
+  try {
+    await buildCli().parseAsync([...argv]);
+  } catch (error) {
+    if (error instanceof ConfigError || error instanceof RefusalError) {
+      process.stderr.write(`billing: ${error.message}\n`);
+      process.exit(2);
+    }
+    throw error;
+  }
+}

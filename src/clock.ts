@@ -1,0 +1,35 @@
+// The one source of "now" for the core and the workers: nothing else reads the system time.
+
+/** Epoch seconds, the unit of the provisioning interface. */
+export type EpochSeconds = number;
+
+export interface Clock {
+  /**
+   * The current instant in whole epoch seconds. `scope` names the partner asking, so that a
+   * later per-partner test clock can answer differently; the system clock ignores it.
+   */
+  now(scope?: string): EpochSeconds;
+}
+
+export const systemClock: Clock = {
+  now: () => Math.floor(Date.now() / 1000),
+};
+
+/** A clock that only moves when told to: for tests and, later, operator-driven test clocks. */
+export interface ManualClock extends Clock {
+  set(at: EpochSeconds): void;
+  advance(seconds: number): void;
+}
+
+export function manualClock(start: EpochSeconds): ManualClock {
+  let current = start;
+  return {
+    now: () => current,
+    set: (at) => {
+      current = at;
+    },
+    advance: (seconds) => {
+      current += seconds;
+    },
+  };
+}

@@ -1,0 +1,50 @@
+// The three kinds of failure (refusal, transient, config), each with a stable snake_case code.
+
+export type ErrorDetails = Readonly<Record<string, unknown>>;
+
+/** The rules say no: the caller caused it, a retry with the same input fails the same way. */
+export class RefusalError extends Error {
+  constructor(
+    readonly code: string,
+    message: string,
+    readonly details: ErrorDetails = {},
+    options?: ErrorOptions,
+  ) {
+    super(message, options);
+    this.name = 'RefusalError';
+  }
+}
+
+/** A refusal because the thing named does not exist (for this caller). */
+export class NotFoundError extends RefusalError {
+  constructor(code: string, message: string, details: ErrorDetails = {}) {
+    super(code, message, details);
+    this.name = 'NotFoundError';
+  }
+}
+
+/** Try later: Redis or a remote service is unreachable, a lock is held, a request timed out. */
+export class TransientError extends Error {
+  constructor(
+    readonly code: string,
+    message: string,
+    readonly details: ErrorDetails = {},
+    options?: ErrorOptions,
+  ) {
+    super(message, options);
+    this.name = 'TransientError';
+  }
+}
+
+/** The process cannot run as configured: fail at start with a message naming the setting. */
+export class ConfigError extends Error {
+  constructor(
+    readonly code: string,
+    message: string,
+    readonly details: ErrorDetails = {},
+    options?: ErrorOptions,
+  ) {
+    super(message, options);
+    this.name = 'ConfigError';
+  }
+}

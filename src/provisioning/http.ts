@@ -1,0 +1,66 @@
+// The provisioning endpoint: `{base_url}` = /provisioning, GET (or POST) with {method, params}.
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { z } from 'zod';
+import { RefusalError, TransientError } from '../errors.js';
+import { isRedisUnavailable } from '../redis/connection.js';
+import { describeIssues } from '../validation.js';
+import type { ProvisioningCore } from './operations.js';
+import type { PartnerDirectory } from './partners.js';
+
+export const PROVISIONING_PATH = '/provisioning';
+
+const envelope = z.strictObject({
+  method: z.string('must be a string naming the operation').min(1, 'must not be empty'),
+  params: z.record(z.string(), z.unknown(), 'must be an object').optional(),
+});
+
+/** Every error body of the provisioning interface is a JSON string (DESIGN §3). */
+function sendError(reply: FastifyReply, status: number, message: string) {
+  return reply.code(status).type('application/json; charset=utf-8').send(JSON.stringify(message));
+}
+
+class Unauthorized extends Error {}
+
+export function provisioningRoutes(deps: { core: ProvisioningCore; partners: PartnerDirectory }) {
+  return async function plugin(app: FastifyInstance) {
+    app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
+      if (error instanceof Unauthorized) return sendError(reply, 401, error.message);
+      if (error instanceof RefusalError) {
+        request.log.info({ code: error.code, refusal: error.message }, 'provisioning refused');
+        return sendError(reply, 400, error.message);
+      }
+      if (error instanceof TransientError || isRedisUnavailable(error)) {
+        request.log.warn({ err: error }, 'provisioning unavailable');
+        return sendError(reply, 503, 'service unavailable: storage unreachable, retry later');
+      }
+      const status = error.statusCode ?? 500;
+      if (status === 413) return sendError(reply, 413, 'request body too large (limit: 1 MiB)');
+      if (status === 415) return sendError(reply, 400, 'Content-Type must be application/json');
+      if (status >= 400 && status < 500) return sendError(reply, 400, error.message);
+      request.log.error({ err: error }, 'provisioning failed');
+      return sendError(reply, 500, 'internal error');
+    });
+
+    app.route({
+      method: ['GET', 'POST'],
+      url: PROVISIONING_PATH,
+      handler: async (request, reply) => {
+        const key = request.headers['x-api-key'];
+        if (typeof key !== 'string' || key === '')
+          throw new Unauthorized('missing x-api-key header');
+        const partner = await deps.partners.authenticate(key);
+        if (!partner) throw new Unauthorized('invalid API key');
+
+        if (request.body === undefined || request.body === null) {
+          throw new RefusalError('invalid_body', 'body must be a JSON object {"method", "params"}');
+        }
+        const body = envelope.safeParse(request.body, { reportInput: true });
+        if (!body.success) throw new RefusalError('invalid_body', describeIssues(body.error));
+
+        request.log.debug({ partner: partner.id, method: body.data.method }, 'provisioning call');
+        const result = await deps.core.invoke(partner, body.data.method, body.data.params ?? {});
+        return reply.type('application/json; charset=utf-8').send(JSON.stringify(result));
+      },
+    });
+  };
+}

@@ -1,0 +1,84 @@
+// Partner accounts: API keys are random, shown once, and stored only as an HMAC.
+import { createHmac, randomBytes } from 'node:crypto';
+import { RefusalError } from '../errors.js';
+import type { Partner } from './records.js';
+import type { Variant } from './schemas.js';
+import type { ProvisioningStore } from './store.js';
+
+export const DEFAULT_RENEWAL_WINDOW_DAYS = 15;
+
+/** A keyed hash, not a password hash: keys are 256 random bits, so one HMAC per request is enough. */
+export function hashApiKey(secret: string, apiKey: string): string {
+  return createHmac('sha256', secret).update(apiKey).digest('hex');
+}
+
+export function generateApiKey(): string {
+  return randomBytes(32).toString('base64url');
+}
+
+export interface PartnerDirectory {
+  create(input: {
+    name: string;
+    variant: Variant;
+    renewalWindowDays?: number | undefined;
+    now: number;
+  }): Promise<{ partner: Partner; apiKey: string }>;
+  /** The partner for this name, created (with a key nobody sees) when missing. */
+  ensure(input: {
+    name: string;
+    variant: Variant;
+    renewalWindowDays: number;
+    now: number;
+  }): Promise<Partner>;
+  authenticate(apiKey: string): Promise<Partner | null>;
+  list(): Promise<Partner[]>;
+}
+
+export function makePartnerDirectory(
+  store: ProvisioningStore,
+  keyHashSecret: string,
+): PartnerDirectory {
+  const create: PartnerDirectory['create'] = async ({ name, variant, renewalWindowDays, now }) => {
+    const apiKey = generateApiKey();
+    const partner = await store.createPartner(
+      {
+        name,
+        variant,
+        renewalWindowDays: renewalWindowDays ?? DEFAULT_RENEWAL_WINDOW_DAYS,
+        createdAt: now,
+      },
+      hashApiKey(keyHashSecret, apiKey),
+    );
+    if (partner === 'name_taken') {
+      throw new RefusalError('partner_exists', `partner already exists: ${name}`, { name });
+    }
+    return { partner, apiKey };
+  };
+
+  return {
+    create,
+    async ensure(input) {
+      const existing = await store.findPartnerByName(input.name);
+      if (existing) {
+        if (existing.variant !== input.variant) {
+          throw new RefusalError(
+            'partner_variant_mismatch',
+            `partner ${input.name} exists with variant ${existing.variant}, not ${input.variant}`,
+            { name: input.name },
+          );
+        }
+        return existing;
+      }
+      try {
+        return (await create(input)).partner;
+      } catch (error) {
+        // Another process created it between our read and our write: use theirs.
+        const raced = await store.findPartnerByName(input.name);
+        if (raced) return raced;
+        throw error;
+      }
+    },
+    authenticate: (apiKey) => store.findPartnerByKeyHash(hashApiKey(keyHashSecret, apiKey)),
+    list: () => store.listPartners(),
+  };
+}

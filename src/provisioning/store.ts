@@ -1,0 +1,304 @@
+// The provisioning core's Redis store: every read and atomic write the operations need.
+import type { Redis } from 'ioredis';
+import { callScript, defineScripts, readScripts } from '../redis/lua-scripts.js';
+import { partnerKeys, registryKeys } from './keys.js';
+import {
+  type ChainRecord,
+  type CustomerRecord,
+  chainRecord,
+  customerRecord,
+  type OrderRecord,
+  type OrderStatus,
+  orderRecord,
+  type Partner,
+  parseStored,
+  partnerRecord,
+  type UserRecord,
+  userRecord,
+} from './records.js';
+
+const scripts = readScripts(new URL('./scripts/', import.meta.url));
+
+/** Return codes of the scripts (see each script's header). */
+export enum ScriptCode {
+  Replay = 1,
+  Done = 0,
+  ChainMoved = -1,
+  CustomerMissing = -2,
+}
+
+export enum StatusCode {
+  Done = 0,
+  OrderMissing = -1,
+  OrderCancelled = -2,
+  NotChainParent = -3,
+}
+
+export type WriteResult<T> = { kind: 'created'; record: T } | { kind: 'exists'; record: T };
+
+export type OrderInsertResult =
+  | WriteResult<OrderRecord>
+  | { kind: 'chain_moved' }
+  | { kind: 'customer_missing' };
+
+export interface OrderContext {
+  order: OrderRecord | null;
+  customer: CustomerRecord | null;
+  chain: ChainRecord | null;
+  parentOrder: OrderRecord | null;
+}
+
+export class ProvisioningStore {
+  constructor(readonly redis: Redis) {
+    defineScripts(redis, scripts);
+  }
+
+  // --- partners -----------------------------------------------------------------------------
+
+  async createPartner(
+    partner: Omit<Partner, 'id'>,
+    keyHash: string,
+  ): Promise<Partner | 'name_taken'> {
+    const [code, json] = (await callScript(
+      this.redis,
+      'createPartner',
+      [
+        registryKeys.partners,
+        registryKeys.partnerNames,
+        registryKeys.partnerKeys,
+        registryKeys.sequences,
+      ],
+      [partner.name, JSON.stringify(partner), keyHash],
+    )) as [number, string];
+    return code === ScriptCode.Done ? parseStored(partnerRecord, json, 'partner') : 'name_taken';
+  }
+
+  async findPartnerByKeyHash(keyHash: string): Promise<Partner | null> {
+    const json = (await callScript(
+      this.redis,
+      'findPartnerByKey',
+      [registryKeys.partnerKeys, registryKeys.partners],
+      [keyHash],
+    )) as string | null;
+    return json ? parseStored(partnerRecord, json, 'partner') : null;
+  }
+
+  async findPartnerByName(name: string): Promise<Partner | null> {
+    const id = await this.redis.hget(registryKeys.partnerNames, name);
+    if (id === null) return null;
+    const json = await this.redis.hget(registryKeys.partners, id);
+    return json ? parseStored(partnerRecord, json, 'partner') : null;
+  }
+
+  async listPartners(): Promise<Partner[]> {
+    const all = await this.redis.hvals(registryKeys.partners);
+    return all
+      .map((json) => parseStored(partnerRecord, json, 'partner'))
+      .sort((a, b) => a.id - b.id);
+  }
+
+  // --- customers ----------------------------------------------------------------------------
+
+  async createCustomer(
+    partner: Partner,
+    record: Omit<CustomerRecord, 'id'>,
+    onboardingBaseUrl: string,
+    now: number,
+  ): Promise<WriteResult<CustomerRecord>> {
+    const keys = partnerKeys(partner.id);
+    const marketplace = partner.variant === 'marketplace';
+    const [code, json] = (await callScript(
+      this.redis,
+      'createCustomer',
+      [keys.customers, keys.sequences, keys.instances, registryKeys.outbox],
+      [
+        record.remoteId,
+        JSON.stringify({ ...record, id: 0 }),
+        marketplace ? 'string' : 'integer',
+        marketplace ? '1' : '0',
+        marketplace ? onboardingBaseUrl : '',
+        partner.id,
+        now,
+      ],
+    )) as [number, string];
+    const stored = parseStored(customerRecord, json, 'customer');
+    return { kind: code === ScriptCode.Replay ? 'exists' : 'created', record: stored };
+  }
+
+  async getCustomer(partner: Partner, remoteId: string): Promise<CustomerRecord | null> {
+    const json = await this.redis.hget(partnerKeys(partner.id).customers, remoteId);
+    return json ? parseStored(customerRecord, json, 'customer') : null;
+  }
+
+  async getCustomerByInstance(
+    partner: Partner,
+    instance: string | number,
+  ): Promise<CustomerRecord | null> {
+    const keys = partnerKeys(partner.id);
+    const remoteId = await this.redis.hget(keys.instances, String(instance));
+    return remoteId === null ? null : this.getCustomer(partner, remoteId);
+  }
+
+  // --- orders -------------------------------------------------------------------------------
+
+  /** Everything an order operation decides from, in one round trip. */
+  async loadOrderContext(
+    partner: Partner,
+    ids: { order: string; customer?: string | undefined; chain?: string | undefined },
+  ): Promise<OrderContext> {
+    const keys = partnerKeys(partner.id);
+    const pipeline = this.redis.pipeline();
+    pipeline.hget(keys.orders, ids.order);
+    pipeline.hget(keys.customers, ids.customer ?? '');
+    pipeline.hget(keys.chains, ids.chain ?? '');
+    pipeline.hget(keys.orders, ids.chain ?? '');
+    const replies = (await pipeline.exec()) ?? [];
+    const value = (i: number): string | null => {
+      const [error, reply] = replies[i] ?? [new Error('missing pipeline reply'), null];
+      if (error) throw error;
+      return (reply as string | null) ?? null;
+    };
+    const order = value(0);
+    const customer = ids.customer === undefined ? null : value(1);
+    const chain = ids.chain === undefined ? null : value(2);
+    const parentOrder = ids.chain === undefined ? null : value(3);
+    return {
+      order: order ? parseStored(orderRecord, order, 'order') : null,
+      customer: customer ? parseStored(customerRecord, customer, 'customer') : null,
+      chain: chain ? parseStored(chainRecord, chain, 'chain') : null,
+      parentOrder: parentOrder ? parseStored(orderRecord, parentOrder, 'order') : null,
+    };
+  }
+
+  /**
+   * Stores an order, and the chain state it leads to, unless its caller id exists or the chain
+   * moved on since `plannedFromCount` was read.
+   */
+  async insertOrder(
+    partner: Partner,
+    input: {
+      record: Omit<OrderRecord, 'id'>;
+      chain: ChainRecord | null;
+      plannedFromCount: number;
+      instanceRule: 'keep' | 'external';
+    },
+  ): Promise<OrderInsertResult> {
+    const keys = partnerKeys(partner.id);
+    const { record, chain } = input;
+    const [code, json] = (await callScript(
+      this.redis,
+      'createOrder',
+      [keys.orders, keys.chains, keys.customers, keys.sequences, keys.instances],
+      [
+        record.remoteId,
+        JSON.stringify(record),
+        chain ? chain.parent : '',
+        input.plannedFromCount,
+        chain ? JSON.stringify(chain) : '',
+        record.customerRemoteId,
+        input.instanceRule,
+      ],
+    )) as [number, string];
+    switch (code) {
+      case ScriptCode.ChainMoved:
+        return { kind: 'chain_moved' };
+      case ScriptCode.CustomerMissing:
+        return { kind: 'customer_missing' };
+      default:
+        return {
+          kind: code === ScriptCode.Replay ? 'exists' : 'created',
+          record: parseStored(orderRecord, json, 'order'),
+        };
+    }
+  }
+
+  async getOrder(partner: Partner, remoteId: string): Promise<OrderRecord | null> {
+    const json = await this.redis.hget(partnerKeys(partner.id).orders, remoteId);
+    return json ? parseStored(orderRecord, json, 'order') : null;
+  }
+
+  async getChain(partner: Partner, parent: string): Promise<ChainRecord | null> {
+    const json = await this.redis.hget(partnerKeys(partner.id).chains, parent);
+    return json ? parseStored(chainRecord, json, 'chain') : null;
+  }
+
+  async setOrderStatus(
+    partner: Partner,
+    remoteId: string,
+    status: OrderStatus,
+    scope: 'order' | 'chain',
+  ): Promise<StatusCode> {
+    const keys = partnerKeys(partner.id);
+    return (await callScript(
+      this.redis,
+      'setOrderStatus',
+      [keys.orders, keys.chains],
+      [remoteId, status, scope],
+    )) as StatusCode;
+  }
+
+  // --- users --------------------------------------------------------------------------------
+
+  async createUser(
+    partner: Partner,
+    emailKey: string,
+    record: Omit<
+      UserRecord,
+      | 'id'
+      | 'rootFiles'
+      | 'trashFiles'
+      | 'inbox'
+      | 'spam'
+      | 'sent'
+      | 'trashEmail'
+      | 'drafts'
+      | 'mainCalendar'
+    >,
+    passwordHash: string,
+  ): Promise<UserRecord | 'duplicate'> {
+    const keys = partnerKeys(partner.id);
+    const [code, json] = (await callScript(
+      this.redis,
+      'createUser',
+      [keys.users, keys.usersActive, keys.usersPassword, keys.sequences],
+      [emailKey, JSON.stringify(record), passwordHash],
+    )) as [number, string];
+    return code === ScriptCode.Done ? parseStored(userRecord, json, 'user') : 'duplicate';
+  }
+
+  async getUser(
+    partner: Partner,
+    emailKey: string,
+  ): Promise<{ record: UserRecord; isActive: boolean } | null> {
+    const keys = partnerKeys(partner.id);
+    const [[e1, json], [e2, active]] = ((await this.redis
+      .pipeline()
+      .hget(keys.users, emailKey)
+      .hget(keys.usersActive, emailKey)
+      .exec()) ?? []) as [[Error | null, string | null], [Error | null, string | null]];
+    if (e1 || e2) throw e1 ?? e2;
+    if (!json) return null;
+    return { record: parseStored(userRecord, json, 'user'), isActive: active === '1' };
+  }
+
+  /** Users are never deleted, so an existence check followed by a write cannot race. */
+  async setUserField(
+    partner: Partner,
+    emailKey: string,
+    field: 'active' | 'password',
+    value: string,
+  ): Promise<boolean> {
+    const keys = partnerKeys(partner.id);
+    if (!(await this.redis.hexists(keys.users, emailKey))) return false;
+    await this.redis.hset(
+      field === 'active' ? keys.usersActive : keys.usersPassword,
+      emailKey,
+      value,
+    );
+    return true;
+  }
+
+  async getUserPasswordHash(partner: Partner, emailKey: string): Promise<string | null> {
+    return this.redis.hget(partnerKeys(partner.id).usersPassword, emailKey);
+  }
+}

@@ -1,0 +1,32 @@
+// Redis connections: request-path clients fail fast, worker clients wait for Redis to return.
+import { Redis, type RedisOptions } from 'ioredis';
+
+export type ConnectionRole = 'request' | 'worker';
+
+/**
+ * Opens a connection and waits until it is ready. A request-path connection has no offline queue
+ * and one retry, so a request fails in milliseconds with 503 while Redis is down instead of
+ * hanging; BullMQ workers require `maxRetriesPerRequest: null` and ride out outages.
+ */
+export async function connectRedis(url: string, role: ConnectionRole): Promise<Redis> {
+  const options: RedisOptions =
+    role === 'request'
+      ? { lazyConnect: true, maxRetriesPerRequest: 1, enableOfflineQueue: false }
+      : { lazyConnect: true, maxRetriesPerRequest: null };
+  const redis = new Redis(url, options);
+  // Without a listener, ioredis prints every reconnection error; the callers observe failures
+  // through the commands that fail.
+  redis.on('error', () => {});
+  await redis.connect();
+  return redis;
+}
+
+const UNAVAILABLE =
+  /Connection is closed|Stream isn't writeable|ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|max retries per request|LOADING|READONLY|CLUSTERDOWN|MISCONF/i;
+
+/** Whether an error means "Redis cannot be reached or cannot write now" (retry later: 503). */
+export function isRedisUnavailable(error: unknown): boolean {
+  if (!(error instanceof Error)) return false;
+  const code = (error as NodeJS.ErrnoException).code ?? '';
+  return error.name === 'MaxRetriesPerRequestError' || UNAVAILABLE.test(`${code} ${error.message}`);
+}

@@ -1,0 +1,54 @@
+// Loads a folder of Lua scripts and registers each as an ioredis command.
+//
+// A file is named `<command>-<numberOfKeys>.lua` (BullMQ's convention), so its key count is read
+// from the name and a script cannot be called with the wrong split between KEYS and ARGV.
+import { readdirSync, readFileSync } from 'node:fs';
+import type { Redis } from 'ioredis';
+
+export type ScriptArg = string | number;
+
+export interface LuaScript {
+  readonly name: string;
+  readonly numberOfKeys: number;
+  readonly lua: string;
+}
+
+const FILE_NAME = /^([A-Za-z][A-Za-z0-9]*)-(\d+)\.lua$/;
+
+/** Reads every `<name>-<keys>.lua` in `folder` once; call at start, not per request. */
+export function readScripts(folder: URL): readonly LuaScript[] {
+  return readdirSync(folder)
+    .map((file) => ({ file, match: FILE_NAME.exec(file) }))
+    .filter((entry): entry is { file: string; match: RegExpExecArray } => entry.match !== null)
+    .map(({ file, match }) => ({
+      name: match[1] as string,
+      numberOfKeys: Number(match[2]),
+      lua: readFileSync(new URL(file, folder), 'utf8'),
+    }));
+}
+
+/** Registers the scripts on a connection (idempotent per connection; EVALSHA after the first call). */
+export function defineScripts(redis: Redis, scripts: readonly LuaScript[]): void {
+  for (const script of scripts) {
+    if (typeof (redis as unknown as Record<string, unknown>)[script.name] === 'function') continue;
+    redis.defineCommand(script.name, { numberOfKeys: script.numberOfKeys, lua: script.lua });
+  }
+}
+
+/**
+ * Calls a registered script. The typed wrappers in each store are the only callers, so the
+ * `unknown` reply is parsed right there.
+ */
+export function callScript(
+  redis: Redis,
+  name: string,
+  keys: readonly string[],
+  args: readonly ScriptArg[],
+): Promise<unknown> {
+  const command = (redis as unknown as Record<string, (...a: ScriptArg[]) => Promise<unknown>>)[
+    name
+  ];
+  if (command === undefined)
+    throw new Error(`Lua script ${name} is not defined on this connection`);
+  return command.call(redis, ...keys, ...args);
+}

@@ -1,0 +1,23 @@
+// Turns zod issues into one message that names each bad field and the value it had.
+import type { z } from 'zod';
+
+function describeValue(value: unknown): string {
+  const text = JSON.stringify(value) ?? String(value);
+  return text.length > 80 ? `${text.slice(0, 77)}...` : text;
+}
+
+function describeIssue(issue: z.core.$ZodIssue, prefix: string): string {
+  const path = [prefix, ...issue.path.map(String)].filter((p) => p !== '').join('.') || 'body';
+  if (issue.code === 'unrecognized_keys') {
+    return `${path}: unknown field${issue.keys.length > 1 ? 's' : ''} ${issue.keys.map((k) => `"${k}"`).join(', ')}`;
+  }
+  if (issue.code === 'invalid_type' && issue.input === undefined) return `${path}: is required`;
+  const given =
+    'input' in issue && issue.input !== undefined ? `, got ${describeValue(issue.input)}` : '';
+  return `${path}: ${issue.message}${given}`;
+}
+
+/** `params.licenses: must be an integer, got 1.5; params.id: is required` */
+export function describeIssues(error: z.ZodError, prefix = ''): string {
+  return error.issues.map((issue) => describeIssue(issue, prefix)).join('; ');
+}

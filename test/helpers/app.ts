@@ -1,0 +1,97 @@
+// Runs the real server (real Fastify over real HTTP, real Redis) for end-to-end tests.
+import { randomUUID } from 'node:crypto';
+import type { AddressInfo } from 'node:net';
+import type { FastifyInstance } from 'fastify';
+import type { Redis } from 'ioredis';
+import { request } from 'undici';
+import { type ManualClock, manualClock } from '../../src/clock.js';
+import { createLogger } from '../../src/logger.js';
+import { makeProvisioningCore, type ProvisioningCore } from '../../src/provisioning/operations.js';
+import { makePartnerDirectory, type PartnerDirectory } from '../../src/provisioning/partners.js';
+import type { Partner } from '../../src/provisioning/records.js';
+import type { Variant } from '../../src/provisioning/schemas.js';
+import { ProvisioningStore } from '../../src/provisioning/store.js';
+import { connectRedis } from '../../src/redis/connection.js';
+import { buildApp } from '../../src/server.js';
+
+/** 2026-01-15T12:00:00Z: a fixed start, so term arithmetic in tests is reproducible. */
+export const T0 = Date.UTC(2026, 0, 15, 12, 0, 0) / 1000;
+export const DAY = 86_400;
+
+export interface TestApp {
+  baseUrl: string;
+  /** `{base_url}` of the provisioning interface. */
+  url: string;
+  clock: ManualClock;
+  redis: Redis;
+  core: ProvisioningCore;
+  partners: PartnerDirectory;
+  /** A fresh partner with a unique name; tests never share partners, so no flush is needed. */
+  addPartner(
+    variant: Variant,
+    renewalWindowDays?: number,
+  ): Promise<{ partner: Partner; apiKey: string }>;
+  /** Calls the provisioning endpoint: `{status, body}` with the body parsed as JSON. */
+  call(
+    apiKey: string | undefined,
+    method: string,
+    params?: unknown,
+    options?: { httpMethod?: 'GET' | 'POST'; rawBody?: string; headers?: Record<string, string> },
+  ): Promise<{ status: number; body: unknown }>;
+  close(): Promise<void>;
+}
+
+export async function startTestApp(
+  redisUrl: string,
+  options: { brand?: string; start?: number } = {},
+): Promise<TestApp> {
+  const clock = manualClock(options.start ?? T0);
+  const redis = await connectRedis(redisUrl, 'request');
+  const store = new ProvisioningStore(redis);
+  const core = makeProvisioningCore({
+    store,
+    clock,
+    brand: options.brand ?? 'suite',
+    publicUrl: 'http://billing.test',
+  });
+  const partners = makePartnerDirectory(store, 'test-secret-test-secret-test-secret!');
+  const app: FastifyInstance = await buildApp({ log: createLogger('silent'), core, partners });
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  const { port } = app.server.address() as AddressInfo;
+  const baseUrl = `http://127.0.0.1:${port}`;
+  const url = `${baseUrl}/provisioning`;
+
+  return {
+    baseUrl,
+    url,
+    clock,
+    redis,
+    core,
+    partners,
+    addPartner: (variant, renewalWindowDays) =>
+      partners.create({
+        name: `partner-${randomUUID()}`,
+        variant,
+        renewalWindowDays,
+        now: clock.now(),
+      }),
+    async call(apiKey, method, params, opts = {}) {
+      const headers: Record<string, string> = {
+        'content-type': 'application/json',
+        ...opts.headers,
+      };
+      if (apiKey !== undefined) headers['x-api-key'] = apiKey;
+      const res = await request(url, {
+        method: opts.httpMethod ?? 'GET',
+        headers,
+        body: opts.rawBody ?? JSON.stringify({ method, params }),
+      });
+      const text = await res.body.text();
+      return { status: res.statusCode, body: text === '' ? undefined : JSON.parse(text) };
+    },
+    async close() {
+      await app.close();
+      await redis.quit();
+    },
+  };
+}

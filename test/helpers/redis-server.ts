@@ -1,0 +1,83 @@
+// Starts a throwaway redis-server on a free port for one integration test file.
+
+import { type ChildProcess, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import net from 'node:net';
+
+const READY_LINE = 'Ready to accept connections';
+const READY_TIMEOUT_MS = 10_000;
+
+export interface TestRedis {
+  url: string;
+  port: number;
+  stop(): Promise<void>;
+}
+
+/** A redis-server without persistence on 127.0.0.1, ready when this resolves. */
+export async function startTestRedis(): Promise<TestRedis> {
+  const port = await findFreePort();
+  const child = spawn(
+    'redis-server',
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  await waitForReady(child, port);
+  // Nobody reads the logs after start, but a full pipe would block the server.
+  child.stdout?.resume();
+  child.stderr?.resume();
+  return {
+    url: `redis://127.0.0.1:${port}`,
+    port,
+    stop: async () => {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      const exited = once(child, 'exit');
+      child.kill('SIGKILL');
+      await exited;
+    },
+  };
+}
+
+async function findFreePort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', resolve);
+  });
+  const address = server.address();
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  if (address === null || typeof address === 'string') {
+    throw new Error(`expected a TCP address from a probe server, got ${String(address)}`);
+  }
+  return address.port;
+}
+
+function waitForReady(child: ChildProcess, port: number): Promise<void> {
+  let output = '';
+  return new Promise((resolve, reject) => {
+    const settle = (error?: Error): void => {
+      clearTimeout(timer);
+      child.stdout?.off('data', onOutput);
+      child.stderr?.off('data', onOutput);
+      child.off('close', onClose);
+      child.off('error', onError);
+      if (error === undefined) resolve();
+      else reject(error);
+    };
+    const onOutput = (chunk: Buffer): void => {
+      output += chunk.toString('utf8');
+      if (output.includes(READY_LINE)) settle();
+    };
+    const onClose = (code: number | null): void =>
+      settle(new Error(`test redis-server on port ${port} exited with ${code}:\n${output}`));
+    const onError = (error: Error): void =>
+      settle(new Error(`test redis-server could not be run: ${error.message}`, { cause: error }));
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      settle(new Error(`test redis-server on port ${port} not ready in ${READY_TIMEOUT_MS} ms`));
+    }, READY_TIMEOUT_MS);
+    child.stdout?.on('data', onOutput);
+    child.stderr?.on('data', onOutput);
+    child.once('close', onClose);
+    child.once('error', onError);
+  });
+}
