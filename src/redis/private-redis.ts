@@ -157,12 +157,10 @@ async function findFreePort(): Promise<number> {
 }
 
 function spawnRedisServer(bin: string, dir: string, port: number): Promise<ChildProcess> {
-  // Attached (not detached) with piped stdio, by choice. The server shares our process group,
-  // so Ctrl-C in a terminal reaches it as well and it shuts down cleanly (SIGINT, like SIGTERM,
-  // fsyncs the AOF); it may therefore stop before the app has drained, which idempotent jobs
-  // tolerate. The caller owns shutdown through stop(): nothing global (exit or signal hooks) is
-  // installed, because this module must not take over the process. The child handle keeps the
-  // event loop alive until stop(), so a forgotten stop() shows as a hang, not a silent orphan.
+  // Its own process group (detached), so Ctrl-C in a terminal stops the app first: workers drain
+  // against a Redis that is still up, and stop() then ends the server with SIGTERM (which fsyncs
+  // the AOF). Nothing global (exit or signal hooks) is installed: the caller owns shutdown. The
+  // piped stdio keeps the event loop alive until stop(), so a forgotten stop() shows as a hang.
   // If this process dies without stop(), the server lives on and the record lets the next start
   // reuse it instead of starting a second writer on the same AOF.
   const args = [
@@ -170,7 +168,7 @@ function spawnRedisServer(bin: string, dir: string, port: number): Promise<Child
     ...['--appendonly', 'yes', '--appendfsync', 'everysec', '--maxmemory-policy', 'noeviction'],
     ...['--save', '', '--daemonize', 'no', '--protected-mode', 'yes'],
   ];
-  const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'], detached: true });
   let output = '';
   return new Promise((resolve, reject) => {
     const settle = (error?: Error): void => {

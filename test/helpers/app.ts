@@ -5,7 +5,7 @@ import type { FastifyInstance } from 'fastify';
 import type { Redis } from 'ioredis';
 import { request } from 'undici';
 import { type ManualClock, manualClock } from '../../src/clock.js';
-import { createLogger } from '../../src/logger.js';
+import { createLogger, type Logger } from '../../src/logger.js';
 import { makeProvisioningCore, type ProvisioningCore } from '../../src/provisioning/operations.js';
 import { makePartnerDirectory, type PartnerDirectory } from '../../src/provisioning/partners.js';
 import type { Partner } from '../../src/provisioning/records.js';
@@ -43,7 +43,7 @@ export interface TestApp {
 
 export async function startTestApp(
   redisUrl: string,
-  options: { brand?: string; start?: number } = {},
+  options: { brand?: string; start?: number; log?: Logger } = {},
 ): Promise<TestApp> {
   const clock = manualClock(options.start ?? T0);
   const redis = await connectRedis(redisUrl, 'request');
@@ -55,7 +55,11 @@ export async function startTestApp(
     publicUrl: 'http://billing.test',
   });
   const partners = makePartnerDirectory(store, 'test-secret-test-secret-test-secret!');
-  const app: FastifyInstance = await buildApp({ log: createLogger('silent'), core, partners });
+  const app: FastifyInstance = await buildApp({
+    log: options.log ?? createLogger('silent'),
+    core,
+    partners,
+  });
   await app.listen({ host: '127.0.0.1', port: 0 });
   const { port } = app.server.address() as AddressInfo;
   const baseUrl = `http://127.0.0.1:${port}`;

@@ -1,0 +1,168 @@
+// The `billing` command as a user runs it: a real process against a real Redis.
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { request } from 'undici';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
+
+const run = promisify(execFile);
+const BIN = join(import.meta.dirname, '../../../bin/billing.js');
+
+let redis: TestRedis;
+let dataDir: string;
+
+beforeAll(async () => {
+  redis = await startTestRedis();
+  dataDir = await mkdtemp(join(tmpdir(), 'billing-cli-'));
+  // The first run may build dist/; later ones reuse it.
+  await run(process.execPath, [BIN, '--help'], { env: cleanEnv() });
+}, 120_000);
+
+afterAll(async () => {
+  await redis.stop();
+  await rm(dataDir, { recursive: true, force: true });
+});
+
+function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  const { REDIS_URL: _ignored, ...env } = process.env;
+  return { ...env, DATA_DIR: dataDir, LOG_LEVEL: 'warn', ...extra };
+}
+
+async function billing(args: string[], extra: Record<string, string> = {}) {
+  try {
+    const { stdout, stderr } = await run(process.execPath, [BIN, ...args], {
+      env: cleanEnv(extra),
+    });
+    return { code: 0, stdout, stderr };
+  } catch (error) {
+    const e = error as { code: number; stdout: string; stderr: string };
+    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
+  }
+}
+
+describe('billing partners', () => {
+  it('adds a partner and prints its key once as JSON', async () => {
+    const out = await billing(
+      [
+        'partners',
+        'add',
+        '--name',
+        'cli-json',
+        '--variant',
+        'external',
+        '--renewal-window-days',
+        '20',
+        '--json',
+      ],
+      { REDIS_URL: redis.url },
+    );
+    expect(out.code).toBe(0);
+    const lines = out.stdout.trim().split('\n');
+    expect(lines).toHaveLength(1);
+    const created = JSON.parse(lines[0] ?? '');
+    expect(Object.keys(created)).toEqual(['name', 'variant', 'apiKey']);
+    expect(created).toMatchObject({ name: 'cli-json', variant: 'external' });
+    expect(created.apiKey).toMatch(/^[A-Za-z0-9_-]{43}$/);
+
+    const list = await billing(['partners', 'list', '--json'], { REDIS_URL: redis.url });
+    const partners = JSON.parse(list.stdout).partners as {
+      name: string;
+      renewalWindowDays: number;
+    }[];
+    expect(partners.find((p) => p.name === 'cli-json')?.renewalWindowDays).toBe(20);
+    expect(list.stdout).not.toContain(created.apiKey);
+  });
+
+  it('lists partners as a table for people', async () => {
+    await billing(['partners', 'add', '--name', 'cli-table', '--variant', 'marketplace'], {
+      REDIS_URL: redis.url,
+    });
+    const list = await billing(['partners', 'list'], { REDIS_URL: redis.url });
+    expect(list.stdout).toMatch(/^id\s+name\s+variant/);
+    expect(list.stdout).toMatch(/cli-table\s+marketplace\s+15/);
+  });
+
+  it('refuses a duplicate name, a bad variant and a bad window, naming them', async () => {
+    const env = { REDIS_URL: redis.url };
+    await billing(['partners', 'add', '--name', 'cli-dup', '--variant', 'external'], env);
+    const dup = await billing(
+      ['partners', 'add', '--name', 'cli-dup', '--variant', 'external'],
+      env,
+    );
+    expect(dup.code).not.toBe(0);
+    expect(dup.stderr).toContain('partner already exists: cli-dup');
+    const variant = await billing(['partners', 'add', '--name', 'x', '--variant', 'consumer'], env);
+    expect(variant.code).not.toBe(0);
+    expect(variant.stderr).toContain('--variant');
+    const window = await billing(
+      ['partners', 'add', '--name', 'x', '--variant', 'external', '--renewal-window-days', '0'],
+      env,
+    );
+    expect(window.code).not.toBe(0);
+    expect(window.stderr).toContain('--renewal-window-days');
+  });
+
+  it('stops on an invalid setting with a message naming the variable', async () => {
+    const out = await billing(['partners', 'list'], { REDIS_URL: 'http://nope', PORT: 'abc' });
+    expect(out.code).toBe(2);
+    expect(out.stderr).toContain('REDIS_URL="http://nope"');
+    expect(out.stderr).toContain('PORT="abc"');
+  });
+
+  it('without REDIS_URL uses the private Redis of DATA_DIR, and its data persists', async () => {
+    const first = await billing([
+      'partners',
+      'add',
+      '--name',
+      'private-one',
+      '--variant',
+      'external',
+    ]);
+    expect(first.code).toBe(0);
+    const list = await billing(['partners', 'list', '--json']);
+    expect(JSON.parse(list.stdout).partners.map((p: { name: string }) => p.name)).toEqual([
+      'private-one',
+    ]);
+  });
+});
+
+describe('billing start', () => {
+  let server: ChildProcess | undefined;
+
+  afterAll(() => {
+    server?.kill('SIGKILL');
+  });
+
+  it('serves the provisioning core and health, and stops cleanly on SIGTERM', async () => {
+    server = spawn(process.execPath, [BIN, 'start'], {
+      env: cleanEnv({ REDIS_URL: redis.url, PORT: '0', LOG_LEVEL: 'info' }),
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const started = await new Promise<{ provisioning: string }>((resolve, reject) => {
+      let buffer = '';
+      server?.stdout?.on('data', (chunk: Buffer) => {
+        buffer += chunk.toString();
+        for (const line of buffer.split('\n')) {
+          if (line.includes('"billing service started"')) resolve(JSON.parse(line));
+        }
+      });
+      server?.once('exit', (code) => reject(new Error(`exited early with ${code}`)));
+    });
+    const health = await request(started.provisioning.replace('/provisioning', '/healthz'));
+    expect(await health.body.json()).toEqual({ status: 'ok' });
+    const noKey = await request(started.provisioning, {
+      method: 'GET',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ method: 'getUserByEmail', params: { email: 'a@b.test' } }),
+    });
+    expect(noKey.statusCode).toBe(401);
+    expect(await noKey.body.json()).toBe('missing x-api-key header');
+
+    const exit = new Promise<number | null>((resolve) => server?.once('exit', resolve));
+    server.kill('SIGTERM');
+    expect(await exit).toBe(0);
+  });
+});

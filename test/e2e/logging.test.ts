@@ -1,0 +1,83 @@
+// Logs are JSON lines, and API keys, passwords and tokens never appear in them.
+import { Writable } from 'node:stream';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createLogger } from '../../src/logger.js';
+import { startTestApp, type TestApp } from '../helpers/app.js';
+import { startTestRedis, type TestRedis } from '../helpers/redis-server.js';
+
+let redis: TestRedis;
+let app: TestApp;
+const lines: string[] = [];
+
+beforeAll(async () => {
+  redis = await startTestRedis();
+  const sink = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      lines.push(...chunk.toString().split('\n').filter(Boolean));
+      done();
+    },
+  });
+  app = await startTestApp(redis.url, { log: createLogger('trace', sink) });
+});
+
+afterAll(async () => {
+  await app.close();
+  await redis.stop();
+});
+
+describe('request logs', () => {
+  it('are JSON and hold no API key or password, even for refused calls', async () => {
+    const { apiKey } = await app.addPartner('marketplace');
+    const customer = await app.call(apiKey, 'createCustomer', {
+      id: 'log-1',
+      name: 'Logs',
+      admin: { email: 'admin@logs.test' },
+    });
+    const instance = (customer.body as { url: string }).url.split('/').pop();
+    await app.call(apiKey, 'createUser', {
+      email: 'u@logs.test',
+      password: 'hunter2-very-secret',
+      instance,
+    });
+    await app.call(apiKey, 'resetPasswordByEmail', { email: 'u@logs.test', password: 'x' });
+    await app.call('wrong-key-that-is-secret', 'getUserByEmail', { email: 'u@logs.test' });
+    await app.call(apiKey, 'nope', {}, { headers: { authorization: 'Bearer ops-secret' } });
+
+    expect(lines.length).toBeGreaterThan(5);
+    for (const line of lines) expect(() => JSON.parse(line)).not.toThrow();
+    const all = lines.join('\n');
+    expect(all).toContain('request completed');
+    for (const secret of [
+      apiKey,
+      'hunter2-very-secret',
+      'wrong-key-that-is-secret',
+      'ops-secret',
+    ]) {
+      expect(all).not.toContain(secret);
+    }
+  });
+
+  it('redact secrets that a caller passes to the logger by mistake', () => {
+    const captured: string[] = [];
+    const log = createLogger(
+      'info',
+      new Writable({
+        write(chunk: Buffer, _e, done) {
+          captured.push(chunk.toString());
+          done();
+        },
+      }),
+    );
+    log.info(
+      {
+        req: { headers: { 'x-api-key': 'k-123', authorization: 'Bearer t-456' } },
+        partner: { apiKey: 'k-789' },
+        user: { password: 'p-000' },
+      },
+      'oops',
+    );
+    const out = captured.join('');
+    for (const secret of ['k-123', 't-456', 'k-789', 'p-000']) expect(out).not.toContain(secret);
+    expect(out).toContain('[redacted]');
+  });
+});
