@@ -6,6 +6,18 @@ import { ConfigError } from '../src/errors.js';
 const unsetWhenEmpty = (value: unknown) => (value === '' ? undefined : value);
 
 const port = z.coerce.number().int().min(0).max(65535);
+const intIn = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
+/** true/false, 1/0, yes/no, on/off (any case). */
+const flag = z
+  .string()
+  .toLowerCase()
+  .transform((v, ctx) => {
+    if (['true', '1', 'yes', 'on'].includes(v)) return true;
+    if (['false', '0', 'no', 'off'].includes(v)) return false;
+    ctx.addIssue({ code: 'custom', message: 'must be true or false (also 1/0, yes/no, on/off)' });
+    return z.NEVER;
+  });
+const secret = (what: string) => z.string().min(16, `must be at least 16 characters (${what})`);
 const brand = z
   .string()
   .regex(
@@ -50,6 +62,78 @@ export const settingDefinitions = {
     schema: z.string().min(32, 'must be at least 32 characters').optional(),
     describe: 'HMAC secret for stored API-key hashes (default: generated once under DATA_DIR)',
   },
+  OPS_TOKEN: {
+    schema: secret('a bearer token').optional(),
+    describe: 'bearer token of the ops API and Bull Board (default: generated once under DATA_DIR)',
+  },
+  WEBHOOK_SECRET: {
+    schema: z
+      .string()
+      .regex(/^whsec_[A-Za-z0-9+/=]{16,}$/, 'must be whsec_ followed by base64 (Standard Webhooks)')
+      .optional(),
+    describe:
+      'Standard Webhooks signing secret, whsec_<base64> (default: generated under DATA_DIR)',
+  },
+  WEBHOOK_DEDUP_DAYS: {
+    schema: intIn(1, 90).default(7),
+    describe: 'how long a webhook-id is remembered to drop repeats (days)',
+  },
+  PARTNER_NAME: {
+    schema: z.string().min(1).max(200).default('default'),
+    describe: 'embedded mode: the partner account the workers act for (created at boot)',
+  },
+  PARTNER_VARIANT: {
+    schema: z.enum(['marketplace', 'external']).default('marketplace'),
+    describe: 'variant of the provisioning interface the workers drive (embedded or remote)',
+  },
+  PARTNER_RENEWAL_WINDOW_DAYS: {
+    schema: intIn(1, 365).default(15),
+    describe: 'the partner renewal window in days (renewals are refused earlier than this)',
+  },
+  PROVISIONING_URL: {
+    schema: z.url({ protocol: /^https?$/ }).optional(),
+    describe: 'remote mode: {base_url} of a remote provisioning service (unset: embedded core)',
+  },
+  PROVISIONING_API_KEY: {
+    schema: z.string().min(1).optional(),
+    describe: 'remote mode: the x-api-key for PROVISIONING_URL',
+  },
+  PROVISIONING_EXTENSIONS: {
+    schema: flag.optional(),
+    describe: 'send the parent/licenses extensions (default: on embedded, off remote)',
+  },
+  PROVISIONING_TIMEOUT_MS: {
+    schema: intIn(100, 120_000).default(10_000),
+    describe: 'remote mode: timeout of one provisioning request (ms)',
+  },
+  RENEWAL_LEAD_DAYS: {
+    schema: intIn(1, 365).default(7),
+    describe: 'renew this many days before a term ends (1..the partner window)',
+  },
+  PAYMENT_GRACE_DAYS: {
+    schema: intIn(0, 365).default(3),
+    describe: 'days after payment.overdue before the chain is suspended (0: at once)',
+  },
+  AUTO_RENEW_DEFAULT: {
+    schema: flag.default(true),
+    describe: 'auto-renew of a chain whose order.placed does not say',
+  },
+  SEAT_INCREASE: {
+    schema: z.enum(['coterm', 'addon']).optional(),
+    describe: 'seat increases as co-terminated partials or add-on orders (default by variant)',
+  },
+  WORKER_CONCURRENCY: {
+    schema: intIn(1, 1000).default(20),
+    describe: 'jobs each worker runs at once, per queue',
+  },
+  RECONCILE_INTERVAL_SECONDS: {
+    schema: intIn(5, 86_400).default(300),
+    describe: 'how often the maintenance job restores missing renewal jobs',
+  },
+  SHUTDOWN_TIMEOUT_SECONDS: {
+    schema: intIn(1, 600).default(20),
+    describe: 'on SIGTERM, how long active jobs may finish before workers are closed anyway',
+  },
 } as const;
 
 type Definitions = typeof settingDefinitions;
@@ -64,7 +148,14 @@ const settingsSchema = z.object(
   ) as { [K in SettingName]: z.ZodPipe<z.ZodTransform, Definitions[K]['schema']> },
 );
 
-export type Settings = z.infer<typeof settingsSchema> & { PUBLIC_URL: string };
+type Parsed = z.infer<typeof settingsSchema>;
+export type Settings = Omit<Parsed, 'PUBLIC_URL' | 'PROVISIONING_EXTENSIONS' | 'SEAT_INCREASE'> & {
+  PUBLIC_URL: string;
+  PROVISIONING_EXTENSIONS: boolean;
+  SEAT_INCREASE: 'coterm' | 'addon';
+  /** Whether the workers drive a remote provisioning service (PROVISIONING_URL is set). */
+  remote: boolean;
+};
 
 /**
  * Parses the environment once, at start. An invalid value throws a ConfigError whose message
@@ -82,8 +173,39 @@ export function loadSettings(env: Readonly<Record<string, string | undefined>>):
       variables: parsed.error.issues.map((i) => String(i.path[0])),
     });
   }
-  const s = parsed.data;
-  return { ...s, PUBLIC_URL: (s.PUBLIC_URL ?? `http://${s.HOST}:${s.PORT}`).replace(/\/+$/, '') };
+  return resolveDependentSettings(parsed.data);
+}
+
+/** Defaults that depend on other settings, and rules across settings. */
+function resolveDependentSettings(s: Parsed): Settings {
+  const problems: string[] = [];
+  const remote = s.PROVISIONING_URL !== undefined;
+  if (remote && !s.PROVISIONING_API_KEY) {
+    problems.push('PROVISIONING_API_KEY: is required when PROVISIONING_URL is set');
+  }
+  if (s.RENEWAL_LEAD_DAYS > s.PARTNER_RENEWAL_WINDOW_DAYS) {
+    problems.push(
+      `RENEWAL_LEAD_DAYS=${s.RENEWAL_LEAD_DAYS}: must be at most PARTNER_RENEWAL_WINDOW_DAYS (${s.PARTNER_RENEWAL_WINDOW_DAYS}), or renewals would fire before the window opens`,
+    );
+  }
+  const seatIncrease = s.SEAT_INCREASE ?? (s.PARTNER_VARIANT === 'external' ? 'addon' : 'coterm');
+  if (seatIncrease === 'coterm' && s.PARTNER_VARIANT === 'external') {
+    problems.push(
+      'SEAT_INCREASE=coterm: the external variant has no partial orders; use addon (the default there)',
+    );
+  }
+  if (problems.length > 0) {
+    throw new ConfigError('invalid_settings', `invalid settings:\n  ${problems.join('\n  ')}`, {
+      variables: problems.map((p) => p.split(/[=:]/)[0]),
+    });
+  }
+  return {
+    ...s,
+    PUBLIC_URL: (s.PUBLIC_URL ?? `http://${s.HOST}:${s.PORT}`).replace(/\/+$/, ''),
+    PROVISIONING_EXTENSIONS: s.PROVISIONING_EXTENSIONS ?? !remote,
+    SEAT_INCREASE: seatIncrease,
+    remote,
+  };
 }
 
 /** Lines for `billing --help`: each variable with its description. */

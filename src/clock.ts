@@ -33,3 +33,11 @@ export function manualClock(start: EpochSeconds): ManualClock {
     },
   };
 }
+
+/**
+ * Milliseconds since the epoch by the system clock, for BullMQ only: its delayed-job timestamps
+ * come from each client's clock, so `moveToDelayed` needs this time base, not a test clock's.
+ */
+export function queueTimeMs(): number {
+  return Date.now();
+}

@@ -1,0 +1,52 @@
+// Runs a job's work under its chain's lock: one chain is changed by one job at a time.
+import { randomUUID } from 'node:crypto';
+import { DelayedError, type Job } from 'bullmq';
+import type { Chain } from '../src/chains/records.js';
+import type { ChainStore } from '../src/chains/store.js';
+import { queueTimeMs } from '../src/clock.js';
+
+export interface HeldChain {
+  chainId: string;
+  token: string;
+  chain: Chain | null;
+}
+
+/** How soon a job that found its chain locked looks again (ms), spread to avoid a herd. */
+function lockedRetryDelayMs(): number {
+  return 250 + Math.floor(Math.random() * 750);
+}
+
+/**
+ * Takes the chain's lock, runs `work`, and releases the lock. When another job holds it, the job
+ * moves itself back to the delayed set (without spending an attempt) and tries again shortly.
+ */
+export async function withChainLock<T>(
+  chains: ChainStore,
+  job: Job,
+  jobToken: string | undefined,
+  chainId: string,
+  work: (held: HeldChain) => Promise<T>,
+): Promise<T> {
+  const token = `${job.id}/${randomUUID()}`;
+  const lock = await chains.lock(chainId, token);
+  if (lock.kind === 'locked') {
+    await job.moveToDelayed(queueTimeMs() + lockedRetryDelayMs(), jobToken);
+    throw new DelayedError();
+  }
+  try {
+    return await work({ chainId, token, chain: lock.chain });
+  } finally {
+    await chains.unlock(chainId, token);
+  }
+}
+
+/** Puts the job back in the delayed set until `until` (epoch seconds by the Clock). */
+export async function delayJobUntil(
+  job: Job,
+  jobToken: string | undefined,
+  until: number,
+  now: number,
+): Promise<never> {
+  await job.moveToDelayed(queueTimeMs() + Math.max(0, until - now) * 1000, jobToken);
+  throw new DelayedError();
+}

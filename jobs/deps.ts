@@ -1,0 +1,26 @@
+// What every processor is built from: the stores, the provisioning client, time, logs, settings.
+import type { Queue } from 'bullmq';
+import type { ChainStore } from '../src/chains/store.js';
+import type { ProvisioningClient } from '../src/client/provisioning-client.js';
+import type { Clock } from '../src/clock.js';
+import type { Logger } from '../src/logger.js';
+import type { Metrics } from '../src/metrics.js';
+import type { QueueName } from '../src/queues.js';
+
+export interface WorkerSettings {
+  leadDays: number;
+  windowDays: number;
+  autoRenewDefault: boolean;
+  paymentGraceDays: number;
+  seatIncrease: 'coterm' | 'addon';
+}
+
+export interface WorkerDeps {
+  chains: ChainStore;
+  provisioning: ProvisioningClient;
+  clock: Clock;
+  log: Logger;
+  metrics: Metrics;
+  queues: Record<QueueName, Queue>;
+  settings: WorkerSettings;
+}

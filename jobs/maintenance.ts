@@ -1,0 +1,87 @@
+// The `maintenance` queue: a job scheduler that reconciles chains with their renewal jobs.
+import type { Job, Queue } from 'bullmq';
+import { z } from 'zod';
+import type { Chain } from '../src/chains/records.js';
+import { defaultJobOptions } from '../src/queues.js';
+import type { WorkerDeps } from './deps.js';
+import { ensureRenewalJob } from './renewals.js';
+
+export const schema = z.object({}).loose();
+
+const PAGE = 500;
+export const RECONCILE_SCHEDULER_ID = 'reconcile';
+
+/** Idempotent: safe on every boot (upsert, not add). */
+export async function scheduleMaintenance(queue: Queue, everySeconds: number): Promise<void> {
+  await queue.upsertJobScheduler(
+    RECONCILE_SCHEDULER_ID,
+    { every: everySeconds * 1000 },
+    {
+      name: 'reconcile renewals',
+      data: {},
+      opts: { removeOnComplete: { count: 100 }, removeOnFail: defaultJobOptions.removeOnFail },
+    },
+  );
+}
+
+/** A term that ended with nothing ordered after it: the chain is expired (DESIGN §4 status). */
+function hasExpired(chain: Chain, now: number): boolean {
+  return chain.status === 'active' && chain.nextRenewalAt === null && chain.term.expiresAt <= now;
+}
+
+export function makeProcessor(deps: WorkerDeps) {
+  return async function reconcile(job: Job): Promise<{ checked: number; expired: number }> {
+    schema.parse(job.data);
+    let checked = 0;
+    let expired = 0;
+    for (let offset = 0; ; offset += PAGE) {
+      const ids = await deps.chains.pageOfChainIds(offset, PAGE);
+      if (ids.length === 0) break;
+      for (const chain of await deps.chains.getMany(ids)) {
+        checked += 1;
+        const now = deps.clock.now();
+        if (hasExpired(chain, now)) {
+          if (await markExpired(deps, chain, now, job.id ?? '')) expired += 1;
+          continue;
+        }
+        if (chain.intent === null) await ensureRenewalJob(deps.queues.renewals, chain, now);
+      }
+    }
+    deps.log.info({ checked, expired }, 'reconciled chains');
+    return { checked, expired };
+  };
+}
+
+/** Best effort: a chain some job is changing right now is left for the next round. */
+async function markExpired(
+  deps: WorkerDeps,
+  seen: Chain,
+  now: number,
+  jobId: string,
+): Promise<boolean> {
+  const token = `reconcile/${jobId}/${seen.id}`;
+  const lock = await deps.chains.lock(seen.id, token);
+  if (lock.kind === 'locked') return false;
+  try {
+    const chain = lock.chain;
+    if (!chain || !hasExpired(chain, now)) return false;
+    await deps.chains.save({
+      chainId: chain.id,
+      token,
+      previous: chain,
+      next: { ...chain, status: 'expired', updatedAt: now },
+      history: [
+        {
+          at: now,
+          event: 'chain.expired',
+          detail: `term ${chain.term.count} (${chain.term.orderId}) ended with no renewal`,
+          cause: { jobId },
+        },
+      ],
+      release: false,
+    });
+    return true;
+  } finally {
+    await deps.chains.unlock(seen.id, token);
+  }
+}

@@ -1,0 +1,214 @@
+// The `orders` queue: a placed order becomes a chain (customer, first order, renewal schedule);
+// a cancelled one is cancelled at the provider and stops renewing.
+import { type Job, UnrecoverableError } from 'bullmq';
+import { cancelChain } from '../src/chains/cancel.js';
+import { chainIdOf } from '../src/chains/keys.js';
+import type { Chain, HistoryEntry, Intent } from '../src/chains/records.js';
+import type { OrderResponse } from '../src/client/provisioning-client.js';
+import { nextRenewalAt } from '../src/domain/renewal.js';
+import { RefusalError } from '../src/errors.js';
+import {
+  type EventJobData,
+  eventJobData,
+  eventSchemas,
+  type OrderCancelledData,
+  type OrderPlacedData,
+} from '../src/intake/events.js';
+import { withChainLock } from './chain-lock.js';
+import type { WorkerDeps } from './deps.js';
+import { describeTerm, sendIntent } from './intents.js';
+import { ensureRenewalJob } from './renewals.js';
+
+/** Jobs of this queue are webhook events (data: `eventJobData`), named by their type. */
+export const schema = eventJobData;
+
+function causeOf(job: Job, data: EventJobData, orderId?: string) {
+  return { webhookId: data.webhookId, jobId: job.id ?? '', ...(orderId ? { orderId } : {}) };
+}
+
+/** The first order's params, fixed by the event, so a retry sends exactly the same request. */
+function firstOrderIntent(deps: WorkerDeps, ev: OrderPlacedData, jobId: string | null): Intent {
+  const { order, customer } = ev;
+  if (deps.provisioning.variant === 'external') {
+    return {
+      kind: 'first_order',
+      method: 'createFirstOrder',
+      orderId: order.id,
+      params: {
+        customer: customer.id,
+        id: order.id,
+        product: order.product,
+        licenses: order.licenses,
+        duration: order.duration,
+      },
+      jobId,
+    };
+  }
+  return {
+    kind: 'first_order',
+    method: 'createOrder',
+    orderId: order.id,
+    params: {
+      customer: customer.id,
+      id: order.id,
+      product: order.product,
+      licenses: order.licenses,
+      duration: order.duration,
+      ...(order.startsAt !== undefined ? { startsAt: order.startsAt } : {}),
+    },
+    jobId,
+  };
+}
+
+/** Creates the customer at the provider unless the workers already did (or found it). */
+async function ensureCustomer(deps: WorkerDeps, ev: OrderPlacedData): Promise<HistoryEntry[]> {
+  const { customer } = ev;
+  if (await deps.chains.isCustomerKnown(customer.id)) return [];
+  let detail = `customer ${customer.id} created`;
+  try {
+    await deps.provisioning.createCustomer({
+      id: customer.id,
+      name: customer.name,
+      admin: {
+        email: customer.admin.email,
+        ...(customer.admin.phone !== undefined ? { phone: customer.admin.phone } : {}),
+        ...(customer.admin.displayName !== undefined
+          ? { displayName: customer.admin.displayName }
+          : {}),
+      },
+    });
+  } catch (error) {
+    // The provider knows this customer with other details (created before the workers ran):
+    // it exists, which is all a first order needs.
+    if (!(error instanceof RefusalError && /already exists/.test(error.message))) throw error;
+    detail = `customer ${customer.id} already existed at the provider (${error.message})`;
+  }
+  await deps.chains.markCustomerKnown(customer.id);
+  return [{ at: deps.clock.now(), event: 'customer.created', detail, cause: {} }];
+}
+
+function newChain(
+  deps: WorkerDeps,
+  ev: OrderPlacedData,
+  order: OrderResponse,
+  now: number,
+): Omit<Chain, 'version'> {
+  const chain = {
+    id: chainIdOf(ev.order.id),
+    order: ev.order.id,
+    customer: ev.customer.id,
+    product: order.product,
+    duration: ev.order.duration,
+    status: order.expiresAt <= now ? ('expired' as const) : ('active' as const),
+    autoRenew: ev.autoRenew ?? deps.settings.autoRenewDefault,
+    payment: 'ok' as const,
+    needsReactivation: false,
+    licenses: order.licenses,
+    nextLicenses: order.licenses,
+    term: { orderId: ev.order.id, count: 1, startsAt: order.startsAt, expiresAt: order.expiresAt },
+    previousTerm: null,
+    partials: [],
+    addOns: [],
+    mainChain: null,
+    intent: null,
+    flagged: null,
+    createdAt: now,
+    updatedAt: now,
+  };
+  return {
+    ...chain,
+    nextRenewalAt: nextRenewalAt({ chain, now, leadDays: deps.settings.leadDays }),
+  };
+}
+
+async function placeOrder(
+  deps: WorkerDeps,
+  job: Job,
+  jobToken: string | undefined,
+  data: EventJobData,
+) {
+  const ev = eventSchemas['order.placed'].parse(data.data);
+  const chainId = chainIdOf(ev.order.id);
+  return withChainLock(deps.chains, job, jobToken, chainId, async ({ chain, token }) => {
+    if (chain) {
+      // Placed before (a retry after the chain was recorded): only the schedule may be missing.
+      await ensureRenewalJob(deps.queues.renewals, chain, deps.clock.now());
+      return `already placed: ${ev.order.id}`;
+    }
+    const customerEntries = await ensureCustomer(deps, ev);
+    const intent = firstOrderIntent(deps, ev, job.id ?? null);
+    let order: OrderResponse;
+    try {
+      order = await sendIntent(deps.provisioning, intent);
+    } catch (error) {
+      if (error instanceof RefusalError) {
+        throw new UnrecoverableError(
+          `the provider refused first order ${ev.order.id}: ${error.message}`,
+        );
+      }
+      throw error;
+    }
+    const now = deps.clock.now();
+    const cause = causeOf(job, data, ev.order.id);
+    const saved = await deps.chains.save({
+      chainId,
+      token,
+      previous: null,
+      next: newChain(deps, ev, order, now),
+      history: [
+        ...customerEntries.map((e) => ({ ...e, cause: causeOf(job, data) })),
+        {
+          at: now,
+          event: 'order.placed',
+          detail: `first order ${ev.order.id}: ${describeTerm(order)}`,
+          cause,
+        },
+      ],
+      orderIds: [ev.order.id],
+      release: false,
+    });
+    deps.metrics.orders.inc({ kind: 'first' });
+    await ensureRenewalJob(deps.queues.renewals, saved, now);
+    return `placed: ${ev.order.id}`;
+  });
+}
+
+async function cancelOrder(
+  deps: WorkerDeps,
+  job: Job,
+  jobToken: string | undefined,
+  data: EventJobData,
+) {
+  const ev: OrderCancelledData = eventSchemas['order.cancelled'].parse(data.data);
+  const chainId = await deps.chains.chainIdOfOrder(ev.order);
+  if (!chainId) throw new UnrecoverableError(`order.cancelled names an unknown order: ${ev.order}`);
+  return withChainLock(deps.chains, job, jobToken, chainId, async ({ chain, token }) => {
+    if (!chain) throw new UnrecoverableError(`order.cancelled names an unknown order: ${ev.order}`);
+    if (chain.status === 'cancelled') return `already cancelled: ${chain.order}`;
+    const now = deps.clock.now();
+    const saved = await cancelChain({
+      chains: deps.chains,
+      provisioning: deps.provisioning,
+      held: { chain, token },
+      now,
+      cause: causeOf(job, data, ev.order),
+      reason: `order.cancelled for ${ev.order}`,
+    });
+    await ensureRenewalJob(deps.queues.renewals, saved, now);
+    return `cancelled: ${chain.order}`;
+  });
+}
+
+export function makeProcessor(deps: WorkerDeps) {
+  return async function processOrderEvent(job: Job, jobToken?: string): Promise<string> {
+    const data = eventJobData.parse(job.data);
+    switch (data.type) {
+      case 'order.placed':
+        return placeOrder(deps, job, jobToken, data);
+      case 'order.cancelled':
+        return cancelOrder(deps, job, jobToken, data);
+      default:
+        throw new UnrecoverableError(`the orders queue does not handle ${data.type} events`);
+    }
+  };
+}

@@ -1,0 +1,291 @@
+// The `renewals` queue: one delayed job per term renews a chain on time, exactly once.
+import { type Job, type Queue, UnrecoverableError } from 'bullmq';
+import { z } from 'zod';
+import type { Chain, HistoryEntry, Intent } from '../src/chains/records.js';
+import type { OrderResponse } from '../src/client/provisioning-client.js';
+import { queueTimeMs } from '../src/clock.js';
+import { renewalOrderId } from '../src/domain/ids.js';
+import { decideRenewal, nextRenewalAt } from '../src/domain/renewal.js';
+import { RefusalError } from '../src/errors.js';
+import { defaultJobOptions } from '../src/queues.js';
+import { delayJobUntil, withChainLock } from './chain-lock.js';
+import type { WorkerDeps } from './deps.js';
+import { describeTerm, sendIntent } from './intents.js';
+
+export const renewalJobData = z.object({
+  chainId: z.string().min(1),
+  /** The chain's first order, for people reading Bull Board. */
+  order: z.string(),
+  customer: z.string(),
+  /** The term this job orders (1-based). */
+  count: z.int().min(2),
+  /** When it is due (epoch seconds), for people; the chain's own state decides. */
+  dueAt: z.int(),
+});
+export type RenewalJobData = z.infer<typeof renewalJobData>;
+
+/** Deterministic per chain and term, so scheduling twice collapses into one job. */
+export function renewalJobId(chainId: string, count: number): string {
+  return `renew-${chainId}-${count}`;
+}
+
+function renewalJob(chain: Chain) {
+  const count = chain.term.count + 1;
+  const data: RenewalJobData = {
+    chainId: chain.id,
+    order: chain.order,
+    customer: chain.customer,
+    count,
+    dueAt: chain.nextRenewalAt ?? 0,
+  };
+  return { id: renewalJobId(chain.id, count), name: `renew ${chain.order} term ${count}`, data };
+}
+
+/** How long a provider's window refusal waits before the renewal is tried again (seconds). */
+const WINDOW_RETRY_SECONDS = 60 * 60;
+
+/**
+ * Makes sure the chain's next renewal job exists and fires at `nextRenewalAt` ("ensure", not
+ * "add": DESIGN §4). A delayed job at the wrong time is moved; a finished one whose work the
+ * chain still needs is replaced; a chain that will not renew has its job removed.
+ */
+export async function ensureRenewalJob(queue: Queue, chain: Chain, now: number): Promise<void> {
+  const { id, name, data } = renewalJob(chain);
+  const existing = await queue.getJob(id);
+  if (chain.nextRenewalAt === null) {
+    if (existing && ['delayed', 'waiting', 'prioritized'].includes(await existing.getState())) {
+      await existing.remove();
+    }
+    return;
+  }
+  const delayMs = Math.max(0, chain.nextRenewalAt - now) * 1000;
+  if (existing) {
+    const state = await existing.getState();
+    if (state === 'delayed') {
+      const firesAt = existing.timestamp + (existing.delay ?? 0);
+      const wanted = queueTimeMs() + delayMs;
+      if (Math.abs(firesAt - wanted) > 1000) await existing.changeDelay(delayMs);
+      return;
+    }
+    if (state === 'completed' || state === 'failed') {
+      await existing.remove();
+    } else {
+      return;
+    }
+  }
+  await queue.add(name, data, { ...defaultJobOptions, jobId: id, delay: delayMs });
+}
+
+/** The fast path after a renewal: the next term's job id has never been used, so just add it. */
+export async function addNextRenewalJob(queue: Queue, chain: Chain, now: number): Promise<void> {
+  if (chain.nextRenewalAt === null) return;
+  const { id, name, data } = renewalJob(chain);
+  await queue.add(name, data, {
+    ...defaultJobOptions,
+    jobId: id,
+    delay: Math.max(0, chain.nextRenewalAt - now) * 1000,
+  });
+}
+
+/** The params of the renewal order, per variant; extensions only when the service has them. */
+function renewalIntent(
+  deps: WorkerDeps,
+  chain: Chain,
+  decision: { count: number; startsAt: number; licenses: number },
+  jobId: string | null,
+): Intent {
+  const orderId = renewalOrderId(chain.order, decision.count);
+  const { provisioning } = deps;
+  if (provisioning.variant === 'external') {
+    return {
+      kind: 'renewal',
+      method: 'createRenewalOrder',
+      orderId,
+      params: {
+        parent: chain.order,
+        id: orderId,
+        ...(provisioning.extensions ? { licenses: decision.licenses } : {}),
+      },
+      jobId,
+    };
+  }
+  return {
+    kind: 'renewal',
+    method: 'createOrder',
+    orderId,
+    params: {
+      customer: chain.customer,
+      id: orderId,
+      product: chain.product,
+      licenses: decision.licenses,
+      duration: chain.duration,
+      startsAt: decision.startsAt,
+      ...(provisioning.extensions ? { parent: chain.order } : {}),
+    },
+    jobId,
+  };
+}
+
+/** The chain after its renewal order came back. */
+function renewedChain(
+  deps: WorkerDeps,
+  chain: Chain,
+  intent: Intent,
+  order: OrderResponse,
+  now: number,
+) {
+  const count = chain.term.count + 1;
+  const inForce = chain.term.expiresAt > now;
+  const next: Chain = {
+    ...chain,
+    status: chain.status === 'expired' ? 'active' : chain.status,
+    licenses: order.licenses,
+    term: { orderId: intent.orderId, count, startsAt: order.startsAt, expiresAt: order.expiresAt },
+    previousTerm: inForce && order.startsAt > now ? chain.term : null,
+    intent: null,
+    flagged: null,
+    updatedAt: now,
+  };
+  return {
+    ...next,
+    nextRenewalAt: nextRenewalAt({ chain: next, now, leadDays: deps.settings.leadDays }),
+  };
+}
+
+export function makeRenewalProcessor(deps: WorkerDeps) {
+  const { chains, clock, provisioning } = deps;
+  return async function processRenewal(job: Job, jobToken?: string): Promise<string> {
+    const data = renewalJobData.parse(job.data);
+    const log = deps.log.child({ queue: 'renewals', jobId: job.id, chainId: data.chainId });
+    return withChainLock(chains, job, jobToken, data.chainId, async ({ chain, token }) => {
+      if (!chain) return 'skipped: unknown chain';
+      const now = clock.now();
+      let intent = chain.intent?.kind === 'renewal' ? chain.intent : null;
+      let current = chain;
+      if (!intent) {
+        const decision = decideRenewal({
+          chain,
+          forCount: data.count,
+          now,
+          leadDays: deps.settings.leadDays,
+        });
+        log.debug({ decision: decision.kind }, 'renewal decided');
+        if (decision.kind === 'skip') return `skipped: ${decision.reason}`;
+        if (decision.kind === 'wait') return delayJobUntil(job, jobToken, decision.until, now);
+        if (
+          provisioning.variant === 'external' &&
+          !provisioning.extensions &&
+          decision.licenses !== chain.licenses
+        ) {
+          return flagChain(
+            deps,
+            job,
+            { chain, token },
+            `the next term needs ${decision.licenses} licenses, but the remote service cannot change the count of an external renewal (no extensions): an operator must renew it`,
+          );
+        }
+        intent = renewalIntent(deps, chain, decision, job.id ?? null);
+        current = await chains.save({
+          chainId: chain.id,
+          token,
+          previous: chain,
+          next: { ...chain, intent, updatedAt: now },
+          release: false,
+        });
+      }
+
+      let order: OrderResponse;
+      try {
+        order = await sendIntent(provisioning, intent);
+      } catch (error) {
+        if (!(error instanceof RefusalError)) throw error;
+        return handleRefusal(deps, job, jobToken, { chain: current, token }, intent, error);
+      }
+      const at = clock.now();
+      const next = renewedChain(deps, current, intent, order, at);
+      const entry: HistoryEntry = {
+        at,
+        event: 'renewal.ordered',
+        detail: `renewal ${intent.orderId}: ${describeTerm(order)}`,
+        cause: { jobId: intent.jobId ?? job.id ?? '', orderId: intent.orderId },
+      };
+      const saved = await chains.save({
+        chainId: chain.id,
+        token,
+        previous: current,
+        next,
+        history: [entry],
+        orderIds: [intent.orderId],
+        release: true,
+      });
+      deps.metrics.renewals.inc({ variant: provisioning.variant });
+      deps.metrics.orders.inc({ kind: 'renewal' });
+      log.info({ order: intent.orderId, expiresAt: order.expiresAt }, 'renewal ordered');
+      await addNextRenewalJob(deps.queues.renewals, saved, at);
+      return `renewed: ${intent.orderId}`;
+    });
+  };
+}
+
+/**
+ * A renewal the provider refused. Its window (clock skew, a remote partner with a shorter window)
+ * is waited out until the term ends; past that, and for any other refusal, the chain is flagged
+ * and the job fails with the provider's message for an operator to see.
+ */
+async function handleRefusal(
+  deps: WorkerDeps,
+  job: Job,
+  jobToken: string | undefined,
+  held: { chain: Chain; token: string },
+  intent: Intent,
+  error: RefusalError,
+): Promise<never> {
+  const now = deps.clock.now();
+  const { chain } = held;
+  const windowRefusal = error.message.startsWith('renewal refused');
+  if (windowRefusal && now < chain.term.expiresAt) {
+    await deps.chains.save({
+      chainId: chain.id,
+      token: held.token,
+      previous: chain,
+      next: { ...chain, intent: null, updatedAt: now },
+      history: [
+        {
+          at: now,
+          event: 'renewal.deferred',
+          detail: `the provider refused ${intent.orderId} (${error.message}); trying again later`,
+          cause: { jobId: job.id ?? '', orderId: intent.orderId },
+        },
+      ],
+      release: false,
+    });
+    return delayJobUntil(
+      job,
+      jobToken,
+      Math.min(now + WINDOW_RETRY_SECONDS, chain.term.expiresAt),
+      now,
+    );
+  }
+  return flagChain(deps, job, held, `the provider refused ${intent.orderId}: ${error.message}`);
+}
+
+/** Records why the chain needs a person, clears any intent, and fails the job with that reason. */
+async function flagChain(
+  deps: WorkerDeps,
+  job: Job,
+  held: { chain: Chain; token: string },
+  reason: string,
+): Promise<never> {
+  const now = deps.clock.now();
+  await deps.chains.save({
+    chainId: held.chain.id,
+    token: held.token,
+    previous: held.chain,
+    next: { ...held.chain, intent: null, flagged: reason, updatedAt: now },
+    history: [
+      { at: now, event: 'renewal.flagged', detail: reason, cause: { jobId: job.id ?? '' } },
+    ],
+    release: false,
+  });
+  throw new UnrecoverableError(reason);
+}

@@ -1,0 +1,156 @@
+// The chain store: each chain's record, history and lock, and the indexes the ops API reads.
+import type { Redis } from 'ioredis';
+import { TransientError } from '../errors.js';
+import { callScript, defineScripts, readScripts } from '../redis/lua-scripts.js';
+import { chainKeys, customerChainsKey, indexKeys } from './keys.js';
+import { type Chain, chainRecord, type HistoryEntry, historyEntry } from './records.js';
+
+const scripts = readScripts(new URL('./scripts/', import.meta.url));
+
+/** A lease long enough for one provider call with its timeout, short enough to recover from a crash. */
+export const LOCK_LEASE_MS = 60_000;
+
+export type LockResult = { kind: 'held'; chain: Chain | null } | { kind: 'locked' };
+
+export interface SaveInput {
+  chainId: string;
+  token: string;
+  /** The chain as it is now stored, or null when this write creates it. */
+  previous: Chain | null;
+  /** The new state; its version is set here. */
+  next: Omit<Chain, 'version'>;
+  history?: readonly HistoryEntry[];
+  /** Order ids to map to this chain, so events and ops may name any of them. */
+  orderIds?: readonly string[];
+  release: boolean;
+}
+
+function parseChain(json: string): Chain {
+  return chainRecord.parse(JSON.parse(json));
+}
+
+export class ChainStore {
+  constructor(readonly redis: Redis) {
+    defineScripts(redis, scripts);
+  }
+
+  /** Takes the chain's lock and reads it in one round trip. */
+  async lock(chainId: string, token: string, leaseMs = LOCK_LEASE_MS): Promise<LockResult> {
+    const keys = chainKeys(chainId);
+    const [held, json] = (await callScript(
+      this.redis,
+      'lockChain',
+      [keys.lock, keys.chain],
+      [token, leaseMs],
+    )) as [number, string];
+    if (held !== 1) return { kind: 'locked' };
+    return { kind: 'held', chain: json === '' ? null : parseChain(json) };
+  }
+
+  async unlock(chainId: string, token: string): Promise<void> {
+    await callScript(this.redis, 'unlockChain', [chainKeys(chainId).lock], [token]);
+  }
+
+  /**
+   * Writes the chain under its lock and returns what was stored. Throws TransientError when the
+   * lock's lease ran out or another writer changed the chain: the job retries from fresh state.
+   */
+  async save(input: SaveInput): Promise<Chain> {
+    const keys = chainKeys(input.chainId);
+    const expected = input.previous?.version ?? -1;
+    const chain: Chain = { ...input.next, version: expected + 1 } as Chain;
+    const code = (await callScript(
+      this.redis,
+      'saveChain',
+      [
+        keys.lock,
+        keys.chain,
+        keys.history,
+        indexKeys.orders,
+        indexKeys.due,
+        indexKeys.all,
+        customerChainsKey(chain.customer),
+      ],
+      [
+        input.token,
+        expected,
+        JSON.stringify(chain),
+        input.chainId,
+        chain.nextRenewalAt ?? '',
+        chain.createdAt,
+        input.release ? '1' : '0',
+        JSON.stringify(input.orderIds ?? []),
+        ...(input.history ?? []).map((entry) => JSON.stringify(entry)),
+      ],
+    )) as number;
+    if (code === -1) {
+      throw new TransientError('chain_lock_lost', `lost the lock of chain ${chain.order}`, {
+        chainId: input.chainId,
+      });
+    }
+    if (code === -2) {
+      throw new TransientError('chain_changed', `chain ${chain.order} changed concurrently`, {
+        chainId: input.chainId,
+      });
+    }
+    return chain;
+  }
+
+  async get(chainId: string): Promise<Chain | null> {
+    const json = await this.redis.get(chainKeys(chainId).chain);
+    return json ? parseChain(json) : null;
+  }
+
+  /** The chain that any of its order ids (first order, renewal, partial, add-on) belongs to. */
+  async chainIdOfOrder(orderId: string): Promise<string | null> {
+    return this.redis.hget(indexKeys.orders, orderId);
+  }
+
+  async getByOrder(orderId: string): Promise<Chain | null> {
+    const chainId = await this.chainIdOfOrder(orderId);
+    return chainId ? this.get(chainId) : null;
+  }
+
+  async history(chainId: string): Promise<HistoryEntry[]> {
+    const entries = await this.redis.lrange(chainKeys(chainId).history, 0, -1);
+    return entries.map((json) => historyEntry.parse(JSON.parse(json)));
+  }
+
+  async getMany(chainIds: readonly string[]): Promise<Chain[]> {
+    if (chainIds.length === 0) return [];
+    const values = await this.redis.mget(chainIds.map((id) => chainKeys(id).chain));
+    return values.filter((v): v is string => v !== null).map(parseChain);
+  }
+
+  async listByCustomer(customerId: string): Promise<Chain[]> {
+    const ids = await this.redis.smembers(customerChainsKey(customerId));
+    const chains = await this.getMany(ids);
+    return chains.sort((a, b) => a.createdAt - b.createdAt || a.order.localeCompare(b.order));
+  }
+
+  /** Chains whose renewal fires at or before `until` (epoch seconds), earliest first. */
+  async dueUntil(until: number, limit = 1000): Promise<Chain[]> {
+    const ids = await this.redis.zrangebyscore(
+      indexKeys.due,
+      '-inf',
+      String(until),
+      'LIMIT',
+      '0',
+      String(limit),
+    );
+    return this.getMany(ids);
+  }
+
+  /** A page of every chain id, oldest first, for reconcile. */
+  async pageOfChainIds(offset: number, count: number): Promise<string[]> {
+    return this.redis.zrange(indexKeys.all, String(offset), String(offset + count - 1));
+  }
+
+  async isCustomerKnown(customerId: string): Promise<boolean> {
+    return (await this.redis.hexists(indexKeys.knownCustomers, customerId)) === 1;
+  }
+
+  async markCustomerKnown(customerId: string): Promise<void> {
+    await this.redis.hset(indexKeys.knownCustomers, customerId, '1');
+  }
+}

@@ -1,0 +1,58 @@
+// The chain as the ops API and CLI show it (DESIGN §5).
+import type { Chain, HistoryEntry, Term } from './records.js';
+
+export interface ChainWithHistory {
+  chain: Chain;
+  history: readonly HistoryEntry[];
+}
+
+export interface AddOnView {
+  order: string;
+  customer: string;
+  product: string;
+  duration: Chain['duration'];
+  status: Chain['status'];
+  autoRenew: boolean;
+  payment: Chain['payment'];
+  licenses: number;
+  nextLicenses: number;
+  term: Term;
+  nextRenewalAt: number | null;
+  partials: Chain['partials'];
+  needsReactivation: boolean;
+  flagged: string | null;
+  history: readonly HistoryEntry[];
+}
+
+export interface ChainView extends AddOnView {
+  addOns: AddOnView[];
+}
+
+function baseView({ chain, history }: ChainWithHistory): AddOnView {
+  return {
+    order: chain.order,
+    customer: chain.customer,
+    product: chain.product,
+    duration: chain.duration,
+    status: chain.status,
+    autoRenew: chain.autoRenew,
+    payment: chain.payment,
+    licenses: chain.licenses,
+    nextLicenses: chain.nextLicenses,
+    term: chain.term,
+    nextRenewalAt: chain.nextRenewalAt,
+    partials: chain.partials,
+    needsReactivation: chain.needsReactivation,
+    flagged: chain.flagged,
+    history,
+  };
+}
+
+/** The main chain with its add-on chains (same shape, without `addOns`). */
+export function chainView(
+  main: ChainWithHistory,
+  addOns: readonly ChainWithHistory[] = [],
+): ChainView {
+  const view = baseView(main);
+  return { ...view, addOns: addOns.map(baseView), history: view.history };
+}

@@ -1,0 +1,156 @@
+// A remote provisioning service at `{base_url}` as a ProvisioningClient, over one undici Pool.
+import { Pool } from 'undici';
+import { ConfigError, RefusalError, TransientError } from '../errors.js';
+import type { Variant } from '../provisioning/schemas.js';
+import { clientOver, type Send } from './in-process.js';
+import type { ProvisioningClient } from './provisioning-client.js';
+
+export interface HttpClientOptions {
+  /** `{base_url}` of the provisioning interface, e.g. `http://host:3000/provisioning`. */
+  url: string;
+  apiKey: string;
+  /** The variant of the partner account that `apiKey` belongs to. */
+  variant: Variant;
+  /** Whether the `parent` and `licenses` extensions are sent; default false (a remote may lack them). */
+  extensions?: boolean;
+  /** Milliseconds to wait for a connection, for the response headers, and between body chunks. */
+  timeoutMs?: number;
+  /** Keep-alive connections to the origin, at most. */
+  connections?: number;
+}
+
+/**
+ * Failures of the connection itself: the request may or may not have reached the service, so the
+ * caller retries with the same params and the service's idempotent creation answers the stored
+ * object (DESIGN §3).
+ */
+const TRANSIENT_CODES = new Set([
+  'UND_ERR_CONNECT_TIMEOUT',
+  'UND_ERR_HEADERS_TIMEOUT',
+  'UND_ERR_BODY_TIMEOUT',
+  'UND_ERR_SOCKET',
+  'UND_ERR_RES_CONTENT_LENGTH_MISMATCH',
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ECONNABORTED',
+  'EPIPE',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ENETDOWN',
+  'EAI_AGAIN',
+  'ENOTFOUND',
+]);
+
+const EXCERPT_CHARS = 500;
+
+function excerpt(text: string): string {
+  const trimmed = text.trim();
+  return trimmed.length > EXCERPT_CHARS ? `${trimmed.slice(0, EXCERPT_CHARS - 3)}...` : trimmed;
+}
+
+/** The code of a network error; a failed dual-stack connect is an AggregateError of attempts. */
+function errorCode(error: unknown): string | undefined {
+  if (!(error instanceof Error)) return undefined;
+  const code = (error as NodeJS.ErrnoException).code;
+  if (typeof code === 'string' && code !== '') return code;
+  if (error instanceof AggregateError) return errorCode(error.errors[0]);
+  return undefined;
+}
+
+/** Error bodies of the interface are JSON strings; anything else (a proxy's page) is shown raw. */
+function errorText(body: string): string {
+  try {
+    const value: unknown = JSON.parse(body);
+    if (typeof value === 'string') return value;
+  } catch {
+    // not JSON: fall through to the raw text
+  }
+  return excerpt(body);
+}
+
+function classifyStatus(method: string, status: number, body: string): unknown {
+  if (status === 200) {
+    try {
+      return JSON.parse(body);
+    } catch {
+      throw new Error(
+        `provisioning ${method} answered 200 with a body that is not JSON: ${JSON.stringify(excerpt(body))}`,
+      );
+    }
+  }
+  const details = { method, status };
+  if (status === 401) {
+    // The body is not quoted: nothing the service says about a key belongs in a log.
+    throw new ConfigError(
+      'provisioning_unauthorized',
+      'the provisioning service refused the API key (401): check PROVISIONING_API_KEY',
+      details,
+    );
+  }
+  // 408 and 429 say "not now" rather than "no": retrying them is the point.
+  if (status >= 500 || status === 408 || status === 429) {
+    throw new TransientError(
+      'provisioning_unavailable',
+      `provisioning ${method} answered ${status}: ${errorText(body)}`,
+      details,
+    );
+  }
+  if (status >= 400) throw new RefusalError('provisioning_refused', errorText(body), details);
+  throw new Error(
+    `provisioning ${method} answered an unexpected status ${status}: ${excerpt(body)}`,
+  );
+}
+
+export function httpClient(opts: HttpClientOptions): ProvisioningClient {
+  const target = new URL(opts.url);
+  const path = `${target.pathname}${target.search}`;
+  const timeoutMs = opts.timeoutMs ?? 10_000;
+  const pool = new Pool(target.origin, {
+    connections: opts.connections ?? 16,
+    connect: { timeout: timeoutMs },
+  });
+  let closed = false;
+
+  const send: Send = async (method, params) => {
+    let status: number;
+    let body: string;
+    try {
+      const res = await pool.request({
+        method: 'GET',
+        path,
+        headers: { 'content-type': 'application/json', 'x-api-key': opts.apiKey },
+        body: JSON.stringify({ method, params }),
+        headersTimeout: timeoutMs,
+        bodyTimeout: timeoutMs,
+      });
+      status = res.statusCode;
+      // Read every body, errors included: an unread body holds its keep-alive socket.
+      body = await res.body.text();
+    } catch (error) {
+      const code = errorCode(error);
+      if (code !== undefined && TRANSIENT_CODES.has(code)) {
+        const reason = error instanceof Error && error.message !== '' ? error.message : code;
+        throw new TransientError(
+          'provisioning_unavailable',
+          `provisioning ${method} at ${target.origin}${path} failed: ${reason} (${code})`,
+          { method, code },
+          { cause: error },
+        );
+      }
+      throw error;
+    }
+    return classifyStatus(method, status, body);
+  };
+
+  return clientOver({
+    variant: opts.variant,
+    extensions: opts.extensions ?? false,
+    send,
+    close: async () => {
+      if (closed) return;
+      closed = true;
+      await pool.close();
+    },
+  });
+}

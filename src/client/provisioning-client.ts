@@ -1,0 +1,85 @@
+// What the workers need from a provisioning service, whether embedded (in-process) or remote (HTTP).
+import { z } from 'zod';
+import type { Variant } from '../provisioning/schemas.js';
+
+/** An order as the provisioning interface answers it (both variants). */
+export const orderResponse = z.looseObject({
+  id: z.string(),
+  customer: z.string(),
+  instance: z.union([z.string(), z.int()]).nullable(),
+  product: z.string(),
+  licenses: z.int(),
+  duration: z.enum(['monthly', 'yearly']).nullable(),
+  count: z.int(),
+  createdAt: z.int(),
+  startsAt: z.int(),
+  expiresAt: z.int(),
+  remoteId: z.string(),
+});
+export type OrderResponse = z.infer<typeof orderResponse>;
+
+export const customerResponse = z.looseObject({
+  name: z.string(),
+  remoteId: z.string(),
+  createdAt: z.int(),
+  isActive: z.boolean(),
+});
+export type CustomerResponse = z.infer<typeof customerResponse>;
+
+export interface CreateCustomerInput {
+  id: string;
+  name: string;
+  admin: { email: string; phone?: string | undefined; displayName?: string | undefined };
+}
+
+export interface CreateOrderInput {
+  customer: string;
+  id: string;
+  product: string;
+  licenses: number;
+  duration?: 'monthly' | 'yearly' | undefined;
+  startsAt?: number | undefined;
+  expiresAt?: number | undefined;
+  /** Extension: links a renewal into its chain (sent only when extensions are on). */
+  parent?: string | undefined;
+}
+
+export interface CreateFirstOrderInput {
+  customer: string;
+  id: string;
+  product: string;
+  licenses: number;
+  duration: 'monthly' | 'yearly';
+}
+
+export interface CreateRenewalOrderInput {
+  parent: string;
+  id: string;
+  /** Extension: the renewal's license count (sent only when extensions are on). */
+  licenses?: number | undefined;
+}
+
+/**
+ * One provisioning service, as the workers see it. Every method either resolves with the
+ * service's answer or throws one of three kinds (src/errors.ts):
+ * - RefusalError (code `provisioning_refused`): the service answered 400; `message` is its text.
+ * - ConfigError (code `provisioning_unauthorized`): 401, the API key is wrong: no retry helps.
+ * - TransientError: 5xx, 503, timeout, connection reset or refused: retry later.
+ */
+export interface ProvisioningClient {
+  readonly variant: Variant;
+  /** Whether the `parent` (createOrder) and `licenses` (createRenewalOrder) extensions are sent. */
+  readonly extensions: boolean;
+  createCustomer(params: CreateCustomerInput): Promise<CustomerResponse>;
+  /** Marketplace only. */
+  createOrder(params: CreateOrderInput): Promise<OrderResponse>;
+  /** External only. */
+  createFirstOrder(params: CreateFirstOrderInput): Promise<OrderResponse>;
+  /** External only. */
+  createRenewalOrder(params: CreateRenewalOrderInput): Promise<OrderResponse>;
+  cancelOrder(params: { id: string }): Promise<true>;
+  suspendOrder(params: { id: string }): Promise<true>;
+  /** Marketplace only. */
+  unsuspendOrder(params: { id: string }): Promise<true>;
+  close(): Promise<void>;
+}

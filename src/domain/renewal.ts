@@ -1,0 +1,94 @@
+// When and how a chain renews: pure decisions from the chain's state and `now`.
+import { SECONDS_PER_DAY } from './periods.js';
+
+export type ChainStatus = 'active' | 'suspended' | 'cancelled' | 'expired';
+
+export interface RenewalView {
+  readonly status: ChainStatus;
+  readonly autoRenew: boolean;
+  readonly payment: 'ok' | 'overdue';
+  /** Whether an operator must confirm a manual reactivation before anything renews. */
+  readonly needsReactivation?: boolean | undefined;
+  readonly nextLicenses: number;
+  readonly term: { readonly count: number; readonly expiresAt: number };
+}
+
+/**
+ * When the renewal of a term ending at `expiresAt` should fire: `leadDays` before the end
+ * (epoch seconds). The lead is at most the partner's window, so this is never before it opens.
+ */
+export function renewalDueAt(expiresAt: number, leadDays: number): number {
+  return expiresAt - leadDays * SECONDS_PER_DAY;
+}
+
+export type RenewalDecision =
+  | {
+      readonly kind: 'renew';
+      readonly count: number;
+      /** End of the term in force, or now when it expired (then the new term starts now). */
+      readonly startsAt: number;
+      readonly expired: boolean;
+      readonly licenses: number;
+    }
+  | {
+      readonly kind: 'wait';
+      readonly until: number;
+      readonly reason: 'not_due' | 'payment_overdue';
+    }
+  | {
+      readonly kind: 'skip';
+      readonly reason:
+        | 'cancelled'
+        | 'auto_renew_off'
+        | 'already_renewed'
+        | 'stale_job'
+        | 'needs_reactivation';
+    };
+
+/** How long a due renewal waits before re-checking an overdue payment (seconds). */
+export const PAYMENT_RECHECK_SECONDS = 6 * 60 * 60;
+
+/**
+ * Whether the renewal job for term `forCount` should order it now. Skips are final for that job
+ * (a later state change schedules a new one); waits come back at `until`.
+ */
+export function decideRenewal(input: {
+  chain: RenewalView;
+  forCount: number;
+  now: number;
+  leadDays: number;
+}): RenewalDecision {
+  const { chain, forCount, now } = input;
+  if (chain.status === 'cancelled') return { kind: 'skip', reason: 'cancelled' };
+  if (!chain.autoRenew) return { kind: 'skip', reason: 'auto_renew_off' };
+  if (chain.term.count >= forCount) return { kind: 'skip', reason: 'already_renewed' };
+  if (chain.term.count !== forCount - 1) return { kind: 'skip', reason: 'stale_job' };
+  if (chain.needsReactivation) return { kind: 'skip', reason: 'needs_reactivation' };
+  const dueAt = renewalDueAt(chain.term.expiresAt, input.leadDays);
+  if (now < dueAt) return { kind: 'wait', until: dueAt, reason: 'not_due' };
+  if (chain.payment === 'overdue') {
+    return { kind: 'wait', until: now + PAYMENT_RECHECK_SECONDS, reason: 'payment_overdue' };
+  }
+  const expired = chain.term.expiresAt <= now;
+  return {
+    kind: 'renew',
+    count: forCount,
+    startsAt: expired ? now : chain.term.expiresAt,
+    expired,
+    licenses: chain.nextLicenses,
+  };
+}
+
+/**
+ * When the chain's renewal job should fire (epoch seconds), or null when nothing will renew it:
+ * auto-renew off, cancelled, or waiting for an operator.
+ */
+export function nextRenewalAt(input: {
+  chain: RenewalView;
+  now: number;
+  leadDays: number;
+}): number | null {
+  const { chain } = input;
+  if (!chain.autoRenew || chain.status === 'cancelled' || chain.needsReactivation) return null;
+  return Math.max(input.now, renewalDueAt(chain.term.expiresAt, input.leadDays));
+}

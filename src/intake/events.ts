@@ -1,0 +1,78 @@
+// The webhook events producers send (DESIGN §5), parsed with zod at the edge.
+//
+// Objects are loose: producers may add fields without breaking intake. Fields we read are typed
+// and bounded like the provisioning interface's own params.
+import { z } from 'zod';
+import { callerId, duration, email } from '../provisioning/schemas.js';
+
+const epochSeconds = z.int('must be an integer (epoch seconds)').min(0, 'must not be negative');
+const licenses = z
+  .int('must be an integer')
+  .min(1, 'must be at least 1')
+  .max(100_000, 'must be at most 100000');
+const text = z.string().min(1, 'must not be empty').max(200, 'must be at most 200 characters');
+
+/** Order ids that the workers derive for renewals, partials and add-ons; producers may not use them. */
+export const RESERVED_ORDER_SUFFIX = /\.(r|p|a)\d+$/;
+
+const orderPlaced = z.looseObject({
+  customer: z.looseObject({
+    id: callerId,
+    name: text,
+    admin: z.looseObject({
+      email,
+      phone: z.string().max(64, 'must be at most 64 characters').optional(),
+      displayName: text.optional(),
+    }),
+  }),
+  order: z.looseObject({
+    id: callerId.refine((id) => !RESERVED_ORDER_SUFFIX.test(id), {
+      message: 'must not end in .r<n>, .p<n> or .a<n> (reserved for orders the workers create)',
+    }),
+    product: z.string().min(1).max(64),
+    licenses,
+    duration,
+    startsAt: epochSeconds.optional(),
+  }),
+  autoRenew: z.boolean('must be a boolean').optional(),
+  occurredAt: epochSeconds.optional(),
+});
+
+const orderRef = { order: callerId, occurredAt: epochSeconds.optional() };
+
+export const eventSchemas = {
+  'order.placed': orderPlaced,
+  'order.cancelled': z.looseObject(orderRef),
+  'seats.changed': z.looseObject({ ...orderRef, licenses, effectiveAt: epochSeconds.optional() }),
+  'payment.overdue': z.looseObject({ ...orderRef, invoice: z.string().max(200).optional() }),
+  'payment.received': z.looseObject({ ...orderRef, invoice: z.string().max(200).optional() }),
+} as const;
+
+export type EventType = keyof typeof eventSchemas;
+export const eventTypes = Object.keys(eventSchemas) as EventType[];
+
+export type OrderPlacedData = z.infer<(typeof eventSchemas)['order.placed']>;
+export type OrderCancelledData = z.infer<(typeof eventSchemas)['order.cancelled']>;
+export type SeatsChangedData = z.infer<(typeof eventSchemas)['seats.changed']>;
+export type PaymentData = z.infer<(typeof eventSchemas)['payment.overdue']>;
+
+/** The envelope: `{ "type": ..., "data": {...} }`. */
+export const webhookBody = z.looseObject({
+  type: z.enum(eventTypes as [EventType, ...EventType[]], {
+    error: `must be one of ${eventTypes.join(', ')}`,
+  }),
+  data: z.looseObject({}, 'must be an object'),
+});
+
+/** What intake enqueues for every accepted event; the job name is the event type. */
+export const eventJobData = z.object({
+  webhookId: z.string().min(1),
+  type: webhookBody.shape.type,
+  /** The event's `data`, validated at intake and parsed again by the processor. */
+  data: z.record(z.string(), z.unknown()),
+  /** `data.occurredAt`, else the `webhook-timestamp` (epoch seconds): orders one chain's events. */
+  occurredAt: z.int().min(0),
+  /** When intake accepted it, by the Clock (epoch seconds). */
+  receivedAt: z.int().min(0),
+});
+export type EventJobData = z.infer<typeof eventJobData>;

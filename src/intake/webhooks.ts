@@ -1,0 +1,280 @@
+// Webhook intake (DESIGN §5): verify the signature, parse, claim the webhook id, enqueue, 202.
+import { createHash, timingSafeEqual } from 'node:crypto';
+import type { Queue } from 'bullmq';
+import type {
+  FastifyError,
+  FastifyInstance,
+  FastifyPluginAsync,
+  FastifyReply,
+  FastifyRequest,
+} from 'fastify';
+import type { Redis } from 'ioredis';
+import { Webhook } from 'standardwebhooks';
+import type { Clock, EpochSeconds } from '../clock.js';
+import { ConfigError } from '../errors.js';
+import { defaultJobOptions, type QueueName, queueForEvent } from '../queues.js';
+import { isRedisUnavailable } from '../redis/connection.js';
+import { describeIssues } from '../validation.js';
+import { type EventJobData, type EventType, eventSchemas, webhookBody } from './events.js';
+
+export const WEBHOOKS_PATH = '/webhooks/events';
+/** How far `webhook-timestamp` may be from the clock's now, either way (inclusive), in seconds. */
+export const SIGNATURE_TOLERANCE_SECONDS = 5 * 60;
+/** How far `data.occurredAt` may be ahead of now (inclusive), in seconds: producers' clocks drift. */
+const OCCURRED_AHEAD_LIMIT_SECONDS = 86_400;
+/**
+ * BullMQ connections wait for Redis to return, so an add could hang the request; after this the
+ * producer gets 503 and retries. A late add is harmless: the retry's add finds the same job id.
+ */
+const DEFAULT_ENQUEUE_TIMEOUT_MS = 5_000;
+
+export interface WebhookDeps {
+  /** A request-path connection (fails fast while Redis is down). */
+  redis: Redis;
+  /** Read at request time, one BullMQ Queue per name. */
+  queues: Record<QueueName, Queue>;
+  clock: Clock;
+  /** `WEBHOOK_SECRET`, `whsec_<base64>`. */
+  secret: string;
+  /** How long a webhook id stays claimed, in days. */
+  dedupDays: number;
+  enqueueTimeoutMs?: number;
+}
+
+type Rejection = { kind: 'rejected'; status: 400 | 401; error: string; message: string };
+type Verified = { kind: 'verified'; id: string; timestamp: EpochSeconds };
+type ParsedEvent = {
+  kind: 'parsed';
+  type: EventType;
+  data: Record<string, unknown>;
+  occurredAt: EpochSeconds;
+};
+
+// Producers' ids may hold ':' or be all digits; BullMQ rejects both in custom job ids and a raw id
+// could collide with other keys, so keys and job ids carry a hash of it instead.
+function hashWebhookId(webhookId: string): string {
+  return createHash('sha256').update(webhookId, 'utf8').digest('base64url');
+}
+
+/** The Redis key that claims a webhook id (`SET NX` with a TTL of the dedup window). */
+export function webhookDedupKey(webhookId: string): string {
+  return `bc:webhook:${hashWebhookId(webhookId)}`;
+}
+
+/** The BullMQ job id of a webhook's event, the same for every delivery of that webhook id. */
+export function webhookJobId(webhookId: string): string {
+  return `wh-${hashWebhookId(webhookId)}`;
+}
+
+function rejected(status: 400 | 401, error: string, message: string): Rejection {
+  return { kind: 'rejected', status, error, message };
+}
+
+function headerValue(request: FastifyRequest, name: string): string | undefined {
+  const value = request.headers[name];
+  return typeof value === 'string' && value !== '' ? value : undefined;
+}
+
+function quote(value: string): string {
+  return JSON.stringify(value.length > 40 ? `${value.slice(0, 37)}...` : value);
+}
+
+// standardwebhooks' verify() reads Date.now for the tolerance; only the injected Clock may say
+// what now is, so the window is checked here and the package only computes the signature.
+function verifySignature(
+  webhook: Webhook,
+  request: FastifyRequest,
+  body: string,
+  now: EpochSeconds,
+): Verified | Rejection {
+  const id = headerValue(request, 'webhook-id');
+  const timestampText = headerValue(request, 'webhook-timestamp');
+  const signatures = headerValue(request, 'webhook-signature');
+  if (id === undefined || timestampText === undefined || signatures === undefined) {
+    const missing = [
+      ['webhook-id', id],
+      ['webhook-timestamp', timestampText],
+      ['webhook-signature', signatures],
+    ].flatMap(([name, value]) => (value === undefined ? [name] : []));
+    return rejected(401, 'missing_headers', `missing header(s): ${missing.join(', ')}`);
+  }
+  if (!/^\d{1,12}$/.test(timestampText)) {
+    return rejected(
+      401,
+      'invalid_signature',
+      `webhook-timestamp must be an integer (epoch seconds), got ${quote(timestampText)}`,
+    );
+  }
+  const timestamp = Number(timestampText);
+  if (Math.abs(now - timestamp) > SIGNATURE_TOLERANCE_SECONDS) {
+    return rejected(
+      401,
+      'stale_timestamp',
+      `webhook-timestamp ${timestamp} is ${Math.abs(now - timestamp)} s ` +
+        `${timestamp < now ? 'before' : 'after'} now (${now}); the tolerance is ` +
+        `${SIGNATURE_TOLERANCE_SECONDS} s`,
+    );
+  }
+  const expected = Buffer.from(webhook.sign(id, new Date(timestamp * 1000), body));
+  const matches = signatures.split(' ').some((candidate) => {
+    const given = Buffer.from(candidate);
+    return given.length === expected.length && timingSafeEqual(given, expected);
+  });
+  if (!matches) {
+    return rejected(401, 'invalid_signature', 'no v1 signature in webhook-signature matches');
+  }
+  return { kind: 'verified', id, timestamp };
+}
+
+function parseEvent(json: unknown, timestamp: EpochSeconds, now: EpochSeconds) {
+  const envelope = webhookBody.safeParse(json, { reportInput: true });
+  if (!envelope.success) {
+    return rejected(400, 'invalid_event', describeIssues(envelope.error));
+  }
+  const { type } = envelope.data;
+  const data = eventSchemas[type].safeParse(envelope.data.data, { reportInput: true });
+  if (!data.success) return rejected(400, 'invalid_event', describeIssues(data.error, 'data'));
+  const occurredAt = data.data.occurredAt ?? timestamp;
+  if (occurredAt - now > OCCURRED_AHEAD_LIMIT_SECONDS) {
+    return rejected(
+      400,
+      'invalid_event',
+      `data.occurredAt: must be at most ${OCCURRED_AHEAD_LIMIT_SECONDS} s after now (${now}), ` +
+        `got ${occurredAt}`,
+    );
+  }
+  const parsed: ParsedEvent = { kind: 'parsed', type, data: data.data, occurredAt };
+  return parsed;
+}
+
+function send(reply: FastifyReply, status: number, error: string, message: string) {
+  return reply.code(status).send({ error, message });
+}
+
+function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} timed out after ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+/** `POST /webhooks/events`, an encapsulated plugin with its own raw-body parser. */
+export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
+  let webhook: Webhook;
+  try {
+    webhook = new Webhook(deps.secret);
+  } catch (error) {
+    throw new ConfigError(
+      'invalid_webhook_secret',
+      `WEBHOOK_SECRET must be whsec_<base64> of a non-empty key: ${(error as Error).message}`,
+      {},
+      { cause: error },
+    );
+  }
+  const ttlSeconds = Math.round(deps.dedupDays * 86_400);
+  if (!(ttlSeconds > 0)) {
+    throw new ConfigError(
+      'invalid_dedup_days',
+      `WEBHOOK_DEDUP_DAYS must be positive, got ${deps.dedupDays}`,
+    );
+  }
+  const enqueueTimeoutMs = deps.enqueueTimeoutMs ?? DEFAULT_ENQUEUE_TIMEOUT_MS;
+
+  return async function plugin(app: FastifyInstance) {
+    // The signature covers the exact bytes sent, so this plugin keeps every body as the raw
+    // string and parses JSON itself after verifying. Removing the inherited parsers here only
+    // affects this encapsulated context; the root JSON parser stays as it is.
+    const parseJson = app.getDefaultJsonParser('error', 'error');
+    app.removeAllContentTypeParsers();
+    app.addContentTypeParser('*', { parseAs: 'string' }, (_request, body, done) => {
+      done(null, body);
+    });
+
+    app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
+      const status = error.statusCode ?? 500;
+      if (status === 413) {
+        return send(
+          reply,
+          413,
+          'body_too_large',
+          `body must be at most ${request.routeOptions.bodyLimit} bytes`,
+        );
+      }
+      if (status >= 400 && status < 500)
+        return send(reply, status, 'invalid_request', error.message);
+      request.log.error({ err: error }, 'webhook intake failed');
+      return send(reply, 500, 'internal', 'internal error');
+    });
+
+    app.post(WEBHOOKS_PATH, async (request, reply) => {
+      const body = typeof request.body === 'string' ? request.body : '';
+      const now = deps.clock.now();
+      const verified = verifySignature(webhook, request, body, now);
+      if (verified.kind === 'rejected') {
+        request.log.warn({ error: verified.error }, 'webhook rejected');
+        return send(reply, verified.status, verified.error, verified.message);
+      }
+      const webhookId = verified.id;
+      const log = request.log.child({ webhookId });
+
+      // Fastify's own JSON parser (synchronous) refuses __proto__ and constructor keys.
+      let json: { value: unknown } | undefined;
+      parseJson(request, body, (error, value) => {
+        if (error === null) json = { value };
+      });
+      if (json === undefined) {
+        log.warn({ error: 'invalid_json' }, 'webhook rejected');
+        return send(reply, 400, 'invalid_json', 'body must be a JSON object {"type", "data"}');
+      }
+      const event = parseEvent(json.value, verified.timestamp, now);
+      if (event.kind === 'rejected') {
+        log.warn({ error: event.error }, 'webhook rejected');
+        return send(reply, event.status, event.error, event.message);
+      }
+
+      const key = webhookDedupKey(webhookId);
+      let claimed: 'OK' | null;
+      try {
+        claimed = await deps.redis.set(key, '1', 'EX', ttlSeconds, 'NX');
+      } catch (error) {
+        if (!isRedisUnavailable(error)) throw error;
+        log.warn({ err: error }, 'webhook intake unavailable: redis');
+        return send(reply, 503, 'unavailable', 'storage unreachable, retry later');
+      }
+      if (claimed === null) {
+        log.info({ type: event.type }, 'webhook duplicate ignored');
+        return reply.code(202).send({ id: webhookId });
+      }
+
+      const jobId = webhookJobId(webhookId);
+      const jobData: EventJobData = {
+        webhookId,
+        type: event.type,
+        data: event.data,
+        occurredAt: event.occurredAt,
+        receivedAt: now,
+      };
+      const queueName = queueForEvent[event.type];
+      try {
+        await withTimeout(
+          deps.queues[queueName].add(event.type, jobData, { ...defaultJobOptions, jobId }),
+          enqueueTimeoutMs,
+          `enqueue to ${queueName}`,
+        );
+      } catch (error) {
+        // Release the claim so the producer's retry is enqueued rather than taken as a duplicate.
+        await deps.redis.del(key).catch((delError: unknown) => {
+          log.error(
+            { err: delError, key },
+            'webhook id stays claimed after a failed enqueue: delete the key so retries get in',
+          );
+        });
+        log.warn({ err: error, queue: queueName }, 'webhook intake unavailable: enqueue');
+        return send(reply, 503, 'unavailable', 'could not enqueue the event, retry later');
+      }
+      log.info({ type: event.type, queue: queueName, jobId }, 'webhook accepted');
+      return reply.code(202).send({ id: webhookId });
+    });
+  };
+}

@@ -1,0 +1,43 @@
+// The queues, which event goes to which, and the job options every queue shares.
+import type { JobsOptions } from 'bullmq';
+import type { EventType } from './intake/events.js';
+
+export const QUEUES = {
+  orders: 'orders',
+  renewals: 'renewals',
+  seatChanges: 'seat-changes',
+  paymentSignals: 'payment-signals',
+  maintenance: 'maintenance',
+} as const;
+
+export type QueueName = (typeof QUEUES)[keyof typeof QUEUES];
+export const queueNames: readonly QueueName[] = Object.values(QUEUES);
+
+/** The queue each webhook event type is enqueued to. */
+export const queueForEvent: Record<EventType, QueueName> = {
+  'order.placed': QUEUES.orders,
+  'order.cancelled': QUEUES.orders,
+  'seats.changed': QUEUES.seatChanges,
+  'payment.overdue': QUEUES.paymentSignals,
+  'payment.received': QUEUES.paymentSignals,
+};
+
+/** BullMQ key prefix; a hash tag keeps every queue key in one Redis Cluster slot per queue. */
+export const QUEUE_PREFIX = 'bc';
+
+/** Every worker uses the same stalled-job check (the queue uses whichever worker set it first). */
+export const STALLED_INTERVAL_MS = 30_000;
+
+const DAY_SECONDS = 86_400;
+
+/**
+ * Completed jobs stay a week (enough to see what happened, bounded so Redis does not grow);
+ * failed jobs stay 90 days for inspection and retry from Bull Board. Transient failures retry with
+ * exponential backoff and jitter: 2 s, 4 s, 8 s ... for 12 attempts (about 2.3 hours in all).
+ */
+export const defaultJobOptions: JobsOptions = {
+  attempts: 12,
+  backoff: { type: 'exponential', delay: 2_000, jitter: 0.5 },
+  removeOnComplete: { age: 7 * DAY_SECONDS, count: 100_000 },
+  removeOnFail: { age: 90 * DAY_SECONDS },
+};

@@ -1,0 +1,83 @@
+// Starts the BullMQ workers of every queue that has a processor, with one shared hygiene.
+import { Queue as BullQueue, type Processor, type Queue, Worker } from 'bullmq';
+import type { Redis } from 'ioredis';
+import type { WorkerDeps } from '../jobs/deps.js';
+import {
+  makeProcessor as makeMaintenanceProcessor,
+  scheduleMaintenance,
+} from '../jobs/maintenance.js';
+import { makeProcessor as makeOrdersProcessor } from '../jobs/orders.js';
+import { makeRenewalProcessor } from '../jobs/renewals.js';
+import { QUEUE_PREFIX, QUEUES, type QueueName, queueNames, STALLED_INTERVAL_MS } from './queues.js';
+
+export interface Workers {
+  workers: Worker[];
+  isRunning(): boolean;
+  /** Waits up to `timeoutMs` for active jobs, then closes anyway (they are retried later). */
+  close(timeoutMs: number): Promise<void>;
+}
+
+/** One producer Queue per name, on the given connection (not closed with the queues). */
+export function openQueues(connection: Redis): Record<QueueName, Queue> {
+  return Object.fromEntries(
+    queueNames.map((name) => [name, new BullQueue(name, { connection, prefix: QUEUE_PREFIX })]),
+  ) as Record<QueueName, Queue>;
+}
+
+export async function closeQueues(queues: Record<QueueName, Queue>): Promise<void> {
+  await Promise.all(Object.values(queues).map((q) => q.close()));
+}
+
+export async function startWorkers(input: {
+  deps: WorkerDeps;
+  /** A connection with `maxRetriesPerRequest: null`, as BullMQ workers require. */
+  connection: Redis;
+  concurrency: number;
+  reconcileEverySeconds: number;
+}): Promise<Workers> {
+  const { deps } = input;
+  const processors: Partial<Record<QueueName, Processor>> = {
+    [QUEUES.orders]: makeOrdersProcessor(deps),
+    [QUEUES.renewals]: makeRenewalProcessor(deps),
+    [QUEUES.maintenance]: makeMaintenanceProcessor(deps),
+  };
+  const workers = Object.entries(processors).map(([name, processor]) => {
+    const worker = new Worker(name, processor, {
+      connection: input.connection,
+      prefix: QUEUE_PREFIX,
+      concurrency: name === QUEUES.maintenance ? 1 : input.concurrency,
+      stalledInterval: STALLED_INTERVAL_MS,
+      maxStalledCount: 2,
+    });
+    worker.on('completed', () => deps.metrics.jobs.inc({ queue: name, outcome: 'completed' }));
+    worker.on('failed', (job, error) => {
+      const final =
+        !job || job.attemptsMade >= (job.opts.attempts ?? 1) || error.name === 'UnrecoverableError';
+      deps.metrics.jobs.inc({ queue: name, outcome: final ? 'failed' : 'retried' });
+      const log = deps.log.child({ queue: name, jobId: job?.id });
+      if (final) log.error({ err: error }, 'job failed');
+      else log.warn({ err: error, attempt: job?.attemptsMade }, 'job failed, will retry');
+    });
+    worker.on('error', (error) => deps.log.error({ err: error, queue: name }, 'worker error'));
+    return worker;
+  });
+  await Promise.all(workers.map((w) => w.waitUntilReady()));
+  await scheduleMaintenance(deps.queues.maintenance, input.reconcileEverySeconds);
+
+  return {
+    workers,
+    isRunning: () => workers.every((w) => w.isRunning()),
+    async close(timeoutMs) {
+      let timer: NodeJS.Timeout | undefined;
+      const timedOut = new Promise<'timeout'>((resolve) => {
+        timer = setTimeout(() => resolve('timeout'), timeoutMs);
+      });
+      const result = await Promise.race([Promise.all(workers.map((w) => w.close())), timedOut]);
+      clearTimeout(timer);
+      if (result === 'timeout') {
+        deps.log.warn({ timeoutMs }, 'active jobs did not finish in time; closing workers anyway');
+        await Promise.all(workers.map((w) => w.close(true)));
+      }
+    },
+  };
+}

@@ -1,0 +1,445 @@
+// Webhook intake end to end: real HTTP, real Redis, real BullMQ queues, a manual clock.
+import { randomBytes, randomUUID } from 'node:crypto';
+import type { AddressInfo } from 'node:net';
+import { Writable } from 'node:stream';
+import { Queue } from 'bullmq';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import type { Redis } from 'ioredis';
+import { request } from 'undici';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { manualClock } from '../../../src/clock.js';
+import type { EventType } from '../../../src/intake/events.js';
+import { signWebhook } from '../../../src/intake/sign.js';
+import {
+  type WebhookDeps,
+  webhookDedupKey,
+  webhookJobId,
+  webhookRoutes,
+} from '../../../src/intake/webhooks.js';
+import { createLogger } from '../../../src/logger.js';
+import { type QueueName, queueForEvent, queueNames } from '../../../src/queues.js';
+import { connectRedis } from '../../../src/redis/connection.js';
+import { BODY_LIMIT_BYTES } from '../../../src/server.js';
+import { T0 } from '../../helpers/app.js';
+import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
+
+const SECRET = `whsec_${Buffer.from('intake-test-secret-0123456789abcdef').toString('base64')}`;
+const OTHER_SECRET = `whsec_${Buffer.from('some-other-secret-0123456789abcdef').toString('base64')}`;
+const PREFIX = `test-wh-${randomUUID().slice(0, 8)}`;
+
+const samples: Record<EventType, Record<string, unknown>> = {
+  'order.placed': {
+    customer: { id: 'cust-1', name: 'Acme', admin: { email: 'admin@acme.test' } },
+    order: { id: 'A-1', product: 'suite', licenses: 5, duration: 'yearly' },
+    autoRenew: true,
+  },
+  'seats.changed': { order: 'A-1', licenses: 7, effectiveAt: T0 + 60 },
+  'payment.overdue': { order: 'A-1', invoice: 'INV-9' },
+  'payment.received': { order: 'A-1' },
+  'order.cancelled': { order: 'A-1', occurredAt: T0 - 600 },
+};
+
+let server: TestRedis;
+let redis: Redis;
+let queues: Record<QueueName, Queue>;
+const clock = manualClock(T0);
+const logLines: string[] = [];
+let baseUrl: string;
+let app: FastifyInstance;
+const cleanups: Array<() => Promise<void>> = [];
+
+function makeQueue(name: string, port: number): Queue {
+  const queue = new Queue(name, { connection: { host: '127.0.0.1', port }, prefix: PREFIX });
+  queue.on('error', () => {});
+  return queue;
+}
+
+/** The same parser setup as src/server.ts, plus a root JSON route to prove it stays untouched. */
+async function startApp(deps: WebhookDeps): Promise<{ app: FastifyInstance; baseUrl: string }> {
+  const sink = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      logLines.push(...chunk.toString().split('\n').filter(Boolean));
+      done();
+    },
+  });
+  const instance = Fastify({
+    loggerInstance: createLogger('trace', sink) as FastifyBaseLogger,
+    bodyLimit: BODY_LIMIT_BYTES,
+    exposeHeadRoutes: false,
+  });
+  const jsonParser = instance.getDefaultJsonParser('error', 'error');
+  instance.addContentTypeParser(
+    'application/json',
+    { parseAs: 'string' },
+    (request, body, done) => {
+      const text = body.toString();
+      if (text.trim() === '') {
+        done(null, undefined);
+        return;
+      }
+      jsonParser(request, text, done);
+    },
+  );
+  instance.post('/echo', async (request) => ({ body: request.body ?? null }));
+  await instance.register(webhookRoutes(deps));
+  await instance.listen({ host: '127.0.0.1', port: 0 });
+  const { port } = instance.server.address() as AddressInfo;
+  return { app: instance, baseUrl: `http://127.0.0.1:${port}` };
+}
+
+interface Answer {
+  status: number;
+  body: Record<string, unknown>;
+}
+
+async function post(
+  body: string,
+  headers: Record<string, string>,
+  url = `${baseUrl}/webhooks/events`,
+): Promise<Answer> {
+  const res = await request(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body,
+  });
+  expect(res.headers['content-type']).toMatch(/^application\/json/);
+  return { status: res.statusCode, body: (await res.body.json()) as Record<string, unknown> };
+}
+
+interface Delivery {
+  id?: string;
+  timestamp?: number;
+  secret?: string;
+  url?: string;
+}
+
+async function deliver(payload: unknown, options: Delivery = {}): Promise<Answer> {
+  const body = typeof payload === 'string' ? payload : JSON.stringify(payload);
+  const headers = signWebhook(
+    options.secret ?? SECRET,
+    options.id ?? randomUUID(),
+    options.timestamp ?? clock.now(),
+    body,
+  );
+  return post(body, headers, options.url);
+}
+
+async function jobCounts(): Promise<Record<QueueName, number>> {
+  const counts = await Promise.all(
+    queueNames.map(async (name) => {
+      const byState = await queues[name].getJobCounts();
+      return [name, Object.values(byState).reduce((sum, n) => sum + n, 0)] as const;
+    }),
+  );
+  return Object.fromEntries(counts) as Record<QueueName, number>;
+}
+
+async function totalJobs(): Promise<number> {
+  return Object.values(await jobCounts()).reduce((sum, n) => sum + n, 0);
+}
+
+beforeAll(async () => {
+  server = await startTestRedis();
+  redis = await connectRedis(server.url, 'request');
+  queues = Object.fromEntries(
+    queueNames.map((name) => [name, makeQueue(name, server.port)]),
+  ) as Record<QueueName, Queue>;
+  ({ app, baseUrl } = await startApp({ redis, queues, clock, secret: SECRET, dedupDays: 7 }));
+});
+
+beforeEach(async () => {
+  await redis.flushdb();
+  clock.set(T0);
+});
+
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0)) await cleanup();
+});
+
+afterAll(async () => {
+  await app.close();
+  await Promise.all(Object.values(queues).map((queue) => queue.close()));
+  await redis.quit();
+  await server.stop();
+});
+
+describe('a valid, signed event', () => {
+  it.each(Object.keys(samples) as EventType[])(
+    'of type %s is answered 202 and enqueued once, in its queue, under a hashed job id',
+    async (type) => {
+      const id = `evt-${randomUUID()}`;
+      const data = samples[type];
+      const answer = await deliver({ type, data }, { id, timestamp: T0 - 30 });
+
+      expect(answer).toEqual({ status: 202, body: { id } });
+      const queueName = queueForEvent[type];
+      const counts = await jobCounts();
+      for (const name of queueNames) expect(counts[name]).toBe(name === queueName ? 1 : 0);
+      const job = await queues[queueName].getJob(webhookJobId(id));
+      expect(job?.name).toBe(type);
+      expect(job?.opts.attempts).toBe(12);
+      expect(job?.data).toEqual({
+        webhookId: id,
+        type,
+        data,
+        // data.occurredAt when given, else the webhook-timestamp.
+        occurredAt: typeof data.occurredAt === 'number' ? data.occurredAt : T0 - 30,
+        receivedAt: T0,
+      });
+      expect(await redis.ttl(webhookDedupKey(id))).toBe(7 * 86_400);
+    },
+  );
+
+  it('is answered 202 again for a repeated webhook-id and enqueued only once', async () => {
+    const id = 'evt-repeat';
+    const first = await deliver({ type: 'payment.received', data: { order: 'A-1' } }, { id });
+    clock.advance(120);
+    const again = await deliver({ type: 'payment.received', data: { order: 'B-2' } }, { id });
+
+    expect(first).toEqual({ status: 202, body: { id } });
+    expect(again).toEqual({ status: 202, body: { id } });
+    expect(await totalJobs()).toBe(1);
+    const job = await queues['payment-signals'].getJob(webhookJobId(id));
+    expect(job?.data.data).toEqual({ order: 'A-1' });
+  });
+
+  it.each([
+    ['holding colons', 'msg:2026:01:15'],
+    ['all digits', '1234567890'],
+  ])('works with a webhook-id %s, which never appears raw in the job id', async (_, id) => {
+    const answer = await deliver({ type: 'order.cancelled', data: { order: 'A-1' } }, { id });
+
+    expect(answer).toEqual({ status: 202, body: { id } });
+    const job = await queues.orders.getJob(webhookJobId(id));
+    expect(job?.id).toMatch(/^wh-[A-Za-z0-9_-]{43}$/);
+    expect(job?.data.webhookId).toBe(id);
+    expect(await redis.exists(webhookDedupKey(id))).toBe(1);
+  });
+
+  it('is accepted when any one of several space-separated signatures matches', async () => {
+    const body = JSON.stringify({ type: 'payment.overdue', data: { order: 'A-1' } });
+    const headers = signWebhook(SECRET, 'evt-rotated', T0, body);
+    const stale = signWebhook(OTHER_SECRET, 'evt-rotated', T0, body)['webhook-signature'];
+    headers['webhook-signature'] = `v2,abc ${stale} ${headers['webhook-signature']}`;
+
+    expect((await post(body, headers)).status).toBe(202);
+    expect(await totalJobs()).toBe(1);
+  });
+
+  it('is accepted with a timestamp exactly 5 minutes old, by the injected clock', async () => {
+    clock.advance(300);
+    const answer = await deliver(
+      { type: 'payment.received', data: { order: 'A-1' } },
+      {
+        timestamp: T0,
+      },
+    );
+    expect(answer.status).toBe(202);
+  });
+});
+
+describe('a request that fails the signature check', () => {
+  const event = { type: 'payment.received', data: { order: 'A-1' } };
+
+  async function expectUnauthorized(answer: Answer, error: string): Promise<void> {
+    expect(answer.status).toBe(401);
+    expect(answer.body.error).toBe(error);
+    expect(answer.body.message).toEqual(expect.any(String));
+    expect(await totalJobs()).toBe(0);
+    expect(await redis.dbsize()).toBe(0);
+  }
+
+  it('is refused 401 when unsigned', async () => {
+    await expectUnauthorized(await post(JSON.stringify(event), {}), 'missing_headers');
+  });
+
+  it('is refused 401 when one header is missing, and says which', async () => {
+    const body = JSON.stringify(event);
+    const { 'webhook-timestamp': _, ...headers } = signWebhook(SECRET, 'evt-1', T0, body);
+    const answer = await post(body, headers);
+    await expectUnauthorized(answer, 'missing_headers');
+    expect(answer.body.message).toContain('webhook-timestamp');
+  });
+
+  it('is refused 401 with a signature made with another secret', async () => {
+    await expectUnauthorized(await deliver(event, { secret: OTHER_SECRET }), 'invalid_signature');
+  });
+
+  it('is refused 401 with a random signature, whatever the body', async () => {
+    const headers = {
+      'webhook-id': 'evt-1',
+      'webhook-timestamp': String(T0),
+      'webhook-signature': `v1,${randomBytes(32).toString('base64')}`,
+    };
+    await expectUnauthorized(await post('{not json', headers), 'invalid_signature');
+  });
+
+  it('is refused 401 when the body was changed after signing', async () => {
+    const body = JSON.stringify({ type: 'seats.changed', data: { order: 'A-1', licenses: 5 } });
+    const headers = signWebhook(SECRET, 'evt-1', T0, body);
+    const tampered = body.replace('5', '50');
+    await expectUnauthorized(await post(tampered, headers), 'invalid_signature');
+  });
+
+  it('is refused 401 when the clock is 6 minutes past the timestamp', async () => {
+    const body = JSON.stringify(event);
+    const headers = signWebhook(SECRET, 'evt-1', T0, body);
+    clock.advance(360);
+    await expectUnauthorized(await post(body, headers), 'stale_timestamp');
+  });
+
+  it('is refused 401 when the timestamp is beyond the tolerance in the future', async () => {
+    await expectUnauthorized(await deliver(event, { timestamp: T0 + 301 }), 'stale_timestamp');
+  });
+
+  it('is refused 401 when the timestamp is not epoch seconds', async () => {
+    const body = JSON.stringify(event);
+    const headers = { ...signWebhook(SECRET, 'evt-1', T0, body), 'webhook-timestamp': 'soon' };
+    await expectUnauthorized(await post(body, headers), 'invalid_signature');
+  });
+});
+
+describe('a signed request with a bad body', () => {
+  async function expectInvalid(answer: Answer, error: string, names?: string): Promise<void> {
+    expect(answer.status).toBe(400);
+    expect(answer.body.error).toBe(error);
+    if (names !== undefined) expect(answer.body.message).toContain(names);
+    expect(await totalJobs()).toBe(0);
+    expect(await redis.dbsize()).toBe(0);
+  }
+
+  it('is refused 400 when the JSON is malformed', async () => {
+    await expectInvalid(await deliver('{"type": "order.placed", '), 'invalid_json');
+  });
+
+  it('is refused 400 when the body is empty', async () => {
+    await expectInvalid(await deliver(''), 'invalid_json');
+  });
+
+  it('is refused 400 naming type when the type is unknown', async () => {
+    const answer = await deliver({ type: 'order.exploded', data: { order: 'A-1' } });
+    await expectInvalid(answer, 'invalid_event', 'type: must be one of');
+  });
+
+  it('is refused 400 naming data.order.id when it is missing', async () => {
+    const data = structuredClone(samples['order.placed']) as { order: Record<string, unknown> };
+    delete data.order.id;
+    const answer = await deliver({ type: 'order.placed', data });
+    await expectInvalid(answer, 'invalid_event', 'data.order.id: is required');
+  });
+
+  it('is refused 400 naming data.licenses when it is 1.5', async () => {
+    const answer = await deliver({ type: 'seats.changed', data: { order: 'A-1', licenses: 1.5 } });
+    await expectInvalid(answer, 'invalid_event', 'data.licenses: must be an integer, got 1.5');
+  });
+
+  it('is refused 400 when order.placed uses a reserved order id suffix', async () => {
+    const data = structuredClone(samples['order.placed']) as { order: Record<string, unknown> };
+    data.order.id = 'A-1.r2';
+    const answer = await deliver({ type: 'order.placed', data });
+    await expectInvalid(answer, 'invalid_event', 'data.order.id: must not end in .r<n>');
+  });
+
+  it('is refused 400 naming data.occurredAt when it is two days ahead', async () => {
+    const data = { order: 'A-1', occurredAt: T0 + 2 * 86_400 };
+    const answer = await deliver({ type: 'order.cancelled', data });
+    await expectInvalid(answer, 'invalid_event', 'data.occurredAt');
+  });
+
+  it('is refused 400 when the JSON carries a __proto__ key', async () => {
+    const body = '{"type": "payment.received", "data": {"order": "A-1", "__proto__": {"x": 1}}}';
+    await expectInvalid(await deliver(body), 'invalid_json');
+  });
+});
+
+describe('when Redis or the queue fails', () => {
+  it('answers 503 if the enqueue fails, removes the claim, and lets the retry through', async () => {
+    const broken = makeQueue('orders', server.port);
+    await broken.close();
+    const working = queues.orders;
+    queues.orders = broken;
+    const event = { type: 'order.cancelled', data: { order: 'A-1' } };
+    let answer: Answer;
+    try {
+      answer = await deliver(event, { id: 'evt-retry' });
+    } finally {
+      queues.orders = working;
+    }
+
+    expect(answer).toEqual({
+      status: 503,
+      body: { error: 'unavailable', message: expect.any(String) },
+    });
+    expect(await redis.exists(webhookDedupKey('evt-retry'))).toBe(0);
+    expect(await totalJobs()).toBe(0);
+
+    const retry = await deliver(event, { id: 'evt-retry' });
+    expect(retry).toEqual({ status: 202, body: { id: 'evt-retry' } });
+    expect(await queues.orders.getJob(webhookJobId('evt-retry'))).toBeDefined();
+    expect(await totalJobs()).toBe(1);
+  });
+
+  it('answers 503 if the queue Redis is unreachable, after the enqueue timeout', async () => {
+    const deadQueue = makeQueue('orders', 1);
+    const other = await startApp({
+      redis,
+      queues: { ...queues, orders: deadQueue },
+      clock,
+      secret: SECRET,
+      dedupDays: 7,
+      enqueueTimeoutMs: 200,
+    });
+    cleanups.push(async () => {
+      await other.app.close();
+      await deadQueue.close();
+    });
+
+    const url = `${other.baseUrl}/webhooks/events`;
+    const event = { type: 'order.cancelled', data: { order: 'A-1' } };
+    const answer = await deliver(event, { id: 'evt-dead', url });
+    expect(answer.status).toBe(503);
+    expect(answer.body.error).toBe('unavailable');
+    expect(await redis.exists(webhookDedupKey('evt-dead'))).toBe(0);
+  });
+
+  it('answers 503 if Redis is unreachable when claiming the webhook id', async () => {
+    const downRedis = await connectRedis(server.url, 'request');
+    downRedis.disconnect();
+    const other = await startApp({ redis: downRedis, queues, clock, secret: SECRET, dedupDays: 7 });
+    cleanups.push(() => other.app.close());
+
+    const url = `${other.baseUrl}/webhooks/events`;
+    const answer = await deliver({ type: 'payment.received', data: { order: 'A-1' } }, { url });
+    expect(answer.status).toBe(503);
+    expect(answer.body.error).toBe('unavailable');
+    expect(await totalJobs()).toBe(0);
+  });
+});
+
+describe('the plugin', () => {
+  it('leaves the root JSON parser of the app alone', async () => {
+    const res = await request(`${baseUrl}/echo`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{"a": 1}',
+    });
+    expect(await res.body.json()).toEqual({ body: { a: 1 } });
+  });
+
+  it('logs webhook ids but neither bodies nor signatures', async () => {
+    logLines.length = 0;
+    const body = JSON.stringify({
+      type: 'order.placed',
+      data: { ...samples['order.placed'], marker: 'body-marker-7f3a' },
+    });
+    const headers = signWebhook(SECRET, 'evt-logged', T0, body);
+    expect((await post(body, headers)).status).toBe(202);
+    await post(body, { ...headers, 'webhook-signature': 'v1,bm90LXRoZS1zaWduYXR1cmU=' });
+
+    const all = logLines.join('\n');
+    expect(all).toContain('"webhookId":"evt-logged"');
+    for (const secret of ['body-marker-7f3a', headers['webhook-signature'], 'bm90LXRoZS1zaWdu']) {
+      expect(all).not.toContain(secret);
+    }
+  });
+});

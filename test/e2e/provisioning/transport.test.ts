@@ -1,0 +1,407 @@
+// The transport envelope over real HTTP: GET with a JSON body (and POST), the API key, the
+// {method, params} body, the body limit, health, and the shape of every error response.
+import { request } from 'undici';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { startTestApp, T0, type TestApp } from '../../helpers/app.js';
+import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
+import { type CallResult, newPartner, ok, type PartnerClient, refusal } from './fixtures.js';
+
+let redis: TestRedis;
+let app: TestApp;
+
+beforeAll(async () => {
+  redis = await startTestRedis();
+  app = await startTestApp(redis.url);
+});
+
+afterAll(async () => {
+  await app?.close();
+  await redis?.stop();
+});
+
+beforeEach(() => {
+  app.clock.set(T0);
+});
+
+interface RawResult extends CallResult {
+  contentType: string | undefined;
+}
+
+/** A request built by hand, for what `app.call` would not send. */
+async function raw(
+  url: string,
+  options: {
+    method?: 'GET' | 'POST' | 'PUT' | 'DELETE';
+    headers?: Record<string, string>;
+    body?: string | Buffer;
+  },
+): Promise<RawResult> {
+  const res = await request(url, {
+    method: options.method ?? 'GET',
+    headers: options.headers ?? {},
+    body: options.body,
+  });
+  const text = await res.body.text();
+  const type = res.headers['content-type'];
+  return {
+    status: res.statusCode,
+    body: text === '' ? undefined : JSON.parse(text),
+    contentType: Array.isArray(type) ? type[0] : type,
+  };
+}
+
+function expectJson(res: RawResult): void {
+  expect(res.contentType).toMatch(/^application\/json\b/);
+}
+
+const customerParams = { id: 'C-1', name: 'Acme', admin: { email: 'boss@acme.example' } };
+
+describe('the provisioning address', () => {
+  let marketplace: PartnerClient;
+  let external: PartnerClient;
+
+  beforeEach(async () => {
+    marketplace = await newPartner(app, 'marketplace');
+    external = await newPartner(app, 'external');
+  });
+
+  const send = (
+    apiKey: string | undefined,
+    body: string | Buffer,
+    extra: { method?: 'GET' | 'POST' | 'PUT' | 'DELETE'; headers?: Record<string, string> } = {},
+  ) =>
+    raw(app.url, {
+      method: extra.method ?? 'GET',
+      headers: {
+        'content-type': 'application/json',
+        ...(apiKey === undefined ? {} : { 'x-api-key': apiKey }),
+        ...extra.headers,
+      },
+      body,
+    });
+
+  describe('requests that succeed', () => {
+    it('answers a GET with a JSON body with 200 and a JSON response', async () => {
+      const res = await send(
+        marketplace.apiKey,
+        JSON.stringify({ method: 'createCustomer', params: customerParams }),
+      );
+      expect(res.status).toBe(200);
+      expectJson(res);
+      expect(res.body).toMatchObject({ remoteId: 'C-1', name: 'Acme' });
+    });
+
+    it('answers a POST with the same JSON body the same way', async () => {
+      const res = await send(
+        marketplace.apiKey,
+        JSON.stringify({ method: 'createCustomer', params: customerParams }),
+        { method: 'POST' },
+      );
+      expect(res.status).toBe(200);
+      expectJson(res);
+      expect(res.body).toMatchObject({ remoteId: 'C-1', name: 'Acme' });
+    });
+
+    it('serves the same object to a GET and a POST of the same call', async () => {
+      const body = JSON.stringify({ method: 'createCustomer', params: customerParams });
+      const viaGet = await send(marketplace.apiKey, body);
+      const viaPost = await send(marketplace.apiKey, body, { method: 'POST' });
+      expect(viaPost.body).toEqual(viaGet.body);
+    });
+
+    it('accepts a content type with a charset', async () => {
+      const res = await send(
+        marketplace.apiKey,
+        JSON.stringify({ method: 'createCustomer', params: customerParams }),
+        { headers: { 'content-type': 'application/json; charset=utf-8' } },
+      );
+      expect(res.status).toBe(200);
+    });
+
+    it('answers true as a JSON body for operations that return true', async () => {
+      ok(await marketplace.call('createCustomer', customerParams));
+      ok(
+        await marketplace.call('createOrder', {
+          customer: 'C-1',
+          id: 'O-1',
+          product: 'suite-std',
+          licenses: 1,
+          duration: 'monthly',
+        }),
+      );
+      const res = await send(
+        marketplace.apiKey,
+        JSON.stringify({ method: 'suspendOrder', params: { id: 'O-1' } }),
+      );
+      expect(res.status).toBe(200);
+      expectJson(res);
+      expect(res.body).toBe(true);
+    });
+  });
+
+  describe('the API key', () => {
+    it('refuses a request without x-api-key with 401 and a JSON string body', async () => {
+      const res = await send(
+        undefined,
+        JSON.stringify({ method: 'createCustomer', params: customerParams }),
+      );
+      expect(refusal(res, 401)).not.toBe('');
+      expectJson(res);
+    });
+
+    it('refuses an empty x-api-key with 401', async () => {
+      const res = await send('', JSON.stringify({ method: 'createCustomer', params: {} }));
+      refusal(res, 401);
+    });
+
+    it('refuses an unknown key with 401 and a JSON string body', async () => {
+      const res = await send(
+        `${marketplace.apiKey}x`,
+        JSON.stringify({ method: 'createCustomer', params: customerParams }),
+      );
+      refusal(res, 401);
+      expectJson(res);
+    });
+
+    it('refuses a key before looking at the method', async () => {
+      const res = await send('no-such-key', JSON.stringify({ method: 'nonsense', params: {} }));
+      refusal(res, 401);
+    });
+
+    it('stores nothing for a refused key', async () => {
+      await send(
+        'no-such-key',
+        JSON.stringify({ method: 'createCustomer', params: customerParams }),
+      );
+      const again = ok<{ createdAt: number }>(
+        await marketplace.call('createCustomer', customerParams),
+      );
+      expect(again.createdAt).toBe(T0);
+    });
+  });
+
+  describe('the method', () => {
+    it('refuses an unknown method with 400 naming it', async () => {
+      const text = refusal(await marketplace.call('deleteEverything', {}));
+      expect(text).toContain('deleteEverything');
+    });
+
+    it('refuses a method inherited by every object', async () => {
+      refusal(await marketplace.call('toString', {}));
+      refusal(await marketplace.call('constructor', {}));
+      refusal(await marketplace.call('__proto__', {}));
+    });
+
+    it.each([
+      ['createFirstOrder', 'marketplace'],
+      ['createRenewalOrder', 'marketplace'],
+    ] as const)('refuses %s for a %s partner as a method of the other variant', async (m, v) => {
+      expect(refusal(await marketplace.call(m, {}))).toBe(
+        `method ${m} is not offered in the ${v} variant`,
+      );
+    });
+
+    it.each([
+      ['createOrder', 'external'],
+      ['unsuspendOrder', 'external'],
+    ] as const)('refuses %s for an %s partner as a method of the other variant', async (m, v) => {
+      expect(refusal(await external.call(m, {}))).toBe(
+        `method ${m} is not offered in the ${v} variant`,
+      );
+    });
+  });
+
+  describe('the body', () => {
+    it.each([
+      ['an array', '[{"method":"createCustomer"}]'],
+      ['a string', '"createCustomer"'],
+      ['a number', '42'],
+      ['true', 'true'],
+      ['null', 'null'],
+    ])('refuses a body that is %s with 400 and a JSON string body', async (_label, body) => {
+      const res = await send(marketplace.apiKey, body);
+      refusal(res);
+      expectJson(res);
+    });
+
+    it('refuses a body without method, naming method', async () => {
+      const res = await send(marketplace.apiKey, JSON.stringify({ params: customerParams }));
+      expect(refusal(res)).toContain('method');
+    });
+
+    it('refuses a method that is not a string', async () => {
+      const res = await send(marketplace.apiKey, JSON.stringify({ method: 7, params: {} }));
+      expect(refusal(res)).toContain('method');
+    });
+
+    it.each([
+      ['an array', []],
+      ['a string', 'C-1'],
+      ['a number', 1],
+      ['null', null],
+    ])('refuses params that are %s, naming params', async (_label, params) => {
+      const res = await send(
+        marketplace.apiKey,
+        JSON.stringify({ method: 'createCustomer', params }),
+      );
+      expect(refusal(res)).toContain('params');
+    });
+
+    it('refuses an extra top-level field, naming it', async () => {
+      const res = await send(
+        marketplace.apiKey,
+        JSON.stringify({ method: 'createCustomer', params: customerParams, id: 'C-1' }),
+      );
+      expect(refusal(res)).toContain('id');
+    });
+
+    it('refuses invalid JSON with 400 and a JSON string body', async () => {
+      const res = await send(marketplace.apiKey, '{"method": "createCustomer", ');
+      refusal(res);
+      expectJson(res);
+    });
+
+    it('refuses an empty body with 400 and a JSON string body', async () => {
+      const res = await send(marketplace.apiKey, '');
+      refusal(res);
+      expectJson(res);
+    });
+
+    it('refuses a body without content-type with 400 and a JSON string body', async () => {
+      const res = await raw(app.url, {
+        headers: { 'x-api-key': marketplace.apiKey },
+        body: JSON.stringify({ method: 'createCustomer', params: customerParams }),
+      });
+      refusal(res);
+      expectJson(res);
+    });
+
+    it('refuses a body that is not JSON by content-type with 400', async () => {
+      const res = await send(
+        marketplace.apiKey,
+        JSON.stringify({ method: 'createCustomer', params: customerParams }),
+        { headers: { 'content-type': 'text/plain' } },
+      );
+      refusal(res);
+      expectJson(res);
+    });
+
+    it('refuses a body over 1 MiB with 413 and a JSON string body', async () => {
+      const padding = 'x'.repeat(2 * 1024 * 1024);
+      const res = await send(
+        marketplace.apiKey,
+        JSON.stringify({ method: 'createCustomer', params: { ...customerParams, padding } }),
+      );
+      refusal(res, 413);
+      expectJson(res);
+    });
+
+    it('accepts a body just under 1 MiB up to validation', async () => {
+      const name = 'n'.repeat(1024 * 1024 - 200);
+      const res = await send(
+        marketplace.apiKey,
+        JSON.stringify({ method: 'createCustomer', params: { ...customerParams, name } }),
+      );
+      // Past the body limit, the params rules answer: the name is too long.
+      expect(refusal(res)).toContain('params.name');
+    });
+  });
+
+  describe('every response', () => {
+    it('carries application/json, for successes and for every kind of error', async () => {
+      const responses = [
+        await send(
+          marketplace.apiKey,
+          JSON.stringify({ method: 'createCustomer', params: customerParams }),
+        ),
+        await send(undefined, JSON.stringify({ method: 'createCustomer', params: {} })),
+        await send(marketplace.apiKey, JSON.stringify({ method: 'nope', params: {} })),
+        await send(marketplace.apiKey, JSON.stringify({ method: 'getUserByEmail', params: {} })),
+        await send(marketplace.apiKey, '{oops'),
+      ];
+      for (const res of responses) expectJson(res);
+      expect(responses.map((r) => r.status)).toEqual([200, 401, 400, 400, 400]);
+      for (const res of responses.slice(1)) expect(typeof res.body).toBe('string');
+    });
+
+    it('answers an unknown user, customer and order with JSON string bodies', async () => {
+      const bodies = [
+        await marketplace.call('getUserByEmail', { email: 'nobody@example.com' }),
+        await marketplace.call('createOrder', {
+          customer: 'NOBODY',
+          id: 'O-1',
+          product: 'suite-std',
+          licenses: 1,
+          duration: 'monthly',
+        }),
+        await external.call('createRenewalOrder', { parent: 'NOPE', id: 'R-1' }),
+      ];
+      for (const res of bodies) refusal(res);
+    });
+
+    it('refuses other HTTP methods on the address with a JSON string body', async () => {
+      const res = await send(
+        marketplace.apiKey,
+        JSON.stringify({ method: 'createCustomer', params: customerParams }),
+        { method: 'PUT' },
+      );
+      refusal(res);
+      expectJson(res);
+    });
+  });
+});
+
+describe('GET /healthz', () => {
+  it('answers 200 with {status: "ok"}', async () => {
+    const res = await raw(`${app.baseUrl}/healthz`, {});
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({ status: 'ok' });
+    expectJson(res);
+  });
+
+  it('answers a GET with content-type application/json and an empty body', async () => {
+    const res = await raw(`${app.baseUrl}/healthz`, {
+      headers: { 'content-type': 'application/json' },
+    });
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({ status: 'ok' });
+  });
+
+  it('answers a GET with content-type application/json and an explicit empty body', async () => {
+    const res = await raw(`${app.baseUrl}/healthz`, {
+      headers: { 'content-type': 'application/json', 'content-length': '0' },
+      body: '',
+    });
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({ status: 'ok' });
+  });
+
+  it('needs no API key', async () => {
+    const res = await raw(`${app.baseUrl}/healthz`, { headers: { 'x-api-key': 'wrong' } });
+    expect(res.status).toBe(200);
+  });
+});
+
+describe('when Redis is unreachable', () => {
+  let lostRedis: TestRedis;
+  let lostApp: TestApp;
+  let apiKey: string;
+
+  beforeAll(async () => {
+    lostRedis = await startTestRedis();
+    lostApp = await startTestApp(lostRedis.url);
+    ({ apiKey } = await lostApp.addPartner('marketplace'));
+    await lostRedis.stop();
+  });
+
+  afterAll(async () => {
+    // The connection is gone: closing it may reject, which is no failure of the test.
+    await lostApp?.close().catch(() => {});
+  });
+
+  it('answers 503 with a JSON string body', async () => {
+    const res = await lostApp.call(apiKey, 'getUserByEmail', { email: 'a@b.example' });
+    expect(res.status).toBe(503);
+    expect(typeof res.body).toBe('string');
+  });
+});

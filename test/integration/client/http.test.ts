@@ -1,0 +1,341 @@
+// The HTTP client against the real server over real HTTP: the shared contract, the
+// classification of every failure, and a lost answer retried through a proxy.
+import { once } from 'node:events';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { request } from 'undici';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { httpClient } from '../../../src/client/http.js';
+import type { ProvisioningClient } from '../../../src/client/provisioning-client.js';
+import { ConfigError, RefusalError, TransientError } from '../../../src/errors.js';
+import { partnerKeys } from '../../../src/provisioning/keys.js';
+import type { Partner } from '../../../src/provisioning/records.js';
+import { DAY, startTestApp, T0, type TestApp } from '../../helpers/app.js';
+import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
+import { provisioningClientContract, refusalOf } from './contract.js';
+
+let redis: TestRedis;
+let app: TestApp;
+
+beforeAll(async () => {
+  redis = await startTestRedis();
+  app = await startTestApp(redis.url);
+});
+
+afterAll(async () => {
+  await app?.close();
+  await redis?.stop();
+});
+
+function setupWith(extensions: boolean | undefined) {
+  return async () => ({
+    clock: app.clock,
+    client: async (variant: 'marketplace' | 'external') => {
+      const { apiKey } = await app.addPartner(variant);
+      return httpClient({ url: app.url, apiKey, variant, extensions });
+    },
+    close: async () => {},
+  });
+}
+
+provisioningClientContract('HTTP client with extensions', setupWith(true));
+provisioningClientContract('HTTP client (remote default: no extensions)', setupWith(undefined));
+
+// --- tiny servers -------------------------------------------------------------------------------
+
+/** A node:http server on a free port; `close` also drops the connections it still holds. */
+async function listen(
+  handler: http.RequestListener,
+): Promise<{ url: string; close(): Promise<void> }> {
+  const server = http.createServer(handler);
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}/provisioning`,
+    close: async () => {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+function deferred<T = void>() {
+  let resolve!: (value: T) => void;
+  const promise = new Promise<T>((r) => {
+    resolve = r;
+  });
+  return { promise, resolve };
+}
+
+interface Call {
+  method: string;
+  params: Record<string, unknown>;
+}
+
+/**
+ * A forwarding proxy in front of the real server that records every call and, once armed,
+ * forwards the next call of a method and then holds its answer until the proxy closes, which
+ * is a lost answer from the client's point of view: the order exists, the client never hears.
+ */
+async function startProxy(targetOrigin: string) {
+  const calls: Call[] = [];
+  let armed: { method: string; forwarded: ReturnType<typeof deferred<string>> } | null = null;
+  const release = deferred();
+  const server = await listen(async (req, res) => {
+    const chunks: Buffer[] = [];
+    for await (const chunk of req) chunks.push(chunk as Buffer);
+    const raw = Buffer.concat(chunks).toString('utf8');
+    const call = JSON.parse(raw) as Call;
+    calls.push(call);
+    const upstream = await request(`${targetOrigin}${req.url}`, {
+      method: 'GET',
+      headers: {
+        'content-type': 'application/json',
+        'x-api-key': String(req.headers['x-api-key']),
+      },
+      body: raw,
+    });
+    const answer = await upstream.body.text();
+    const hold = armed;
+    if (hold !== null && hold.method === call.method) {
+      armed = null;
+      hold.forwarded.resolve(answer);
+      await release.promise;
+    }
+    if (!res.destroyed) {
+      res.writeHead(upstream.statusCode, { 'content-type': 'application/json; charset=utf-8' });
+      res.end(answer);
+    }
+  });
+  return {
+    url: server.url,
+    calls,
+    /** Holds the answer of the next `method` call; resolves with that answer once the server gave it. */
+    holdNext(method: string): Promise<string> {
+      const forwarded = deferred<string>();
+      armed = { method, forwarded };
+      return forwarded.promise;
+    },
+    close: async () => {
+      release.resolve();
+      await server.close();
+    },
+  };
+}
+
+// --- failures -----------------------------------------------------------------------------------
+
+describe('the HTTP client when the service fails', () => {
+  const stops: (() => Promise<void>)[] = [];
+  afterEach(async () => {
+    await Promise.all(stops.splice(0).map((stop) => stop()));
+  });
+
+  function track<T extends ProvisioningClient>(client: T): T {
+    stops.push(() => client.close());
+    return client;
+  }
+
+  it('answers ConfigError for a wrong API key, without the key in the error', async () => {
+    const apiKey = 'wrong-key-7f3a9c1e5b2d4f6a8c0e1b3d5f7a9c1e';
+    const client = track(httpClient({ url: app.url, apiKey, variant: 'marketplace' }));
+    const error = await client.cancelOrder({ id: 'A-1' }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ConfigError);
+    expect(error).toMatchObject({
+      code: 'provisioning_unauthorized',
+      details: { method: 'cancelOrder', status: 401 },
+    });
+    const text = `${(error as Error).message} ${JSON.stringify(error)} ${String((error as Error).stack)}`;
+    expect(text).not.toContain(apiKey);
+  });
+
+  it('answers TransientError when the connection is refused', async () => {
+    const closed = await listen(() => {});
+    await closed.close();
+    const client = track(httpClient({ url: closed.url, apiKey: 'k', variant: 'marketplace' }));
+    const error = await client.cancelOrder({ id: 'A-1' }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(TransientError);
+    expect(error).toMatchObject({
+      code: 'provisioning_unavailable',
+      details: { code: 'ECONNREFUSED' },
+    });
+    expect((error as Error).cause).toBeInstanceOf(Error);
+  });
+
+  it('answers TransientError for a 503, quoting the body', async () => {
+    const server = await listen((_req, res) => {
+      res.writeHead(503, { 'content-type': 'application/json' });
+      res.end(JSON.stringify('service unavailable: storage unreachable, retry later'));
+    });
+    stops.push(server.close);
+    const client = track(httpClient({ url: server.url, apiKey: 'k', variant: 'marketplace' }));
+    const error = await client.suspendOrder({ id: 'A-1' }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(TransientError);
+    expect(error).toMatchObject({
+      code: 'provisioning_unavailable',
+      details: { method: 'suspendOrder', status: 503 },
+    });
+    expect((error as Error).message).toBe(
+      'provisioning suspendOrder answered 503: service unavailable: storage unreachable, retry later',
+    );
+  });
+
+  it('answers TransientError when the service does not answer within timeoutMs', async () => {
+    const server = await listen(() => {
+      // Holds every request: the client's headers timeout must end the wait.
+    });
+    stops.push(server.close);
+    const client = track(
+      httpClient({ url: server.url, apiKey: 'k', variant: 'marketplace', timeoutMs: 200 }),
+    );
+    const error = await client.cancelOrder({ id: 'A-1' }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(TransientError);
+    expect(error).toMatchObject({ details: { code: 'UND_ERR_HEADERS_TIMEOUT' } });
+  });
+
+  it('throws a plain Error naming the method for a malformed 200 answer', async () => {
+    const bodies = ['{"id": "A-1"}', 'not json'];
+    const server = await listen((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(bodies.shift());
+    });
+    stops.push(server.close);
+    const client = track(httpClient({ url: server.url, apiKey: 'k', variant: 'marketplace' }));
+    const order = { customer: 'C', id: 'A-1', product: 'suite-std', licenses: 1 };
+    for (const expected of [/answered an unexpected shape: answer\.customer/, /not JSON/]) {
+      const error = await client.createOrder(order).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(Error);
+      expect(error).not.toBeInstanceOf(RefusalError);
+      expect(error).not.toBeInstanceOf(TransientError);
+      expect((error as Error).message).toMatch(/^provisioning createOrder answered/);
+      expect((error as Error).message).toMatch(expected);
+    }
+  });
+
+  it('answers RefusalError with the raw text for a 4xx that is not a JSON string', async () => {
+    const server = await listen((_req, res) => {
+      res.writeHead(413, { 'content-type': 'text/html' });
+      res.end('<h1>Payload Too Large</h1>');
+    });
+    stops.push(server.close);
+    const client = track(httpClient({ url: server.url, apiKey: 'k', variant: 'marketplace' }));
+    const refusal = await refusalOf(client.cancelOrder({ id: 'A-1' }), 'cancelOrder');
+    expect(refusal.message).toBe('<h1>Payload Too Large</h1>');
+    expect(refusal.details.status).toBe(413);
+  });
+});
+
+// --- through a proxy ----------------------------------------------------------------------------
+
+describe('the HTTP client through a proxy', () => {
+  let proxy: Awaited<ReturnType<typeof startProxy>>;
+  let partner: Partner;
+  let apiKey: string;
+  const clients: ProvisioningClient[] = [];
+
+  beforeEach(async () => {
+    app.clock.set(T0);
+    proxy = await startProxy(app.baseUrl);
+  });
+  afterEach(async () => {
+    await Promise.all(clients.splice(0).map((client) => client.close()));
+    await proxy.close();
+  });
+
+  async function clientFor(
+    variant: 'marketplace' | 'external',
+    options: { extensions?: boolean; timeoutMs?: number } = {},
+  ): Promise<ProvisioningClient> {
+    ({ partner, apiKey } = await app.addPartner(variant));
+    const client = httpClient({ url: proxy.url, apiKey, variant, ...options });
+    clients.push(client);
+    await client.createCustomer({ id: 'C-1', name: 'C', admin: { email: 'c@example.com' } });
+    return client;
+  }
+
+  /** The caller ids of a chain's orders, as the core stores them. */
+  async function chainOrders(parent: string): Promise<string[]> {
+    const json = await app.redis.hget(partnerKeys(partner.id).chains, parent);
+    return (JSON.parse(json ?? 'null') as { orders: string[] }).orders;
+  }
+
+  it('does not send `parent` or `licenses` when extensions are off', async () => {
+    const client = await clientFor('marketplace');
+    const order = { customer: 'C-1', id: 'O-1', product: 'suite-std', licenses: 2 };
+    await client.createOrder({ ...order, duration: 'monthly', parent: 'O-0' });
+    expect(proxy.calls.at(-1)).toEqual({
+      method: 'createOrder',
+      params: { ...order, duration: 'monthly' },
+    });
+
+    const external = await clientFor('external');
+    await external
+      .createRenewalOrder({ parent: 'E-1', id: 'E-1.r2', licenses: 5 })
+      .catch(() => undefined);
+    expect(proxy.calls.at(-1)).toEqual({
+      method: 'createRenewalOrder',
+      params: { parent: 'E-1', id: 'E-1.r2' },
+    });
+  });
+
+  it('sends `parent` and `licenses` when extensions are on', async () => {
+    const client = await clientFor('external', { extensions: true });
+    await client
+      .createRenewalOrder({ parent: 'E-1', id: 'E-1.r2', licenses: 5 })
+      .catch(() => undefined);
+    expect(proxy.calls.at(-1)?.params).toEqual({ parent: 'E-1', id: 'E-1.r2', licenses: 5 });
+  });
+
+  describe('when the answer to a create is lost', () => {
+    it('makes one marketplace renewal: the retry gets the order the lost answer carried', async () => {
+      const client = await clientFor('marketplace', { extensions: true, timeoutMs: 300 });
+      const first = { customer: 'C-1', id: 'O-1', product: 'suite-std', licenses: 2 };
+      const parent = await client.createOrder({ ...first, duration: 'monthly' });
+      app.clock.advance(20 * DAY);
+      const renewal = {
+        ...first,
+        duration: 'monthly' as const,
+        id: 'O-1.r2',
+        startsAt: parent.expiresAt,
+        parent: 'O-1',
+      };
+
+      const lost = proxy.holdNext('createOrder');
+      const error = await client.createOrder(renewal).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(TransientError);
+      expect(error).toMatchObject({ details: { code: 'UND_ERR_HEADERS_TIMEOUT' } });
+      const lostOrder = JSON.parse(await lost) as { id: string };
+
+      const retry = await client.createOrder(renewal);
+      expect(retry.id).toBe(lostOrder.id);
+      expect(retry.count).toBe(2);
+      expect(await client.createOrder(renewal)).toEqual(retry);
+      expect(await chainOrders('O-1')).toEqual(['O-1', 'O-1.r2']);
+    });
+
+    it('makes one external renewal: the retry gets the same order, another id is refused', async () => {
+      const client = await clientFor('external', { timeoutMs: 300 });
+      const first = { customer: 'C-1', id: 'E-1', product: 'suite-std', licenses: 3 };
+      await client.createFirstOrder({ ...first, duration: 'monthly' });
+      app.clock.advance(20 * DAY);
+
+      const lost = proxy.holdNext('createRenewalOrder');
+      const error = await client
+        .createRenewalOrder({ parent: 'E-1', id: 'E-1.r2' })
+        .catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(TransientError);
+      const lostOrder = JSON.parse(await lost) as { id: string };
+
+      const retry = await client.createRenewalOrder({ parent: 'E-1', id: 'E-1.r2' });
+      expect(retry).toMatchObject({ id: lostOrder.id, count: 2 });
+      expect(await client.createRenewalOrder({ parent: 'E-1', id: 'E-1.r2' })).toEqual(retry);
+      // Had the lost request and the retry made two renewals, the chain would reach further.
+      const other = client.createRenewalOrder({ parent: 'E-1', id: 'E-1.r2b' });
+      expect((await refusalOf(other, 'createRenewalOrder')).message).toBe(
+        'renewal refused: 39 days remain in the current term (window: 15 days)',
+      );
+      expect(await chainOrders('E-1')).toEqual(['E-1', 'E-1.r2']);
+    });
+  });
+});
