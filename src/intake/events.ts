@@ -3,13 +3,8 @@
 // Objects are loose: producers may add fields without breaking intake. Fields we read are typed
 // and bounded like the provisioning interface's own params.
 import { z } from 'zod';
-import { callerId, duration, email } from '../provisioning/schemas.js';
+import { callerId, duration, email, epochSeconds, licenses } from '../provisioning/schemas.js';
 
-const epochSeconds = z.int('must be an integer (epoch seconds)').min(0, 'must not be negative');
-const licenses = z
-  .int('must be an integer')
-  .min(1, 'must be at least 1')
-  .max(100_000, 'must be at most 100000');
 const text = z.string().min(1, 'must not be empty').max(200, 'must be at most 200 characters');
 
 /** Order ids that the workers derive for renewals, partials and add-ons; producers may not use them. */

@@ -42,6 +42,17 @@ export function provisioningRoutes(deps: { core: ProvisioningCore; partners: Par
     });
 
     app.route({
+      method: ['PUT', 'DELETE', 'PATCH', 'HEAD', 'OPTIONS'],
+      url: PROVISIONING_PATH,
+      handler: async (request) => {
+        throw new RefusalError(
+          'method_not_allowed',
+          `HTTP method ${request.method} is not supported here: use GET (or POST) with a JSON body`,
+        );
+      },
+    });
+
+    app.route({
       method: ['GET', 'POST'],
       url: PROVISIONING_PATH,
       handler: async (request, reply) => {

@@ -17,8 +17,13 @@ const password = z
   .string()
   .min(8, 'must be at least 8 characters')
   .max(128, 'must be at most 128 characters');
-const epochSeconds = z.int('must be an integer (epoch seconds)').min(0, 'must not be negative');
-const licenses = z
+/** 9999-12-31T23:59:59Z: terms after it would leave the calendar a Date can hold. */
+export const MAX_EPOCH_SECONDS = 253_402_300_799;
+export const epochSeconds = z
+  .int('must be an integer (epoch seconds)')
+  .min(0, 'must not be negative')
+  .max(MAX_EPOCH_SECONDS, 'must be at most 253402300799 (9999-12-31T23:59:59Z)');
+export const licenses = z
   .int('must be an integer')
   .min(1, 'must be at least 1')
   .max(100_000, 'must be at most 100000');

@@ -1,4 +1,5 @@
 // The provisioning core's Redis store: every read and atomic write the operations need.
+import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { callScript, defineScripts, readScripts } from '../redis/lua-scripts.js';
 import { partnerKeys, registryKeys } from './keys.js';
@@ -119,6 +120,7 @@ export class ProvisioningStore {
         marketplace ? onboardingBaseUrl : '',
         partner.id,
         now,
+        `inst-${randomBytes(9).toString('base64url')}`,
       ],
     )) as [number, string];
     const stored = parseStored(customerRecord, json, 'customer');

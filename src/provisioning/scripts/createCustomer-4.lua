@@ -14,6 +14,8 @@
   ARGV[5] onboarding base url ("" for no email); the instance id is appended
   ARGV[6] partner id (for the outbox entry)
   ARGV[7] now, epoch seconds
+  ARGV[8] instance id for a marketplace customer: random, because it is public (the onboarding
+          url) and must be unique across partners
 
   Returns {1, stored JSON} when the caller id already exists (the caller compares params),
           {0, new JSON} when created.
@@ -32,7 +34,7 @@ else
 end
 
 if ARGV[4] == '1' then
-  local instanceId = 'inst-' .. redis.call('HINCRBY', KEYS[2], 'instance', 1)
+  local instanceId = ARGV[8]
   record['instance'] = instanceId
   redis.call('HSET', KEYS[3], instanceId, ARGV[1])
   if ARGV[5] ~= '' then

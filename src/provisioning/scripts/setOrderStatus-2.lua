@@ -16,7 +16,7 @@
           -3 when the scope is "chain" and ARGV[1] is not the first order of a chain.
 ]]
 local target = ARGV[2]
-if not redis.call('HEXISTS', KEYS[1], ARGV[1]) then
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
   return -1
 end
 

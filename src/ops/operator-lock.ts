@@ -1,0 +1,34 @@
+// Operators change chains under the same lock as jobs; a request waits briefly, then gives up (409).
+import { randomUUID } from 'node:crypto';
+import { setTimeout as wait } from 'node:timers/promises';
+import type { Chain } from '../chains/records.js';
+import type { ChainStore } from '../chains/store.js';
+import { NotFoundError, RefusalError } from '../errors.js';
+
+const ATTEMPTS = 20;
+const PAUSE_MS = 150;
+
+export async function withOperatorLock(
+  chains: ChainStore,
+  chainId: string,
+  work: (held: { chain: Chain; token: string }) => Promise<Chain>,
+): Promise<Chain> {
+  const token = `ops/${randomUUID()}`;
+  for (let attempt = 0; attempt < ATTEMPTS; attempt += 1) {
+    const lock = await chains.lock(chainId, token);
+    if (lock.kind === 'held') {
+      try {
+        if (!lock.chain)
+          throw new NotFoundError('chain_not_found', `chain ${chainId} does not exist`);
+        return await work({ chain: lock.chain, token });
+      } finally {
+        await chains.unlock(chainId, token);
+      }
+    }
+    await wait(PAUSE_MS);
+  }
+  throw new RefusalError(
+    'chain_busy',
+    'a job is changing this chain right now; try again in a moment',
+  );
+}
