@@ -5,7 +5,7 @@ import { systemClock } from './clock.js';
 import { openRuntime, type Runtime } from './embedded.js';
 import { ConfigError, RefusalError } from './errors.js';
 import { createLogger, type Logger } from './logger.js';
-import { start } from './main.js';
+import { type Role, start } from './main.js';
 import { variants } from './provisioning/schemas.js';
 
 function settingsOrExit(): Settings {
@@ -73,9 +73,9 @@ export function buildCli(): Command {
         .choices(['api', 'worker', 'all'])
         .default('all'),
     )
-    .action(async () => {
+    .action(async (opts: { role: Role }) => {
       const settings = settingsOrExit();
-      await start(settings, createLogger(settings.LOG_LEVEL));
+      await start(settings, createLogger(settings.LOG_LEVEL), opts.role);
     });
 
   const partners = program

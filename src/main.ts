@@ -1,23 +1,144 @@
-// Starts the product: the embedded provisioning core over HTTP (workers join in a later issue).
+// Starts the product in a role: the HTTP API (provisioning core, webhooks, ops, Bull Board),
+// the workers, or both (the embedded default).
+import { randomBytes } from 'node:crypto';
 import type { Settings } from '../config/settings.js';
+import { ChainStore } from './chains/store.js';
 import { openRuntime } from './embedded.js';
 import type { Logger } from './logger.js';
+import { createMetrics } from './metrics.js';
+import { makeProvisioningClient } from './provisioning-client-factory.js';
+import { queueNames } from './queues.js';
+import { connectRedis } from './redis/connection.js';
+import { loadOrCreateSecret } from './secrets.js';
 import { buildApp } from './server.js';
+import { closeQueues, openQueues, startWorkers, type Workers } from './workers.js';
 
 export type Role = 'api' | 'worker' | 'all';
 
-/** How long shutdown may take before the process exits anyway. */
-const SHUTDOWN_GRACE_MS = 10_000;
+/** How long the HTTP server may take to close after the workers (ms). */
+const HTTP_CLOSE_GRACE_MS = 5_000;
 
-export async function start(settings: Settings, log: Logger): Promise<{ stop(): Promise<void> }> {
+/** OPS_TOKEN and WEBHOOK_SECRET: configured, or generated once and kept under DATA_DIR. */
+async function loadSecrets(settings: Settings) {
+  const ops = await loadOrCreateSecret(settings.DATA_DIR, 'ops-token', settings.OPS_TOKEN);
+  const webhook = await loadOrCreateSecret(
+    settings.DATA_DIR,
+    'webhook-secret',
+    settings.WEBHOOK_SECRET,
+    () => `whsec_${randomBytes(32).toString('base64')}`,
+  );
+  return { opsToken: ops, webhookSecret: webhook };
+}
+
+/**
+ * Prints generated secrets on stderr, outside the JSON log: an operator needs them once to
+ * configure producers and dashboards, and log pipelines must never carry them.
+ */
+function announceSecrets(settings: Settings, secrets: Awaited<ReturnType<typeof loadSecrets>>) {
+  const lines: string[] = [];
+  if (!settings.OPS_TOKEN) {
+    lines.push(
+      secrets.opsToken.generated
+        ? `OPS_TOKEN was not set; generated one (kept in ${settings.DATA_DIR}/secrets/ops-token):\n  ${secrets.opsToken.value}`
+        : `OPS_TOKEN: using the one kept in ${settings.DATA_DIR}/secrets/ops-token`,
+    );
+  }
+  if (!settings.WEBHOOK_SECRET) {
+    lines.push(
+      secrets.webhookSecret.generated
+        ? `WEBHOOK_SECRET was not set; generated one (kept in ${settings.DATA_DIR}/secrets/webhook-secret):\n  ${secrets.webhookSecret.value}`
+        : `WEBHOOK_SECRET: using the one kept in ${settings.DATA_DIR}/secrets/webhook-secret`,
+    );
+  }
+  if (lines.length > 0) process.stderr.write(`${lines.join('\n')}\n`);
+}
+
+export async function start(
+  settings: Settings,
+  log: Logger,
+  role: Role = 'all',
+): Promise<{ stop(): Promise<void>; port: number }> {
   const runtime = await openRuntime(settings, log);
-  const app = await buildApp({ log, core: runtime.core, partners: runtime.partners });
+  const secrets = await loadSecrets(settings);
+  const metrics = createMetrics();
+  const workerRedis = await connectRedis(runtime.redisUrl, 'worker');
+  const provisioning = await makeProvisioningClient(settings, runtime);
+  const workerQueues = openQueues(workerRedis);
+  const apiQueues = openQueues(runtime.redis);
+  const chains = new ChainStore(runtime.redis);
+
+  let workers: Workers | null = null;
+  if (role !== 'api') {
+    workers = await startWorkers({
+      deps: {
+        chains: new ChainStore(workerRedis),
+        provisioning,
+        clock: runtime.clock,
+        log,
+        metrics,
+        queues: workerQueues,
+        settings: {
+          leadDays: settings.RENEWAL_LEAD_DAYS,
+          windowDays: settings.PARTNER_RENEWAL_WINDOW_DAYS,
+          autoRenewDefault: settings.AUTO_RENEW_DEFAULT,
+          paymentGraceDays: settings.PAYMENT_GRACE_DAYS,
+          seatIncrease: settings.SEAT_INCREASE,
+        },
+      },
+      connection: workerRedis,
+      concurrency: settings.WORKER_CONCURRENCY,
+      reconcileEverySeconds: settings.RECONCILE_INTERVAL_SECONDS,
+    });
+  }
+
+  const serveApi = role !== 'worker';
+  const app = await buildApp({
+    log,
+    metrics,
+    readiness: {
+      redis: async () => (await runtime.redis.ping().catch(() => null)) === 'PONG',
+      workers: () => (workers ? workers.isRunning() : null),
+    },
+    ...(serveApi && !settings.remote
+      ? { provisioning: { core: runtime.core, partners: runtime.partners } }
+      : {}),
+    ...(serveApi
+      ? {
+          webhooks: {
+            redis: runtime.redis,
+            queues: apiQueues,
+            clock: runtime.clock,
+            secret: secrets.webhookSecret.value,
+            dedupDays: settings.WEBHOOK_DEDUP_DAYS,
+          },
+          ops: {
+            chains,
+            renewals: apiQueues.renewals,
+            provisioning,
+            clock: runtime.clock,
+            token: secrets.opsToken.value,
+            leadDays: settings.RENEWAL_LEAD_DAYS,
+          },
+          board: {
+            queues: queueNames.map((name) => apiQueues[name]),
+            token: secrets.opsToken.value,
+          },
+        }
+      : {}),
+  });
   await app.listen({ host: settings.HOST, port: settings.PORT });
   const address = app.server.address();
   const port = typeof address === 'object' && address ? address.port : settings.PORT;
+  announceSecrets(settings, secrets);
   log.info(
     {
-      provisioning: `http://${settings.HOST}:${port}/provisioning`,
+      role,
+      mode: settings.remote ? 'remote' : 'embedded',
+      variant: provisioning.variant,
+      url: `http://${settings.HOST}:${port}`,
+      ...(serveApi && !settings.remote
+        ? { provisioning: `http://${settings.HOST}:${port}/provisioning` }
+        : {}),
       redis: redactUrl(runtime.redisUrl),
     },
     'billing service started',
@@ -26,7 +147,13 @@ export async function start(settings: Settings, log: Logger): Promise<{ stop(): 
   let stopping: Promise<void> | undefined;
   const stop = () => {
     stopping ??= (async () => {
-      await app.close();
+      // Workers first, bounded: an active job either finishes or is retried after a restart.
+      await workers?.close(settings.SHUTDOWN_TIMEOUT_SECONDS * 1000);
+      await Promise.race([app.close(), new Promise((r) => setTimeout(r, HTTP_CLOSE_GRACE_MS))]);
+      await closeQueues(apiQueues);
+      await closeQueues(workerQueues);
+      await provisioning.close();
+      await workerRedis.quit().catch(() => workerRedis.disconnect());
       await runtime.close();
     })();
     return stopping;
@@ -34,8 +161,8 @@ export async function start(settings: Settings, log: Logger): Promise<{ stop(): 
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     process.once(signal, () => {
       log.info({ signal }, 'shutting down');
-      const timer = setTimeout(() => process.exit(1), SHUTDOWN_GRACE_MS);
-      timer.unref();
+      const limit = (settings.SHUTDOWN_TIMEOUT_SECONDS + 10) * 1000;
+      setTimeout(() => process.exit(1), limit).unref();
       stop().then(
         () => process.exit(0),
         (error: unknown) => {
@@ -45,7 +172,7 @@ export async function start(settings: Settings, log: Logger): Promise<{ stop(): 
       );
     });
   }
-  return { stop };
+  return { stop, port };
 }
 
 /** Hides a password in a Redis URL before it is logged. */

@@ -1,16 +1,36 @@
-// Assembles the HTTP server: provisioning endpoint and health. It does not listen; main does.
+// Assembles the HTTP server: provisioning endpoint, webhooks, ops API, Bull Board, metrics and
+// health. It does not listen; main does.
+import { createBullBoard } from '@bull-board/api';
+import { BullMQAdapter } from '@bull-board/api/bullMQAdapter';
+import { FastifyAdapter } from '@bull-board/fastify';
+import type { Queue } from 'bullmq';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import { type WebhookDeps, webhookRoutes } from './intake/webhooks.js';
 import type { Logger } from './logger.js';
+import type { Metrics } from './metrics.js';
+import { requireOpsToken } from './ops/auth.js';
+import { type OpsDeps, opsRoutes } from './ops/routes.js';
 import { provisioningRoutes } from './provisioning/http.js';
 import type { ProvisioningCore } from './provisioning/operations.js';
 import type { PartnerDirectory } from './provisioning/partners.js';
 
 export const BODY_LIMIT_BYTES = 1024 * 1024;
+export const BOARD_PATH = '/admin/queues';
 
+export interface Readiness {
+  redis(): Promise<boolean>;
+  workers(): boolean | null;
+}
+
+/** Each part is optional, so roles and tests assemble only what they run. */
 export interface AppDeps {
   log: Logger;
-  core: ProvisioningCore;
-  partners: PartnerDirectory;
+  provisioning?: { core: ProvisioningCore; partners: PartnerDirectory };
+  webhooks?: WebhookDeps;
+  ops?: OpsDeps;
+  board?: { queues: readonly Queue[]; token: string };
+  metrics?: Metrics;
+  readiness?: Readiness;
 }
 
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
@@ -31,7 +51,50 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     }
     jsonParser(request, text, done);
   });
+
+  const { metrics } = deps;
+  if (metrics) {
+    app.addHook('onResponse', async (request, reply) => {
+      const route = request.routeOptions.url ?? 'unmatched';
+      metrics.requests.inc({ route, method: request.method, status: String(reply.statusCode) });
+      metrics.latency.observe({ route }, reply.elapsedTime / 1000);
+    });
+    app.get('/metrics', async (_request, reply) =>
+      reply.type(metrics.registry.contentType).send(await metrics.registry.metrics()),
+    );
+  }
+
   app.get('/healthz', async () => ({ status: 'ok' }));
-  await app.register(provisioningRoutes({ core: deps.core, partners: deps.partners }));
+  app.get('/readyz', async (_request, reply) => {
+    const redis = deps.readiness ? await deps.readiness.redis() : true;
+    const workers = deps.readiness ? deps.readiness.workers() : null;
+    const ready = redis && workers !== false;
+    return reply
+      .code(ready ? 200 : 503)
+      .send({ status: ready ? 'ready' : 'not ready', redis, workers });
+  });
+
+  if (deps.provisioning) await app.register(provisioningRoutes(deps.provisioning));
+  if (deps.webhooks) await app.register(webhookRoutes(deps.webhooks));
+  if (deps.ops) await app.register(opsRoutes(deps.ops));
+  if (deps.board) await registerBoard(app, deps.board);
   return app;
+}
+
+/** Bull Board over every queue, behind the ops token (bearer, or basic auth with it as password). */
+async function registerBoard(
+  app: FastifyInstance,
+  board: { queues: readonly Queue[]; token: string },
+) {
+  const serverAdapter = new FastifyAdapter();
+  serverAdapter.setBasePath(BOARD_PATH);
+  createBullBoard({
+    queues: board.queues.map((queue) => new BullMQAdapter(queue, { readOnlyMode: false })),
+    serverAdapter,
+    options: { uiConfig: { boardTitle: 'Billing queues' } },
+  });
+  await app.register(async (scope) => {
+    scope.addHook('onRequest', requireOpsToken(board.token));
+    await scope.register(serverAdapter.registerPlugin(), { prefix: BOARD_PATH });
+  });
 }

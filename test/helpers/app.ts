@@ -57,8 +57,7 @@ export async function startTestApp(
   const partners = makePartnerDirectory(store, 'test-secret-test-secret-test-secret!');
   const app: FastifyInstance = await buildApp({
     log: options.log ?? createLogger('silent'),
-    core,
-    partners,
+    provisioning: { core, partners },
   });
   await app.listen({ host: '127.0.0.1', port: 0 });
   const { port } = app.server.address() as AddressInfo;
