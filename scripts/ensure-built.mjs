@@ -15,12 +15,16 @@ export function ensureBuilt() {
   const builtAt = mtimeMs(ENTRY);
   const changed = builtAt === null ? null : firstNewerSource(builtAt);
   if (builtAt === null || changed !== null) {
-    console.log(
+    // stderr, so `billing ... --json` keeps stdout for its JSON line even on a first run.
+    console.error(
       builtAt === null
         ? 'Building (npm run build): dist/src/main.js is missing.'
         : `Building (npm run build): ${path.relative(projectRoot, changed)} changed.`,
     );
-    runOrExit('npm', ['run', 'build']);
+    runOrExit('npm', ['run', '--silent', 'build'], {
+      stdio: ['ignore', process.stderr, 'inherit'],
+      quiet: true,
+    });
     // tsc may leave an unchanged output untouched; stamping the entry keeps the next check cheap.
     const now = new Date();
     utimesSync(ENTRY, now, now);

@@ -24,8 +24,8 @@ export function findOnPath(name) {
 }
 
 /** Runs a command with inherited stdio from the project root and returns its exit status. */
-export function run(command, args, options = {}) {
-  console.log(`> ${[command, ...args].join(' ')}`);
+export function run(command, args, { quiet = false, ...options } = {}) {
+  if (!quiet) console.log(`> ${[command, ...args].join(' ')}`);
   const result = spawnSync(command, args, { cwd: projectRoot, stdio: 'inherit', ...options });
   if (result.error) {
     console.error(`could not run ${command}: ${result.error.message}`);

@@ -5,7 +5,7 @@ import { systemClock } from './clock.js';
 import { openRuntime, type Runtime } from './embedded.js';
 import { ConfigError, RefusalError } from './errors.js';
 import { createLogger, type Logger } from './logger.js';
-import { type Role, start } from './main.js';
+import { type Role, start, stopOnSignals } from './main.js';
 import { variants } from './provisioning/schemas.js';
 
 function settingsOrExit(): Settings {
@@ -75,7 +75,9 @@ export function buildCli(): Command {
     )
     .action(async (opts: { role: Role }) => {
       const settings = settingsOrExit();
-      await start(settings, createLogger(settings.LOG_LEVEL), opts.role);
+      const log = createLogger(settings.LOG_LEVEL);
+      const started = await start(settings, log, opts.role);
+      stopOnSignals(started, log, settings.SHUTDOWN_TIMEOUT_SECONDS + 10);
     });
 
   const partners = program

@@ -3,7 +3,9 @@
 import { randomBytes } from 'node:crypto';
 import type { Settings } from '../config/settings.js';
 import { ChainStore } from './chains/store.js';
-import { openRuntime } from './embedded.js';
+import type { ProvisioningClient } from './client/provisioning-client.js';
+import type { Clock } from './clock.js';
+import { openRuntime, type Runtime } from './embedded.js';
 import type { Logger } from './logger.js';
 import { createMetrics } from './metrics.js';
 import { makeProvisioningClient } from './provisioning-client-factory.js';
@@ -53,25 +55,34 @@ function announceSecrets(settings: Settings, secrets: Awaited<ReturnType<typeof 
   if (lines.length > 0) process.stderr.write(`${lines.join('\n')}\n`);
 }
 
+export interface Started {
+  port: number;
+  runtime: Runtime;
+  provisioning: ProvisioningClient;
+  stop(): Promise<void>;
+}
+
+/** Starts every part of the role and returns without installing signal handlers (the CLI does). */
 export async function start(
   settings: Settings,
   log: Logger,
   role: Role = 'all',
-): Promise<{ stop(): Promise<void>; port: number }> {
-  const runtime = await openRuntime(settings, log);
+  options: { clock?: Clock; stalledIntervalMs?: number; lockLeaseMs?: number } = {},
+): Promise<Started> {
+  const runtime = await openRuntime(settings, log, options.clock);
   const secrets = await loadSecrets(settings);
   const metrics = createMetrics();
   const workerRedis = await connectRedis(runtime.redisUrl, 'worker');
   const provisioning = await makeProvisioningClient(settings, runtime);
   const workerQueues = openQueues(workerRedis);
   const apiQueues = openQueues(runtime.redis);
-  const chains = new ChainStore(runtime.redis);
+  const chains = new ChainStore(runtime.redis, { leaseMs: options.lockLeaseMs });
 
   let workers: Workers | null = null;
   if (role !== 'api') {
     workers = await startWorkers({
       deps: {
-        chains: new ChainStore(workerRedis),
+        chains: new ChainStore(workerRedis, { leaseMs: options.lockLeaseMs }),
         provisioning,
         clock: runtime.clock,
         log,
@@ -88,6 +99,7 @@ export async function start(
       connection: workerRedis,
       concurrency: settings.WORKER_CONCURRENCY,
       reconcileEverySeconds: settings.RECONCILE_INTERVAL_SECONDS,
+      stalledIntervalMs: options.stalledIntervalMs,
     });
   }
 
@@ -158,12 +170,23 @@ export async function start(
     })();
     return stopping;
   };
+  return { stop, port, runtime, provisioning };
+}
+
+/** Hides a password in a Redis URL before it is logged. */
+export function redactUrl(url: string): string {
+  const parsed = new URL(url);
+  if (parsed.password) parsed.password = 'redacted';
+  return parsed.toString();
+}
+
+/** Stops on SIGINT/SIGTERM, with a hard limit in case shutdown itself hangs. */
+export function stopOnSignals(started: Started, log: Logger, limitSeconds: number): void {
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     process.once(signal, () => {
       log.info({ signal }, 'shutting down');
-      const limit = (settings.SHUTDOWN_TIMEOUT_SECONDS + 10) * 1000;
-      setTimeout(() => process.exit(1), limit).unref();
-      stop().then(
+      setTimeout(() => process.exit(1), limitSeconds * 1000).unref();
+      started.stop().then(
         () => process.exit(0),
         (error: unknown) => {
           log.error({ err: error }, 'shutdown failed');
@@ -172,12 +195,4 @@ export async function start(
       );
     });
   }
-  return { stop, port };
-}
-
-/** Hides a password in a Redis URL before it is logged. */
-export function redactUrl(url: string): string {
-  const parsed = new URL(url);
-  if (parsed.password) parsed.password = 'redacted';
-  return parsed.toString();
 }

@@ -6,14 +6,22 @@ function describeValue(value: unknown): string {
   return text.length > 80 ? `${text.slice(0, 77)}...` : text;
 }
 
+/** Fields whose values are secrets: a refusal names them but never repeats what was sent. */
+const SECRET_FIELDS = new Set(['password', 'apiKey', 'token', 'secret']);
+
 function describeIssue(issue: z.core.$ZodIssue, prefix: string): string {
   const path = [prefix, ...issue.path.map(String)].filter((p) => p !== '').join('.') || 'body';
   if (issue.code === 'unrecognized_keys') {
     return `${path}: unknown field${issue.keys.length > 1 ? 's' : ''} ${issue.keys.map((k) => `"${k}"`).join(', ')}`;
   }
   if (issue.code === 'invalid_type' && issue.input === undefined) return `${path}: is required`;
-  const given =
-    'input' in issue && issue.input !== undefined ? `, got ${describeValue(issue.input)}` : '';
+  // Custom (cross-field) messages say what they need themselves; their input is the whole object.
+  const showValue =
+    issue.code !== 'custom' &&
+    !SECRET_FIELDS.has(String(issue.path.at(-1))) &&
+    'input' in issue &&
+    issue.input !== undefined;
+  const given = showValue ? `, got ${describeValue(issue.input)}` : '';
   return `${path}: ${issue.message}${given}`;
 }
 

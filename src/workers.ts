@@ -34,6 +34,8 @@ export async function startWorkers(input: {
   connection: Redis;
   concurrency: number;
   reconcileEverySeconds: number;
+  /** Every worker the same (the queue uses whichever worker set it first); tests shorten it. */
+  stalledIntervalMs?: number;
 }): Promise<Workers> {
   const { deps } = input;
   const processors: Partial<Record<QueueName, Processor>> = {
@@ -46,7 +48,7 @@ export async function startWorkers(input: {
       connection: input.connection,
       prefix: QUEUE_PREFIX,
       concurrency: name === QUEUES.maintenance ? 1 : input.concurrency,
-      stalledInterval: STALLED_INTERVAL_MS,
+      stalledInterval: input.stalledIntervalMs ?? STALLED_INTERVAL_MS,
       maxStalledCount: 2,
     });
     worker.on('completed', () => deps.metrics.jobs.inc({ queue: name, outcome: 'completed' }));

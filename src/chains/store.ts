@@ -30,12 +30,18 @@ function parseChain(json: string): Chain {
 }
 
 export class ChainStore {
-  constructor(readonly redis: Redis) {
+  readonly leaseMs: number;
+
+  constructor(
+    readonly redis: Redis,
+    options: { leaseMs?: number } = {},
+  ) {
+    this.leaseMs = options.leaseMs ?? LOCK_LEASE_MS;
     defineScripts(redis, scripts);
   }
 
   /** Takes the chain's lock and reads it in one round trip. */
-  async lock(chainId: string, token: string, leaseMs = LOCK_LEASE_MS): Promise<LockResult> {
+  async lock(chainId: string, token: string, leaseMs = this.leaseMs): Promise<LockResult> {
     const keys = chainKeys(chainId);
     const [held, json] = (await callScript(
       this.redis,

@@ -39,7 +39,12 @@ describe('request logs', () => {
       password: 'hunter2-very-secret',
       instance,
     });
-    await app.call(apiKey, 'resetPasswordByEmail', { email: 'u@logs.test', password: 'x' });
+    const refused = await app.call(apiKey, 'resetPasswordByEmail', {
+      email: 'u@logs.test',
+      password: 'Sh0rt!x',
+    });
+    expect(refused.status).toBe(400);
+    expect(refused.body).toMatch(/^params\.password: must be at least 8 characters$/);
     await app.call('wrong-key-that-is-secret', 'getUserByEmail', { email: 'u@logs.test' });
     await app.call(apiKey, 'nope', {}, { headers: { authorization: 'Bearer ops-secret' } });
 

@@ -1,0 +1,167 @@
+// The whole product as `billing start` runs it (real settings, server, workers, Redis), for
+// end-to-end tests that talk to it only through its HTTP contracts.
+import { randomBytes, randomUUID } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { request } from 'undici';
+import { vi } from 'vitest';
+import { loadSettings, type Settings } from '../../config/settings.js';
+import type { ChainView } from '../../src/chains/view.js';
+import type { Clock } from '../../src/clock.js';
+import { signWebhook } from '../../src/intake/sign.js';
+import { createLogger } from '../../src/logger.js';
+import { type Role, type Started, start } from '../../src/main.js';
+import { startTestRedis, type TestRedis } from './redis-server.js';
+
+export const OPS_TOKEN = 'test-ops-token-0123456789';
+export const DAY = 86_400;
+
+export interface System {
+  baseUrl: string;
+  settings: Settings;
+  started: Started;
+  redis: TestRedis;
+  /** Posts a signed event; `id` defaults to a fresh webhook id. */
+  send(
+    type: string,
+    data: Record<string, unknown>,
+    options?: { id?: string; timestamp?: number },
+  ): Promise<{ status: number; body: unknown }>;
+  ops(
+    method: 'GET' | 'PUT' | 'POST',
+    path: string,
+    body?: unknown,
+  ): Promise<{ status: number; body: unknown }>;
+  chain(order: string): Promise<ChainView>;
+  /** Polls the ops API until the chain satisfies `ready` (bounded, no fixed sleeps). */
+  waitForChain(
+    order: string,
+    ready: (chain: ChainView) => boolean,
+    timeoutMs?: number,
+  ): Promise<ChainView>;
+  close(): Promise<void>;
+}
+
+export async function startSystem(
+  options: {
+    env?: Record<string, string>;
+    role?: Role;
+    clock?: Clock;
+    stalledIntervalMs?: number;
+    lockLeaseMs?: number;
+  } = {},
+): Promise<System> {
+  const redis = await startTestRedis();
+  const dataDir = await mkdtemp(join(tmpdir(), 'billing-e2e-'));
+  const settings = loadSettings({
+    REDIS_URL: redis.url,
+    HOST: '127.0.0.1',
+    PORT: '0',
+    DATA_DIR: dataDir,
+    LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
+    OPS_TOKEN,
+    WEBHOOK_SECRET: `whsec_${randomBytes(24).toString('base64')}`,
+    PARTNER_NAME: `workers-${randomUUID()}`,
+    RECONCILE_INTERVAL_SECONDS: '3600',
+    ...options.env,
+  });
+  const started = await start(settings, createLogger(settings.LOG_LEVEL), options.role ?? 'all', {
+    ...(options.clock ? { clock: options.clock } : {}),
+    ...(options.stalledIntervalMs ? { stalledIntervalMs: options.stalledIntervalMs } : {}),
+    ...(options.lockLeaseMs ? { lockLeaseMs: options.lockLeaseMs } : {}),
+  });
+  const baseUrl = `http://127.0.0.1:${started.port}`;
+  const secret = settings.WEBHOOK_SECRET as string;
+
+  async function call(
+    method: string,
+    path: string,
+    headers: Record<string, string>,
+    body?: string,
+  ) {
+    const res = await request(`${baseUrl}${path}`, { method: method as 'GET', headers, body });
+    const text = await res.body.text();
+    return { status: res.statusCode, body: text === '' ? undefined : JSON.parse(text) };
+  }
+
+  const system: System = {
+    baseUrl,
+    settings,
+    started,
+    redis,
+    send(type, data, opts = {}) {
+      const body = JSON.stringify({ type, data });
+      const id = opts.id ?? `evt-${randomUUID()}`;
+      const timestamp = opts.timestamp ?? started.runtime.clock.now();
+      return call(
+        'POST',
+        '/webhooks/events',
+        {
+          'content-type': 'application/json',
+          ...signWebhook(secret, id, timestamp, body),
+        },
+        body,
+      );
+    },
+    ops(method, path, body) {
+      const headers: Record<string, string> = { authorization: `Bearer ${OPS_TOKEN}` };
+      if (body !== undefined) headers['content-type'] = 'application/json';
+      return call(method, path, headers, body === undefined ? undefined : JSON.stringify(body));
+    },
+    async chain(order) {
+      const res = await system.ops('GET', `/ops/chains/${encodeURIComponent(order)}`);
+      if (res.status !== 200)
+        throw new Error(`chain ${order}: ${res.status} ${JSON.stringify(res.body)}`);
+      return res.body as ChainView;
+    },
+    async waitForChain(order, ready, timeoutMs = 15_000) {
+      let last: ChainView | undefined;
+      await vi.waitFor(
+        async () => {
+          const res = await system.ops('GET', `/ops/chains/${encodeURIComponent(order)}`);
+          if (res.status !== 200) throw new Error(`chain ${order} not there yet (${res.status})`);
+          last = res.body as ChainView;
+          if (!ready(last))
+            throw new Error(`chain ${order} not ready: ${JSON.stringify(last.term)}`);
+        },
+        { timeout: timeoutMs, interval: 50 },
+      );
+      return last as ChainView;
+    },
+    async close() {
+      await started.stop();
+      await redis.stop();
+      await rm(dataDir, { recursive: true, force: true });
+    },
+  };
+  return system;
+}
+
+/** An `order.placed` event body for one chain. */
+export function orderPlaced(input: {
+  order: string;
+  customer?: string;
+  licenses?: number;
+  duration?: 'monthly' | 'yearly';
+  startsAt?: number;
+  autoRenew?: boolean;
+  product?: string;
+}) {
+  const customer = input.customer ?? `cust-${input.order}`;
+  return {
+    customer: {
+      id: customer,
+      name: `Customer ${customer}`,
+      admin: { email: `admin@${customer.replace(/[^a-z0-9]/gi, '')}.test` },
+    },
+    order: {
+      id: input.order,
+      product: input.product ?? 'suite-std',
+      licenses: input.licenses ?? 5,
+      duration: input.duration ?? 'monthly',
+      ...(input.startsAt !== undefined ? { startsAt: input.startsAt } : {}),
+    },
+    ...(input.autoRenew !== undefined ? { autoRenew: input.autoRenew } : {}),
+  };
+}
