@@ -62,9 +62,11 @@ export async function ensureRenewalJob(queue: Queue, chain: Chain, now: number):
   if (existing) {
     const state = await existing.getState();
     if (state === 'delayed') {
-      const firesAt = existing.timestamp + (existing.delay ?? 0);
       const wanted = queueTimeMs() + delayMs;
-      if (Math.abs(firesAt - wanted) > 1000) await existing.changeDelay(delayMs);
+      const firesAt = await delayedFireTime(queue, id);
+      if (firesAt === null || Math.abs(firesAt - wanted) > 1000)
+        await existing.changeDelay(delayMs);
+      if (existing.data.dueAt !== data.dueAt) await existing.updateData(data);
       return;
     }
     if (state === 'completed' || state === 'failed') {
@@ -74,6 +76,16 @@ export async function ensureRenewalJob(queue: Queue, chain: Chain, now: number):
     }
   }
   await queue.add(name, data, { ...defaultJobOptions, jobId: id, delay: delayMs });
+}
+
+/**
+ * When a delayed job really fires (ms), from its score in the delayed set: BullMQ scores it
+ * `fireTime * 0x1000 + counter`, and `changeDelay` moves the score but not `job.timestamp`.
+ */
+async function delayedFireTime(queue: Queue, jobId: string): Promise<number | null> {
+  const client = await queue.backend.client;
+  const score = await client.zscore(queue.keys.delayed as string, jobId);
+  return score === null ? null : Math.floor(Number(score) / 0x1000);
 }
 
 /** The fast path after a renewal: the next term's job id has never been used, so just add it. */

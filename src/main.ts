@@ -67,7 +67,12 @@ export async function start(
   settings: Settings,
   log: Logger,
   role: Role = 'all',
-  options: { clock?: Clock; stalledIntervalMs?: number; lockLeaseMs?: number } = {},
+  options: {
+    clock?: Clock;
+    stalledIntervalMs?: number;
+    lockLeaseMs?: number;
+    jobLockMs?: number;
+  } = {},
 ): Promise<Started> {
   const runtime = await openRuntime(settings, log, options.clock);
   const secrets = await loadSecrets(settings);
@@ -100,6 +105,7 @@ export async function start(
       concurrency: settings.WORKER_CONCURRENCY,
       reconcileEverySeconds: settings.RECONCILE_INTERVAL_SECONDS,
       stalledIntervalMs: options.stalledIntervalMs,
+      jobLockMs: options.jobLockMs,
     });
   }
 

@@ -36,6 +36,8 @@ export async function startWorkers(input: {
   reconcileEverySeconds: number;
   /** Every worker the same (the queue uses whichever worker set it first); tests shorten it. */
   stalledIntervalMs?: number;
+  /** How long a job's lock lasts without renewal (BullMQ default 30 s); tests shorten it. */
+  jobLockMs?: number;
 }): Promise<Workers> {
   const { deps } = input;
   const processors: Partial<Record<QueueName, Processor>> = {
@@ -50,6 +52,7 @@ export async function startWorkers(input: {
       concurrency: name === QUEUES.maintenance ? 1 : input.concurrency,
       stalledInterval: input.stalledIntervalMs ?? STALLED_INTERVAL_MS,
       maxStalledCount: 2,
+      ...(input.jobLockMs ? { lockDuration: input.jobLockMs } : {}),
     });
     worker.on('completed', () => deps.metrics.jobs.inc({ queue: name, outcome: 'completed' }));
     worker.on('failed', (job, error) => {

@@ -1,0 +1,152 @@
+// Auto-renewal end to end: signed webhooks in, real workers, the embedded core, the ops API out.
+import { Queue } from 'bullmq';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { chainIdOf } from '../../../src/chains/keys.js';
+import { systemClock } from '../../../src/clock.js';
+import { addTerms } from '../../../src/domain/periods.js';
+import { QUEUE_PREFIX } from '../../../src/queues.js';
+import { DAY, orderPlaced, type System, startSystem } from '../../helpers/system.js';
+
+let system: System;
+let redis: Redis;
+let renewals: Queue;
+
+beforeAll(async () => {
+  system = await startSystem();
+  redis = new Redis(system.redis.url, { maxRetriesPerRequest: null });
+  renewals = new Queue('renewals', { connection: redis, prefix: QUEUE_PREFIX });
+});
+
+afterAll(async () => {
+  await renewals.close();
+  await redis.quit();
+  await system.close();
+});
+
+const now = () => systemClock.now();
+
+async function renewalJob(order: string, count: number) {
+  return renewals.getJob(`renew-${chainIdOf(order)}-${count}`);
+}
+
+describe('a monthly marketplace chain whose first term started 25 days ago', () => {
+  it('renews within seconds, starting at the old expiry, and schedules the next renewal', async () => {
+    const startsAt = now() - 25 * DAY;
+    const placed = await system.send('order.placed', orderPlaced({ order: 'M-25', startsAt }));
+    expect(placed.status).toBe(202);
+
+    const chain = await system.waitForChain('M-25', (c) => c.term.count === 2);
+    const firstExpiry = addTerms(startsAt, 'monthly', 1);
+    expect(chain.term).toEqual({
+      orderId: 'M-25.r2',
+      count: 2,
+      startsAt: firstExpiry,
+      expiresAt: addTerms(startsAt, 'monthly', 2),
+    });
+    expect(chain).toMatchObject({ status: 'active', autoRenew: true, payment: 'ok', licenses: 5 });
+    expect(chain.nextRenewalAt).toBe(chain.term.expiresAt - 7 * DAY);
+    expect(chain.history.map((h) => h.event)).toEqual([
+      'customer.created',
+      'order.placed',
+      'renewal.ordered',
+    ]);
+    expect(chain.history[2]?.cause).toMatchObject({ orderId: 'M-25.r2' });
+
+    const next = await renewalJob('M-25', 3);
+    expect(await next?.getState()).toBe('delayed');
+    expect(next?.data).toMatchObject({ order: 'M-25', customer: 'cust-M-25', count: 3 });
+    const firesAt = (next?.timestamp ?? 0) + (next?.delay ?? 0);
+    expect(Math.abs(firesAt - (chain.nextRenewalAt as number) * 1000)).toBeLessThan(5_000);
+
+    const upcoming = await system.ops('GET', '/ops/renewals?within=60');
+    expect((upcoming.body as { renewals: { order: string }[] }).renewals).toContainEqual({
+      order: 'M-25',
+      customer: 'cust-M-25',
+      dueAt: chain.nextRenewalAt,
+      expiresAt: chain.term.expiresAt,
+    });
+  });
+});
+
+describe('a yearly chain near its end', () => {
+  it('renews for a calendar year from the anchor', async () => {
+    const startsAt = now() - 360 * DAY;
+    await system.send(
+      'order.placed',
+      orderPlaced({ order: 'Y-1', startsAt, duration: 'yearly', licenses: 40 }),
+    );
+    const chain = await system.waitForChain('Y-1', (c) => c.term.count === 2);
+    expect(chain.term.startsAt).toBe(addTerms(startsAt, 'yearly', 1));
+    expect(chain.term.expiresAt).toBe(addTerms(startsAt, 'yearly', 2));
+    expect(chain.licenses).toBe(40);
+  });
+});
+
+describe('a chain far from its end', () => {
+  it('does not renew yet, and its renewal job waits for expiresAt - lead', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'F-1' }));
+    const chain = await system.waitForChain('F-1', () => true);
+    expect(chain.term.count).toBe(1);
+    expect(chain.nextRenewalAt).toBe(chain.term.expiresAt - 7 * DAY);
+    const job = await renewalJob('F-1', 2);
+    expect(await job?.getState()).toBe('delayed');
+  });
+});
+
+describe('auto-renewal switched off', () => {
+  it('means no renewal; switching it on renews a due chain', async () => {
+    const startsAt = now() - 26 * DAY;
+    await system.send('order.placed', orderPlaced({ order: 'OFF-1', startsAt, autoRenew: false }));
+    const placed = await system.waitForChain('OFF-1', () => true);
+    expect(placed).toMatchObject({ autoRenew: false, nextRenewalAt: null });
+    expect(placed.term.count).toBe(1);
+    expect(await renewalJob('OFF-1', 2)).toBeUndefined();
+
+    const enabled = await system.ops('PUT', '/ops/chains/OFF-1/auto-renew', { enabled: true });
+    expect(enabled.status).toBe(200);
+    expect(enabled.body).toMatchObject({ autoRenew: true });
+    const renewed = await system.waitForChain('OFF-1', (c) => c.term.count === 2);
+    const switched = renewed.history.find((h) => h.event === 'auto_renew.enabled');
+    expect(switched?.cause).toEqual({ operator: 'ops-api' });
+  });
+
+  it('removes a scheduled renewal when switched off', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'OFF-2' }));
+    await system.waitForChain('OFF-2', () => true);
+    expect(await (await renewalJob('OFF-2', 2))?.getState()).toBe('delayed');
+    const off = await system.ops('PUT', '/ops/chains/OFF-2/auto-renew', { enabled: false });
+    expect(off.body).toMatchObject({ autoRenew: false, nextRenewalAt: null });
+    expect(await renewalJob('OFF-2', 2)).toBeUndefined();
+  });
+});
+
+describe('a first term that already ended', () => {
+  it('renews with the new term starting now', async () => {
+    const startsAt = now() - 40 * DAY;
+    await system.send('order.placed', orderPlaced({ order: 'EXP-1', startsAt }));
+    const chain = await system.waitForChain('EXP-1', (c) => c.term.count === 2);
+    expect(chain.term.startsAt).toBeGreaterThanOrEqual(startsAt + 40 * DAY - 5);
+    expect(chain.term.expiresAt).toBe(addTerms(chain.term.startsAt, 'monthly', 1));
+    expect(chain.status).toBe('active');
+  });
+});
+
+describe('order.cancelled', () => {
+  it('cancels the chain at the provider and stops its renewals', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'CAN-1' }));
+    await system.waitForChain('CAN-1', () => true);
+    const sent = await system.send('order.cancelled', { order: 'CAN-1' });
+    expect(sent.status).toBe(202);
+    const chain = await system.waitForChain('CAN-1', (c) => c.status === 'cancelled');
+    expect(chain.nextRenewalAt).toBeNull();
+    expect(await renewalJob('CAN-1', 2)).toBeUndefined();
+    const at = chain.history.at(-1);
+    expect(at).toMatchObject({ event: 'chain.cancelled', cause: { orderId: 'CAN-1' } });
+    // The provider refuses any further change to the cancelled order.
+    const refused = await system.started.provisioning
+      .suspendOrder({ id: 'CAN-1' })
+      .catch((e: Error) => e);
+    expect((refused as Error).message).toBe('order CAN-1 is cancelled');
+  });
+});

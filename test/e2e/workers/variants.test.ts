@@ -1,0 +1,98 @@
+// The external variant (test clock), and remote mode against the embedded core's HTTP API.
+import { Queue } from 'bullmq';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { manualClock, systemClock } from '../../../src/clock.js';
+import { addTerms } from '../../../src/domain/periods.js';
+import { QUEUE_PREFIX } from '../../../src/queues.js';
+import { DAY, orderPlaced, type System, startSystem } from '../../helpers/system.js';
+
+/** Runs the reconcile job now, as its scheduler would, so delays are recomputed from the clock. */
+async function reconcileNow(system: System) {
+  const redis = new Redis(system.redis.url, { maxRetriesPerRequest: null });
+  const queue = new Queue('maintenance', { connection: redis, prefix: QUEUE_PREFIX });
+  await queue.add('reconcile now', {});
+  await queue.close();
+  await redis.quit();
+}
+
+describe('the external variant', () => {
+  const clock = manualClock(systemClock.now());
+  let system: System;
+
+  beforeAll(async () => {
+    system = await startSystem({ clock, env: { PARTNER_VARIANT: 'external' } });
+  });
+  afterAll(async () => system.close());
+
+  it('places a first order (createFirstOrder, starting now) and renews it with createRenewalOrder', async () => {
+    const placedAt = clock.now();
+    await system.send('order.placed', orderPlaced({ order: 'X-1', licenses: 3 }));
+    const placed = await system.waitForChain('X-1', () => true);
+    expect(placed.term).toEqual({
+      orderId: 'X-1',
+      count: 1,
+      startsAt: placedAt,
+      expiresAt: addTerms(placedAt, 'monthly', 1),
+    });
+
+    // 25 days later the renewal is due; reconcile moves its job to now by the test clock.
+    clock.advance(25 * DAY);
+    await reconcileNow(system);
+    const renewed = await system.waitForChain('X-1', (c) => c.term.count === 2);
+    expect(renewed.term).toEqual({
+      orderId: 'X-1.r2',
+      count: 2,
+      startsAt: placed.term.expiresAt,
+      expiresAt: addTerms(placedAt, 'monthly', 2),
+    });
+    expect(renewed.licenses).toBe(3);
+  });
+});
+
+describe('remote mode', () => {
+  let provider: System;
+  let system: System;
+
+  beforeAll(async () => {
+    // The provider: the embedded core served over HTTP, no workers of its own.
+    provider = await startSystem({ role: 'api' });
+    const { apiKey } = await provider.started.runtime.partners.create({
+      name: 'remote-workers',
+      variant: 'marketplace',
+      now: provider.started.runtime.clock.now(),
+    });
+    system = await startSystem({
+      env: {
+        PROVISIONING_URL: `${provider.baseUrl}/provisioning`,
+        PROVISIONING_API_KEY: apiKey,
+        PARTNER_VARIANT: 'marketplace',
+      },
+    });
+  });
+  afterAll(async () => {
+    await system.close();
+    await provider.close();
+  });
+
+  it('drives the remote service over HTTP: first order and renewal exist there', async () => {
+    const startsAt = systemClock.now() - 25 * DAY;
+    await system.send('order.placed', orderPlaced({ order: 'R-1', startsAt }));
+    const chain = await system.waitForChain('R-1', (c) => c.term.count === 2);
+    expect(chain.term.startsAt).toBe(addTerms(startsAt, 'monthly', 1));
+
+    const { runtime } = provider.started;
+    const partner = (await runtime.partners.list()).find((p) => p.name === 'remote-workers');
+    if (!partner) throw new Error('remote partner missing');
+    const first = await runtime.store.getOrder(partner, 'R-1');
+    const renewal = await runtime.store.getOrder(partner, 'R-1.r2');
+    expect(first).toMatchObject({ startsAt, licenses: 5 });
+    // Without extensions a remote marketplace renewal is a plain controlled-start order.
+    expect(renewal).toMatchObject({ startsAt: chain.term.startsAt, parent: 'R-1.r2', count: 1 });
+  });
+
+  it('is not a provisioning service itself', async () => {
+    const res = await fetch(`${system.baseUrl}/provisioning`, { method: 'POST' });
+    expect(res.status).toBe(404);
+  });
+});

@@ -1,0 +1,361 @@
+// The chain store against a real redis-server: its lock, versioned saves, history and indexes.
+import type { Redis } from 'ioredis';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { chainIdOf, chainKeys } from '../../../src/chains/keys.js';
+import { type Chain, chainRecord, type HistoryEntry } from '../../../src/chains/records.js';
+import { ChainStore } from '../../../src/chains/store.js';
+import { TransientError } from '../../../src/errors.js';
+import { connectRedis } from '../../../src/redis/connection.js';
+import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
+
+const NOW = Date.UTC(2025, 2, 1) / 1000;
+const DAY = 86_400;
+/** Short enough to wait out in a test, long enough for a few round trips. */
+const SHORT_LEASE_MS = 200;
+
+let server: TestRedis;
+let redis: Redis;
+let store: ChainStore;
+
+beforeAll(async () => {
+  server = await startTestRedis();
+  redis = await connectRedis(server.url, 'worker');
+});
+
+afterAll(async () => {
+  await redis?.quit();
+  await server?.stop();
+});
+
+beforeEach(async () => {
+  await redis.flushdb();
+  store = new ChainStore(redis);
+});
+
+/** A chain as the workers would write it, for the first order `order`. */
+function chainFor(order: string, overrides: Partial<Omit<Chain, 'version'>> = {}) {
+  const next: Omit<Chain, 'version'> = {
+    id: chainIdOf(order),
+    order,
+    customer: 'cust-1',
+    product: 'prod-1',
+    duration: 'monthly',
+    status: 'active',
+    autoRenew: true,
+    payment: 'ok',
+    needsReactivation: false,
+    licenses: 10,
+    nextLicenses: 10,
+    term: { orderId: order, count: 1, startsAt: NOW, expiresAt: NOW + 31 * DAY },
+    previousTerm: null,
+    partials: [],
+    addOns: [],
+    mainChain: null,
+    intent: null,
+    nextRenewalAt: NOW + 24 * DAY,
+    flagged: null,
+    createdAt: NOW,
+    updatedAt: NOW,
+    ...overrides,
+  };
+  // Every hand-built chain must be one the store can read back.
+  chainRecord.parse({ ...next, version: 0 });
+  return next;
+}
+
+function entry(event: string, at = NOW): HistoryEntry {
+  return { at, event, detail: `${event} detail`, cause: { jobId: 'job-1' } };
+}
+
+/** Takes the lock with `token` and creates the chain, keeping the lock unless told otherwise. */
+async function create(
+  next: Omit<Chain, 'version'>,
+  options: {
+    token?: string;
+    release?: boolean;
+    history?: HistoryEntry[];
+    orderIds?: string[];
+  } = {},
+): Promise<Chain> {
+  const token = options.token ?? 'creator';
+  expect(await store.lock(next.id, token)).toEqual({ kind: 'held', chain: null });
+  return store.save({
+    chainId: next.id,
+    token,
+    previous: null,
+    next,
+    history: options.history,
+    orderIds: options.orderIds ?? [next.order],
+    release: options.release ?? true,
+  });
+}
+
+describe('ChainStore lock', () => {
+  const chainId = chainIdOf('ord-lock');
+
+  it('is exclusive: a second token finds the chain locked', async () => {
+    expect(await store.lock(chainId, 'a')).toEqual({ kind: 'held', chain: null });
+    expect(await store.lock(chainId, 'b')).toEqual({ kind: 'locked' });
+  });
+
+  it('is re-entrant for the same token and renews its lease', async () => {
+    expect((await store.lock(chainId, 'a', 5_000)).kind).toBe('held');
+    expect((await store.lock(chainId, 'a', 60_000)).kind).toBe('held');
+    expect(await redis.pttl(chainKeys(chainId).lock)).toBeGreaterThan(5_000);
+  });
+
+  it('reads the stored chain in the same call', async () => {
+    const saved = await create(chainFor('ord-lock'));
+    expect(await store.lock(chainId, 'a')).toEqual({ kind: 'held', chain: saved });
+  });
+
+  it('expires after its lease, so another token can take it', async () => {
+    expect((await store.lock(chainId, 'a', SHORT_LEASE_MS)).kind).toBe('held');
+    expect((await store.lock(chainId, 'b')).kind).toBe('locked');
+    await expect
+      .poll(async () => (await store.lock(chainId, 'b')).kind, { timeout: 5_000, interval: 50 })
+      .toBe('held');
+    expect((await store.lock(chainId, 'a')).kind).toBe('locked');
+  });
+
+  it('is released by unlock with our token', async () => {
+    await store.lock(chainId, 'a');
+    await store.unlock(chainId, 'a');
+    expect((await store.lock(chainId, 'b')).kind).toBe('held');
+  });
+
+  it('is not released by unlock with another token', async () => {
+    await store.lock(chainId, 'a');
+    await store.unlock(chainId, 'b');
+    expect((await store.lock(chainId, 'b')).kind).toBe('locked');
+    expect(await redis.get(chainKeys(chainId).lock)).toBe('a');
+  });
+});
+
+describe('ChainStore save', () => {
+  describe('when it creates a chain', () => {
+    it('stores version 0 and returns what it stored', async () => {
+      const next = chainFor('ord-1');
+      const saved = await create(next);
+      expect(saved).toEqual({ ...next, version: 0 });
+      expect(await store.get(next.id)).toEqual(saved);
+    });
+
+    it('releases the lock when asked to', async () => {
+      const next = chainFor('ord-1');
+      await create(next, { release: true });
+      expect(await redis.exists(chainKeys(next.id).lock)).toBe(0);
+    });
+
+    it('keeps the lock when not asked to release it', async () => {
+      const next = chainFor('ord-1');
+      await create(next, { token: 'keeper', release: false });
+      expect(await redis.get(chainKeys(next.id).lock)).toBe('keeper');
+    });
+
+    it('refuses to create a chain that already exists', async () => {
+      const next = chainFor('ord-1');
+      await create(next, { token: 't', release: false });
+      await expect(
+        store.save({ chainId: next.id, token: 't', previous: null, next, release: true }),
+      ).rejects.toMatchObject({ name: 'TransientError', code: 'chain_changed' });
+    });
+  });
+
+  describe('when it updates a chain', () => {
+    it('bumps the version on each write', async () => {
+      const first = await create(chainFor('ord-1'), { token: 't', release: false });
+      const second = await store.save({
+        chainId: first.id,
+        token: 't',
+        previous: first,
+        next: { ...first, licenses: 12, updatedAt: NOW + 1 },
+        release: false,
+      });
+      const third = await store.save({
+        chainId: first.id,
+        token: 't',
+        previous: second,
+        next: { ...second, nextLicenses: 15, updatedAt: NOW + 2 },
+        release: true,
+      });
+      expect([first.version, second.version, third.version]).toEqual([0, 1, 2]);
+      expect(await store.get(first.id)).toEqual(third);
+      expect(third).toMatchObject({ licenses: 12, nextLicenses: 15 });
+    });
+
+    it('appends history entries in order, across writes', async () => {
+      const first = await create(chainFor('ord-1'), {
+        token: 't',
+        release: false,
+        history: [entry('chain.created', NOW), entry('order.created', NOW + 1)],
+      });
+      await store.save({
+        chainId: first.id,
+        token: 't',
+        previous: first,
+        next: first,
+        history: [entry('renewal.ordered', NOW + 2)],
+        release: true,
+      });
+      expect((await store.history(first.id)).map((e) => e.event)).toEqual([
+        'chain.created',
+        'order.created',
+        'renewal.ordered',
+      ]);
+      expect((await store.history(first.id))[0]).toEqual(entry('chain.created', NOW));
+    });
+
+    it('maps every order id of the chain back to it', async () => {
+      const first = await create(chainFor('ord-1'), { token: 't', release: false });
+      const second = await store.save({
+        chainId: first.id,
+        token: 't',
+        previous: first,
+        next: first,
+        orderIds: ['ord-1.r2', 'ord-1.p1'],
+        release: true,
+      });
+      for (const orderId of ['ord-1', 'ord-1.r2', 'ord-1.p1']) {
+        expect(await store.chainIdOfOrder(orderId)).toBe(first.id);
+        expect(await store.getByOrder(orderId)).toEqual(second);
+      }
+      expect(await store.getByOrder('ord-2')).toBe(null);
+    });
+
+    it('refuses a write with a stale previous version', async () => {
+      const first = await create(chainFor('ord-1'), { token: 't', release: false });
+      await store.save({
+        chainId: first.id,
+        token: 't',
+        previous: first,
+        next: { ...first, licenses: 11 },
+        release: false,
+      });
+      const stale = store.save({
+        chainId: first.id,
+        token: 't',
+        previous: first,
+        next: { ...first, licenses: 99 },
+        release: true,
+      });
+      await expect(stale).rejects.toBeInstanceOf(TransientError);
+      await expect(stale).rejects.toMatchObject({ code: 'chain_changed' });
+      expect(await store.get(first.id)).toMatchObject({ version: 1, licenses: 11 });
+    });
+  });
+
+  describe('when the lock is not ours', () => {
+    it('refuses a write without the lock', async () => {
+      const next = chainFor('ord-1');
+      await expect(
+        store.save({ chainId: next.id, token: 't', previous: null, next, release: true }),
+      ).rejects.toMatchObject({ name: 'TransientError', code: 'chain_lock_lost' });
+      expect(await store.get(next.id)).toBe(null);
+    });
+
+    it('refuses a write after the lease ran out and another token took the lock', async () => {
+      const first = await create(chainFor('ord-1'));
+      expect((await store.lock(first.id, 'slow', SHORT_LEASE_MS)).kind).toBe('held');
+      await expect
+        .poll(async () => (await store.lock(first.id, 'fast')).kind, {
+          timeout: 5_000,
+          interval: 50,
+        })
+        .toBe('held');
+      const late = store.save({
+        chainId: first.id,
+        token: 'slow',
+        previous: first,
+        next: { ...first, licenses: 99 },
+        history: [entry('late.write')],
+        orderIds: ['ord-1.r2'],
+        release: true,
+      });
+      await expect(late).rejects.toBeInstanceOf(TransientError);
+      await expect(late).rejects.toMatchObject({ code: 'chain_lock_lost' });
+      expect(await store.get(first.id)).toEqual(first);
+      expect(await store.history(first.id)).toEqual([]);
+      expect(await store.chainIdOfOrder('ord-1.r2')).toBe(null);
+      expect(await redis.get(chainKeys(first.id).lock)).toBe('fast');
+    });
+  });
+});
+
+describe('ChainStore indexes', () => {
+  it('lists the chains due until a time, earliest first', async () => {
+    await create(chainFor('late', { nextRenewalAt: NOW + 20 * DAY }));
+    await create(chainFor('early', { nextRenewalAt: NOW + 10 * DAY }));
+    await create(chainFor('never', { nextRenewalAt: null, autoRenew: false }));
+    expect((await store.dueUntil(NOW + 9 * DAY)).map((c) => c.order)).toEqual([]);
+    expect((await store.dueUntil(NOW + 10 * DAY)).map((c) => c.order)).toEqual(['early']);
+    expect((await store.dueUntil(NOW + 365 * DAY)).map((c) => c.order)).toEqual(['early', 'late']);
+    expect((await store.dueUntil(NOW + 365 * DAY, 1)).map((c) => c.order)).toEqual(['early']);
+  });
+
+  it('moves a chain in the due index when its renewal time changes', async () => {
+    const first = await create(chainFor('ord-1', { nextRenewalAt: NOW + 20 * DAY }), {
+      token: 't',
+      release: false,
+    });
+    await store.save({
+      chainId: first.id,
+      token: 't',
+      previous: first,
+      next: { ...first, nextRenewalAt: NOW + 5 * DAY },
+      release: true,
+    });
+    expect((await store.dueUntil(NOW + 5 * DAY)).map((c) => c.order)).toEqual(['ord-1']);
+  });
+
+  it('drops a chain from the due index when its renewal time is removed', async () => {
+    const first = await create(chainFor('ord-1'), { token: 't', release: false });
+    expect(await store.dueUntil(NOW + 365 * DAY)).toHaveLength(1);
+    await store.save({
+      chainId: first.id,
+      token: 't',
+      previous: first,
+      next: { ...first, autoRenew: false, nextRenewalAt: null },
+      release: true,
+    });
+    expect(await store.dueUntil(NOW + 365 * DAY)).toEqual([]);
+    expect(await store.get(first.id)).toMatchObject({ nextRenewalAt: null, version: 1 });
+  });
+
+  it("lists a customer's chains, oldest first, and only theirs", async () => {
+    await create(chainFor('b-newer', { customer: 'cust:1', createdAt: NOW + 2 }));
+    await create(chainFor('a-older', { customer: 'cust:1', createdAt: NOW + 1 }));
+    await create(chainFor('other', { customer: 'cust-2', createdAt: NOW }));
+    expect((await store.listByCustomer('cust:1')).map((c) => c.order)).toEqual([
+      'a-older',
+      'b-newer',
+    ]);
+    expect((await store.listByCustomer('cust-2')).map((c) => c.order)).toEqual(['other']);
+    expect(await store.listByCustomer('nobody')).toEqual([]);
+  });
+
+  it('pages through every chain id, oldest first, keeping the creation order on updates', async () => {
+    const orders = ['o0', 'o1', 'o2', 'o3', 'o4'];
+    for (const [i, order] of orders.entries()) {
+      await create(chainFor(order, { createdAt: NOW + i }), { token: 't', release: false });
+    }
+    const oldest = await store.get(chainIdOf('o0'));
+    if (!oldest) throw new Error('o0 was not stored');
+    await store.save({
+      chainId: oldest.id,
+      token: 't',
+      previous: oldest,
+      next: { ...oldest, createdAt: NOW + 100, updatedAt: NOW + 100 },
+      release: true,
+    });
+
+    const pages: string[][] = [];
+    for (let offset = 0; ; offset += 2) {
+      const page = await store.pageOfChainIds(offset, 2);
+      if (page.length === 0) break;
+      pages.push(page);
+    }
+    expect(pages.map((page) => page.length)).toEqual([2, 2, 1]);
+    expect(pages.flat()).toEqual(orders.map(chainIdOf));
+  });
+});

@@ -1,0 +1,326 @@
+// Scheduling renewal jobs ("ensure", not "add") on a real BullMQ queue backed by redis-server.
+import { randomUUID } from 'node:crypto';
+import { type Job, Queue, UnrecoverableError, Worker } from 'bullmq';
+import fc from 'fast-check';
+import type { Redis } from 'ioredis';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
+import {
+  addNextRenewalJob,
+  ensureRenewalJob,
+  renewalJobData,
+  renewalJobId,
+} from '../../../jobs/renewals.js';
+import { chainIdOf } from '../../../src/chains/keys.js';
+import { type Chain, chainRecord } from '../../../src/chains/records.js';
+import { QUEUES } from '../../../src/queues.js';
+import { connectRedis } from '../../../src/redis/connection.js';
+import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
+
+/** The fixed clock of every test: delays are relative to it, never to the system time. */
+const NOW = Date.UTC(2025, 2, 1) / 1000;
+const DAY = 86_400;
+const HOUR = 3_600;
+
+let server: TestRedis;
+let redis: Redis;
+let prefix: string;
+let queue: Queue;
+const workers: Worker[] = [];
+
+beforeAll(async () => {
+  server = await startTestRedis();
+  redis = await connectRedis(server.url, 'worker');
+});
+
+afterAll(async () => {
+  await redis?.quit();
+  await server?.stop();
+});
+
+beforeEach(async () => {
+  await redis.flushdb();
+  prefix = `test-${randomUUID()}`;
+  queue = new Queue(QUEUES.renewals, { connection: redis, prefix });
+});
+
+afterEach(async () => {
+  vi.useRealTimers();
+  await Promise.all(workers.splice(0).map((worker) => worker.close()));
+  await queue.close();
+});
+
+/** A chain whose latest term is `count`, renewing at `nextRenewalAt`. */
+function chainFor(order: string, overrides: Partial<Chain> = {}): Chain {
+  return chainRecord.parse({
+    id: chainIdOf(order),
+    order,
+    customer: 'cust-1',
+    product: 'prod-1',
+    duration: 'monthly',
+    status: 'active',
+    autoRenew: true,
+    payment: 'ok',
+    licenses: 10,
+    nextLicenses: 10,
+    term: { orderId: order, count: 1, startsAt: NOW, expiresAt: NOW + 31 * DAY },
+    intent: null,
+    nextRenewalAt: NOW + 24 * DAY,
+    version: 0,
+    createdAt: NOW,
+    updatedAt: NOW,
+    ...overrides,
+  });
+}
+
+async function jobOf(chain: Chain): Promise<Job> {
+  const job = await queue.getJob(renewalJobId(chain.id, chain.term.count + 1));
+  if (!job) throw new Error(`no renewal job for chain ${chain.order}`);
+  return job as Job;
+}
+
+/** When BullMQ will really fire the delayed job (ms), from its score in the delayed set. */
+async function firesAt(jobId: string): Promise<number | null> {
+  const score = await redis.zscore(`${prefix}:${QUEUES.renewals}:delayed`, jobId);
+  return score === null ? null : Math.floor(Number(score) / 0x1000);
+}
+
+/** Runs the queue's due jobs with `processor` until the job `jobId` has finished. */
+async function runJob(
+  jobId: string,
+  processor: () => Promise<string>,
+  event: 'completed' | 'failed',
+): Promise<void> {
+  const worker = new Worker(QUEUES.renewals, processor, { connection: redis, prefix });
+  workers.push(worker);
+  await new Promise<void>((resolve) => {
+    const settle = (job: Job | undefined): void => {
+      if (job?.id === jobId) resolve();
+    };
+    if (event === 'completed') worker.on('completed', settle);
+    else worker.on('failed', settle);
+  });
+  await worker.close();
+}
+
+describe('ensureRenewalJob', () => {
+  describe('when the chain has no job yet', () => {
+    it('adds a delayed job for the next term, named and described for people', async () => {
+      const chain = chainFor('ord-1');
+      const before = Date.now();
+      await ensureRenewalJob(queue, chain, NOW);
+      const after = Date.now();
+
+      const job = await jobOf(chain);
+      expect(job.id).toBe(`renew-${chain.id}-2`);
+      expect(job.name).toBe('renew ord-1 term 2');
+      expect(renewalJobData.parse(job.data)).toEqual({
+        chainId: chain.id,
+        order: 'ord-1',
+        customer: 'cust-1',
+        count: 2,
+        dueAt: NOW + 24 * DAY,
+      });
+      expect(await job.getState()).toBe('delayed');
+      expect(job.delay).toBe(24 * DAY * 1000);
+      expect(job.timestamp).toBeGreaterThanOrEqual(before);
+      expect(job.timestamp).toBeLessThanOrEqual(after);
+      expect(await firesAt(job.id ?? '')).toBe(job.timestamp + 24 * DAY * 1000);
+    });
+
+    it('adds a due chain as a waiting job with no delay', async () => {
+      const chain = chainFor('ord-1', { nextRenewalAt: NOW });
+      await ensureRenewalJob(queue, chain, NOW);
+      const job = await jobOf(chain);
+      expect(await job.getState()).toBe('waiting');
+      expect(job.delay).toBe(0);
+    });
+
+    it('clamps a renewal time in the past to no delay', async () => {
+      const chain = chainFor('ord-1', { nextRenewalAt: NOW - 2 * DAY });
+      await ensureRenewalJob(queue, chain, NOW);
+      const job = await jobOf(chain);
+      expect(await job.getState()).toBe('waiting');
+      expect(job.delay).toBe(0);
+    });
+
+    it('adds nothing for a chain that will not renew', async () => {
+      const chain = chainFor('ord-1', { autoRenew: false, nextRenewalAt: null });
+      await ensureRenewalJob(queue, chain, NOW);
+      expect(await queue.getJob(renewalJobId(chain.id, 2))).toBeUndefined();
+    });
+  });
+
+  describe('when the job already exists', () => {
+    it('keeps one job, untouched, when called twice with the same chain', async () => {
+      const chain = chainFor('ord-1');
+      await ensureRenewalJob(queue, chain, NOW);
+      const first = await jobOf(chain);
+      await ensureRenewalJob(queue, chain, NOW);
+      const second = await jobOf(chain);
+      expect(await queue.getJobCounts('delayed', 'waiting')).toEqual({ delayed: 1, waiting: 0 });
+      expect([second.timestamp, second.delay]).toEqual([first.timestamp, first.delay]);
+      expect(await firesAt(second.id ?? '')).toBe(await firesAt(first.id ?? ''));
+    });
+
+    it("moves a delayed job to the chain's new renewal time", async () => {
+      const chain = chainFor('ord-1');
+      await ensureRenewalJob(queue, chain, NOW);
+      const moved = { ...chain, nextRenewalAt: NOW + 10 * DAY };
+      const before = Date.now();
+      await ensureRenewalJob(queue, moved, NOW);
+      const after = Date.now();
+
+      const job = await jobOf(moved);
+      expect(await job.getState()).toBe('delayed');
+      expect(job.delay).toBe(10 * DAY * 1000);
+      const at = await firesAt(job.id ?? '');
+      expect(at).toBeGreaterThanOrEqual(before + 10 * DAY * 1000);
+      expect(at).toBeLessThanOrEqual(after + 10 * DAY * 1000);
+      expect(await queue.getJobCounts('delayed')).toEqual({ delayed: 1 });
+    });
+
+    it("shows the new due time in a moved job's data", async () => {
+      const chain = chainFor('ord-1');
+      await ensureRenewalJob(queue, chain, NOW);
+      await ensureRenewalJob(queue, { ...chain, nextRenewalAt: NOW + 10 * DAY }, NOW);
+      expect((await jobOf(chain)).data).toMatchObject({ dueAt: NOW + 10 * DAY });
+    });
+
+    it('fires a job moved twice at the second new time, however long after it was added', async () => {
+      // BullMQ's job timestamps come from the client's clock: fake only Date to let an hour pass.
+      vi.useFakeTimers({ toFake: ['Date'] });
+      const added = Date.UTC(2025, 2, 1);
+      vi.setSystemTime(added);
+      const chain = chainFor('ord-1', { nextRenewalAt: NOW + 20 * DAY });
+      await ensureRenewalJob(queue, chain, NOW);
+
+      // An hour later the chain moves to day 10: the job is moved (delay now 10 days - 1 hour).
+      vi.setSystemTime(added + HOUR * 1000);
+      const now = NOW + HOUR;
+      await ensureRenewalJob(queue, { ...chain, nextRenewalAt: NOW + 10 * DAY }, now);
+      expect(await firesAt(renewalJobId(chain.id, 2))).toBe(added + 10 * DAY * 1000);
+
+      // Then it moves one hour earlier: the job must follow.
+      await ensureRenewalJob(queue, { ...chain, nextRenewalAt: NOW + 10 * DAY - HOUR }, now);
+      expect(await firesAt(renewalJobId(chain.id, 2))).toBe(added + (10 * DAY - HOUR) * 1000);
+    });
+
+    it('leaves a waiting job alone', async () => {
+      const chain = chainFor('ord-1', { nextRenewalAt: NOW });
+      await ensureRenewalJob(queue, chain, NOW);
+      await ensureRenewalJob(queue, chain, NOW);
+      expect(await queue.getJobCounts('delayed', 'waiting')).toEqual({ delayed: 0, waiting: 1 });
+    });
+  });
+
+  describe('when the chain will no longer renew', () => {
+    it('removes its delayed job', async () => {
+      const chain = chainFor('ord-1');
+      await ensureRenewalJob(queue, chain, NOW);
+      await ensureRenewalJob(queue, { ...chain, autoRenew: false, nextRenewalAt: null }, NOW);
+      expect(await queue.getJob(renewalJobId(chain.id, 2))).toBeUndefined();
+      expect(await queue.getJobCounts('delayed')).toEqual({ delayed: 0 });
+    });
+
+    it('removes its waiting job', async () => {
+      const chain = chainFor('ord-1', { nextRenewalAt: NOW });
+      await ensureRenewalJob(queue, chain, NOW);
+      await ensureRenewalJob(queue, { ...chain, status: 'cancelled', nextRenewalAt: null }, NOW);
+      expect(await queue.getJob(renewalJobId(chain.id, 2))).toBeUndefined();
+    });
+  });
+
+  describe('when the job for the next term already finished', () => {
+    it('replaces a completed job that the chain still needs with a new delayed one', async () => {
+      const chain = chainFor('ord-1', { nextRenewalAt: NOW });
+      await ensureRenewalJob(queue, chain, NOW);
+      const id = renewalJobId(chain.id, 2);
+      await runJob(id, async () => 'skipped: auto_renew_off', 'completed');
+      expect(await (await jobOf(chain)).getState()).toBe('completed');
+
+      const needed = { ...chain, nextRenewalAt: NOW + 3 * DAY };
+      await ensureRenewalJob(queue, needed, NOW);
+      const job = await jobOf(needed);
+      expect(await job.getState()).toBe('delayed');
+      expect(job.delay).toBe(3 * DAY * 1000);
+      expect(job.finishedOn).toBeUndefined();
+      expect(job.returnvalue).toBeFalsy();
+      expect(await queue.getJobCounts('completed', 'delayed')).toEqual({
+        completed: 0,
+        delayed: 1,
+      });
+    });
+
+    it('replaces a failed job that the chain still needs with a new delayed one', async () => {
+      const chain = chainFor('ord-1', { nextRenewalAt: NOW });
+      await ensureRenewalJob(queue, chain, NOW);
+      const id = renewalJobId(chain.id, 2);
+      await runJob(
+        id,
+        async () => {
+          throw new UnrecoverableError('flagged for an operator');
+        },
+        'failed',
+      );
+      expect(await (await jobOf(chain)).getState()).toBe('failed');
+
+      await ensureRenewalJob(queue, { ...chain, nextRenewalAt: NOW + DAY }, NOW);
+      const job = await jobOf(chain);
+      expect(await job.getState()).toBe('delayed');
+      expect(job.failedReason).toBeFalsy();
+      expect(await queue.getJobCounts('failed', 'delayed')).toEqual({ failed: 0, delayed: 1 });
+    });
+  });
+});
+
+describe('addNextRenewalJob', () => {
+  it('adds the delayed job for the term after the latest one', async () => {
+    const chain = chainFor('ord-1', {
+      term: { orderId: 'ord-1.r2', count: 2, startsAt: NOW, expiresAt: NOW + 31 * DAY },
+      nextRenewalAt: NOW + 24 * DAY,
+    });
+    await addNextRenewalJob(queue, chain, NOW);
+    const job = await jobOf(chain);
+    expect(job.id).toBe(`renew-${chain.id}-3`);
+    expect(job.data).toMatchObject({ count: 3, dueAt: NOW + 24 * DAY });
+    expect(await job.getState()).toBe('delayed');
+    expect(job.delay).toBe(24 * DAY * 1000);
+  });
+
+  it('adds nothing for a chain that will not renew', async () => {
+    const chain = chainFor('ord-1', { autoRenew: false, nextRenewalAt: null });
+    await addNextRenewalJob(queue, chain, NOW);
+    expect(await queue.getJobCounts('delayed', 'waiting')).toEqual({ delayed: 0, waiting: 0 });
+  });
+});
+
+describe('renewal job ids', () => {
+  it('are accepted by BullMQ for order ids that are all digits or hold a colon', async () => {
+    for (const order of ['12345', 'a:b', '::', '0']) {
+      const chain = chainFor(order);
+      await ensureRenewalJob(queue, chain, NOW);
+      expect((await jobOf(chain)).data).toMatchObject({ order });
+    }
+    expect(await queue.getJobCounts('delayed')).toEqual({ delayed: 4 });
+  });
+
+  it('never contain a colon and are never all digits', () => {
+    fc.assert(
+      fc.property(
+        fc.oneof(fc.string(), fc.stringMatching(/^[0-9:]+$/)),
+        fc.integer({ min: 2, max: 10_000 }),
+        (order, count) => {
+          const id = renewalJobId(chainIdOf(order), count);
+          expect(id).not.toContain(':');
+          expect(id).not.toMatch(/^\d+$/);
+          expect(id.endsWith(`-${count}`)).toBe(true);
+        },
+      ),
+    );
+  });
+
+  it('differ between chains and between terms of one chain', () => {
+    expect(renewalJobId(chainIdOf('a:b'), 2)).not.toBe(renewalJobId(chainIdOf('a_b'), 2));
+    expect(renewalJobId(chainIdOf('a:b'), 2)).not.toBe(renewalJobId(chainIdOf('a:b'), 3));
+  });
+});
