@@ -566,8 +566,10 @@ async function benchmark(options: Options, url: string, log: (line: string) => v
   }
 }
 
-async function main(): Promise<void> {
-  const options = parseOptions(process.argv.slice(2));
+const USAGE =
+  'usage: npm run bench -- [--chains N] [--concurrency C] [--rounds R] [--json] [--redis-url URL]';
+
+async function main(options: Options): Promise<void> {
   countRoundTrips();
   const redis = await openRedis(options.redisUrl);
   // A Ctrl-C or kill must not leave our redis-server running.
@@ -587,9 +589,18 @@ async function main(): Promise<void> {
   }
 }
 
-main().catch((error: unknown) => {
+let options: Options;
+try {
+  options = parseOptions(process.argv.slice(2));
+} catch (error) {
+  process.stderr.write(`${error instanceof Error ? error.message : String(error)}\n${USAGE}\n`);
+  process.exit(2);
+}
+main(options).catch((error: unknown) => {
   process.stderr.write(
     `renewal-burst failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
   );
-  process.exitCode = 1;
+  // Everything we opened is closed by now, but a connection whose first connect failed keeps
+  // reconnecting (connectRedis does not close it) and would hold the process open.
+  process.exit(1);
 });

@@ -1,12 +1,18 @@
 // The `billing` command: start the service and manage partner accounts.
-import { Command, Option } from 'commander';
+import { userInfo } from 'node:os';
+import { Queue } from 'bullmq';
+import { Argument, Command, Option } from 'commander';
 import { describeSettings, loadSettings, type Settings } from '../config/settings.js';
+import { ChainStore } from './chains/store.js';
+import type { ChainView } from './chains/view.js';
 import { systemClock } from './clock.js';
 import { openRuntime, type Runtime } from './embedded.js';
-import { ConfigError, RefusalError } from './errors.js';
+import { ConfigError, RefusalError, TransientError } from './errors.js';
 import { createLogger, type Logger } from './logger.js';
 import { type Role, start, stopOnSignals } from './main.js';
+import { type ChainOperations, makeChainOperations } from './ops/chain-operations.js';
 import { variants } from './provisioning/schemas.js';
+import { QUEUE_PREFIX, QUEUES } from './queues.js';
 
 function settingsOrExit(): Settings {
   try {
@@ -152,14 +158,138 @@ export function buildCli(): Command {
         })),
       );
     });
+  addChainCommands(program);
   return program;
+}
+
+/** Runs chain operations against the configured Redis, as the ops API would. */
+async function withChainOperations<T>(run: (ops: ChainOperations) => Promise<T>): Promise<T> {
+  return withRuntime(async (rt) => {
+    const settings = settingsOrExit();
+    const renewals = new Queue(QUEUES.renewals, { connection: rt.redis, prefix: QUEUE_PREFIX });
+    try {
+      const chains = new ChainStore(rt.redis);
+      return await run(
+        makeChainOperations({
+          chains,
+          renewals,
+          clock: rt.clock,
+          leadDays: settings.RENEWAL_LEAD_DAYS,
+        }),
+      );
+    } finally {
+      await renewals.close();
+    }
+  });
+}
+
+const iso = (epochSeconds: number | null) =>
+  epochSeconds === null ? '-' : new Date(epochSeconds * 1000).toISOString().replace('.000Z', 'Z');
+
+function printChain(chain: ChainView): void {
+  const lines = [
+    `chain     ${chain.order} (customer ${chain.customer})`,
+    `product   ${chain.product}, ${chain.duration}`,
+    `status    ${chain.status}, payment ${chain.payment}, auto-renew ${chain.autoRenew ? 'on' : 'off'}`,
+    `licenses  ${chain.licenses} now, ${chain.nextLicenses} at the next renewal`,
+    `term      #${chain.term.count} ${chain.term.orderId}: ${iso(chain.term.startsAt)} – ${iso(chain.term.expiresAt)}`,
+    `renews    ${iso(chain.nextRenewalAt)}`,
+  ];
+  if (chain.flagged) lines.push(`flagged   ${chain.flagged}`);
+  process.stdout.write(`${lines.join('\n')}\n\nhistory\n`);
+  printTable(
+    chain.history.map((h) => ({
+      at: iso(h.at),
+      event: h.event,
+      detail: h.detail,
+      cause: Object.entries(h.cause)
+        .map(([k, v]) => `${k}=${v}`)
+        .join(' '),
+    })),
+  );
+}
+
+const operator = () => ({ operator: `cli:${userInfo().username}` });
+
+function parseDays(value: string): number {
+  if (!/^\d+$/.test(value) || Number(value) > 3660) {
+    throw new ConfigError(
+      'invalid_flag',
+      `--within must be a whole number of days (0..3660), got ${JSON.stringify(value)}`,
+    );
+  }
+  return Number(value);
+}
+
+function addChainCommands(program: Command): void {
+  const chains = program.command('chains').description('order chains the workers keep');
+  chains
+    .command('show')
+    .description('show a chain (name any of its order ids) with its history')
+    .argument('<order>', 'an order id of the chain')
+    .option('--json', 'print JSON')
+    .action(async (order: string, opts: { json?: boolean }) => {
+      const chain = await withChainOperations((ops) => ops.show(order));
+      if (opts.json) process.stdout.write(`${JSON.stringify(chain)}\n`);
+      else printChain(chain);
+    });
+  chains
+    .command('auto-renew')
+    .description('switch auto-renewal of a chain on or off')
+    .argument('<order>', 'an order id of the chain')
+    .addArgument(new Argument('<state>', 'on or off').choices(['on', 'off']))
+    .option('--json', 'print JSON')
+    .action(async (order: string, state: 'on' | 'off', opts: { json?: boolean }) => {
+      const chain = await withChainOperations((ops) =>
+        ops.setAutoRenew(order, state === 'on', operator()),
+      );
+      if (opts.json) process.stdout.write(`${JSON.stringify(chain)}\n`);
+      else printChain(chain);
+    });
+  chains
+    .command('reactivated')
+    .description('confirm that a suspended chain was reactivated by hand at the provider')
+    .argument('<order>', 'an order id of the chain')
+    .option('--json', 'print JSON')
+    .action(async (order: string, opts: { json?: boolean }) => {
+      const chain = await withChainOperations((ops) => ops.reactivated(order, operator()));
+      if (opts.json) process.stdout.write(`${JSON.stringify(chain)}\n`);
+      else printChain(chain);
+    });
+
+  program
+    .command('renewals')
+    .description('renewals the workers will make')
+    .command('upcoming')
+    .description('renewals due within some days, earliest first')
+    .option('--within <days>', 'how many days ahead', parseDays, 7)
+    .option('--json', 'print JSON')
+    .action(async (opts: { within: number; json?: boolean }) => {
+      const renewals = await withChainOperations((ops) => ops.upcoming(opts.within));
+      if (opts.json) {
+        process.stdout.write(`${JSON.stringify({ renewals })}\n`);
+        return;
+      }
+      printTable(
+        renewals.map((r) => ({
+          due: iso(r.dueAt),
+          order: r.order,
+          customer: r.customer,
+          expires: iso(r.expiresAt),
+        })),
+      );
+    });
 }
 
 export async function runCli(argv: readonly string[]): Promise<void> {
   try {
     await buildCli().parseAsync([...argv]);
   } catch (error) {
-    if (error instanceof ConfigError || error instanceof RefusalError) {
+    if (
+      error instanceof ConfigError ||
+      error instanceof RefusalError ||
+      error instanceof TransientError
+    ) {
       process.stderr.write(`billing: ${error.message}\n`);
       process.exit(2);
     }

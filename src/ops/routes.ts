@@ -1,29 +1,15 @@
 // The ops API (DESIGN §5): operators look at chains, switch auto-renewal, cancel, reactivate.
-import type { Queue } from 'bullmq';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import { ensureRenewalJob } from '../../jobs/renewals.js';
-import { cancelChain } from '../chains/cancel.js';
-import type { Cause, Chain } from '../chains/records.js';
-import type { ChainStore } from '../chains/store.js';
-import { type ChainView, chainView } from '../chains/view.js';
-import type { ProvisioningClient } from '../client/provisioning-client.js';
-import type { Clock } from '../clock.js';
-import { SECONDS_PER_DAY } from '../domain/periods.js';
-import { nextRenewalAt } from '../domain/renewal.js';
+import type { Cause } from '../chains/records.js';
 import { ConfigError, NotFoundError, RefusalError, TransientError } from '../errors.js';
 import { isRedisUnavailable } from '../redis/connection.js';
 import { describeIssues } from '../validation.js';
 import { requireOpsToken } from './auth.js';
-import { withOperatorLock } from './operator-lock.js';
+import { type ChainOperationsDeps, makeChainOperations } from './chain-operations.js';
 
-export interface OpsDeps {
-  chains: ChainStore;
-  renewals: Queue;
-  provisioning: ProvisioningClient;
-  clock: Clock;
+export interface OpsDeps extends ChainOperationsDeps {
   token: string;
-  leadDays: number;
 }
 
 const orderParam = z.object({ order: z.string().min(1).max(128) });
@@ -56,25 +42,7 @@ function sendError(reply: FastifyReply, status: number, error: string, message: 
 }
 
 export function opsRoutes(deps: OpsDeps) {
-  const { chains, clock } = deps;
-
-  async function viewOf(chain: Chain): Promise<ChainView> {
-    const addOns = await chains.getMany(chain.addOns);
-    const [history, ...addOnHistories] = await Promise.all([
-      chains.history(chain.id),
-      ...addOns.map((a) => chains.history(a.id)),
-    ]);
-    return chainView(
-      { chain, history: history ?? [] },
-      addOns.map((a, i) => ({ chain: a, history: addOnHistories[i] ?? [] })),
-    );
-  }
-
-  async function chainOf(order: string): Promise<Chain> {
-    const chain = await chains.getByOrder(order);
-    if (!chain) throw new NotFoundError('chain_not_found', `no chain has an order ${order}`);
-    return chain;
-  }
+  const operations = makeChainOperations(deps);
 
   function causeOf(request: FastifyRequest): Cause {
     return { operator: parse(operatorHeader, request.headers['x-operator'], 'x-operator') };
@@ -106,123 +74,33 @@ export function opsRoutes(deps: OpsDeps) {
 
     app.get('/ops/chains/:order', async (request) => {
       const { order } = parse(orderParam, request.params, 'params');
-      return viewOf(await chainOf(order));
+      return operations.show(order);
     });
 
     app.put('/ops/chains/:order/auto-renew', async (request) => {
       const { order } = parse(orderParam, request.params, 'params');
       const { enabled } = parse(autoRenewBody, request.body, 'body');
-      const cause = causeOf(request);
-      const found = await chainOf(order);
-      const saved = await withOperatorLock(chains, found.id, async ({ chain, token }) => {
-        if (chain.autoRenew === enabled) return chain;
-        const now = clock.now();
-        const updated = { ...chain, autoRenew: enabled, updatedAt: now };
-        const next = {
-          ...updated,
-          nextRenewalAt: nextRenewalAt({ chain: updated, now, leadDays: deps.leadDays }),
-        };
-        return chains.save({
-          chainId: chain.id,
-          token,
-          previous: chain,
-          next,
-          history: [
-            {
-              at: now,
-              event: enabled ? 'auto_renew.enabled' : 'auto_renew.disabled',
-              detail: enabled ? 'auto-renewal switched on' : 'auto-renewal switched off',
-              cause,
-            },
-          ],
-          release: false,
-        });
-      });
-      await ensureRenewalJob(deps.renewals, saved, clock.now());
-      return viewOf(saved);
+      return operations.setAutoRenew(order, enabled, causeOf(request));
     });
 
     app.post('/ops/chains/:order/cancel', async (request) => {
       const { order } = parse(orderParam, request.params, 'params');
-      const cause = causeOf(request);
-      const found = await chainOf(order);
-      const saved = await withOperatorLock(chains, found.id, async ({ chain, token }) => {
-        if (chain.status === 'cancelled') return chain;
-        return cancelChain({
-          chains,
-          provisioning: deps.provisioning,
-          held: { chain, token },
-          now: clock.now(),
-          cause,
-          reason: 'cancelled by an operator',
-        });
-      });
-      await ensureRenewalJob(deps.renewals, saved, clock.now());
-      return viewOf(saved);
+      return operations.cancel(order, causeOf(request));
     });
 
     app.post('/ops/chains/:order/reactivated', async (request) => {
       const { order } = parse(orderParam, request.params, 'params');
-      const cause = causeOf(request);
-      const found = await chainOf(order);
-      const saved = await withOperatorLock(chains, found.id, async ({ chain, token }) => {
-        if (chain.status === 'cancelled') {
-          throw new RefusalError(
-            'chain_cancelled',
-            `chain ${chain.order} is cancelled and cannot be reactivated`,
-          );
-        }
-        if (chain.status !== 'suspended' && !chain.needsReactivation) return chain;
-        const now = clock.now();
-        const updated: Chain = {
-          ...chain,
-          status: chain.term.expiresAt <= now ? 'expired' : 'active',
-          needsReactivation: false,
-          updatedAt: now,
-        };
-        return chains.save({
-          chainId: chain.id,
-          token,
-          previous: chain,
-          next: {
-            ...updated,
-            nextRenewalAt: nextRenewalAt({ chain: updated, now, leadDays: deps.leadDays }),
-          },
-          history: [
-            {
-              at: now,
-              event: 'chain.reactivated',
-              detail: 'an operator confirmed the manual reactivation at the provider',
-              cause,
-            },
-          ],
-          release: false,
-        });
-      });
-      await ensureRenewalJob(deps.renewals, saved, clock.now());
-      return viewOf(saved);
+      return operations.reactivated(order, causeOf(request));
     });
 
     app.get('/ops/customers/:customer/chains', async (request) => {
       const { customer } = parse(customerParam, request.params, 'params');
-      const all = await chains.listByCustomer(customer);
-      return { chains: await Promise.all(all.filter((c) => c.mainChain === null).map(viewOf)) };
+      return { chains: await operations.ofCustomer(customer) };
     });
 
     app.get('/ops/renewals', async (request) => {
       const { within } = parse(renewalsQuery, request.query, 'query');
-      const due = await chains.dueUntil(clock.now() + within * SECONDS_PER_DAY);
-      return {
-        renewals: due
-          .filter((c) => c.nextRenewalAt !== null)
-          .map((c) => ({
-            order: c.order,
-            customer: c.customer,
-            dueAt: c.nextRenewalAt as number,
-            expiresAt: c.term.expiresAt,
-          }))
-          .sort((a, b) => a.dueAt - b.dueAt || a.order.localeCompare(b.order)),
-      };
+      return { renewals: await operations.upcoming(within) };
     });
   };
 }

@@ -1,0 +1,157 @@
+// What an operator can do to chains, shared by the ops API and the CLI.
+import type { Queue } from 'bullmq';
+import { ensureRenewalJob } from '../../jobs/renewals.js';
+import { cancelChain } from '../chains/cancel.js';
+import type { Cause, Chain } from '../chains/records.js';
+import type { ChainStore } from '../chains/store.js';
+import { type ChainView, chainView } from '../chains/view.js';
+import type { ProvisioningClient } from '../client/provisioning-client.js';
+import type { Clock } from '../clock.js';
+import { SECONDS_PER_DAY } from '../domain/periods.js';
+import { nextRenewalAt } from '../domain/renewal.js';
+import { NotFoundError, RefusalError } from '../errors.js';
+import { withOperatorLock } from './operator-lock.js';
+
+export interface ChainOperationsDeps {
+  chains: ChainStore;
+  renewals: Queue;
+  clock: Clock;
+  leadDays: number;
+  /** Needed only to cancel. */
+  provisioning?: ProvisioningClient;
+}
+
+export interface UpcomingRenewal {
+  order: string;
+  customer: string;
+  dueAt: number;
+  expiresAt: number;
+}
+
+export type ChainOperations = ReturnType<typeof makeChainOperations>;
+
+export function makeChainOperations(deps: ChainOperationsDeps) {
+  const { chains, clock } = deps;
+
+  async function view(chain: Chain): Promise<ChainView> {
+    const addOns = await chains.getMany(chain.addOns);
+    const [history, ...addOnHistories] = await Promise.all([
+      chains.history(chain.id),
+      ...addOns.map((a) => chains.history(a.id)),
+    ]);
+    return chainView(
+      { chain, history: history ?? [] },
+      addOns.map((a, i) => ({ chain: a, history: addOnHistories[i] ?? [] })),
+    );
+  }
+
+  async function find(order: string): Promise<Chain> {
+    const chain = await chains.getByOrder(order);
+    if (!chain) throw new NotFoundError('chain_not_found', `no chain has an order ${order}`);
+    return chain;
+  }
+
+  /** Changes a chain under its lock, then makes its renewal job match the new state. */
+  async function change(
+    order: string,
+    work: (held: { chain: Chain; token: string }) => Promise<Chain>,
+  ) {
+    const found = await find(order);
+    const saved = await withOperatorLock(chains, found.id, work);
+    await ensureRenewalJob(deps.renewals, saved, clock.now());
+    return view(saved);
+  }
+
+  function withNextRenewal(chain: Chain, now: number): Chain {
+    return { ...chain, nextRenewalAt: nextRenewalAt({ chain, now, leadDays: deps.leadDays }) };
+  }
+
+  return {
+    show: async (order: string) => view(await find(order)),
+
+    setAutoRenew: (order: string, enabled: boolean, cause: Cause) =>
+      change(order, async ({ chain, token }) => {
+        if (chain.autoRenew === enabled) return chain;
+        const now = clock.now();
+        return chains.save({
+          chainId: chain.id,
+          token,
+          previous: chain,
+          next: withNextRenewal({ ...chain, autoRenew: enabled, updatedAt: now }, now),
+          history: [
+            {
+              at: now,
+              event: enabled ? 'auto_renew.enabled' : 'auto_renew.disabled',
+              detail: enabled ? 'auto-renewal switched on' : 'auto-renewal switched off',
+              cause,
+            },
+          ],
+          release: false,
+        });
+      }),
+
+    cancel: (order: string, cause: Cause) =>
+      change(order, async ({ chain, token }) => {
+        if (chain.status === 'cancelled') return chain;
+        if (!deps.provisioning) throw new Error('cancelling a chain needs a provisioning client');
+        return cancelChain({
+          chains,
+          provisioning: deps.provisioning,
+          held: { chain, token },
+          now: clock.now(),
+          cause,
+          reason: 'cancelled by an operator',
+        });
+      }),
+
+    reactivated: (order: string, cause: Cause) =>
+      change(order, async ({ chain, token }) => {
+        if (chain.status === 'cancelled') {
+          throw new RefusalError(
+            'chain_cancelled',
+            `chain ${chain.order} is cancelled and cannot be reactivated`,
+          );
+        }
+        if (chain.status !== 'suspended' && !chain.needsReactivation) return chain;
+        const now = clock.now();
+        const status = chain.term.expiresAt <= now ? 'expired' : 'active';
+        return chains.save({
+          chainId: chain.id,
+          token,
+          previous: chain,
+          next: withNextRenewal(
+            { ...chain, status, needsReactivation: false, updatedAt: now },
+            now,
+          ),
+          history: [
+            {
+              at: now,
+              event: 'chain.reactivated',
+              detail: 'an operator confirmed the manual reactivation at the provider',
+              cause,
+            },
+          ],
+          release: false,
+        });
+      }),
+
+    async ofCustomer(customer: string): Promise<ChainView[]> {
+      const all = await chains.listByCustomer(customer);
+      return Promise.all(all.filter((c) => c.mainChain === null).map(view));
+    },
+
+    /** Renewals that fire within `days`, earliest first. */
+    async upcoming(days: number): Promise<UpcomingRenewal[]> {
+      const due = await chains.dueUntil(clock.now() + days * SECONDS_PER_DAY);
+      return due
+        .filter((c) => c.nextRenewalAt !== null)
+        .map((c) => ({
+          order: c.order,
+          customer: c.customer,
+          dueAt: c.nextRenewalAt as number,
+          expiresAt: c.term.expiresAt,
+        }))
+        .sort((a, b) => a.dueAt - b.dueAt || a.order.localeCompare(b.order));
+    },
+  };
+}

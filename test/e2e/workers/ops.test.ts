@@ -1,0 +1,233 @@
+// The ops API, Bull Board, health and metrics: what operators use, and what they cannot break.
+import { execFile } from 'node:child_process';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { request } from 'undici';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { systemClock } from '../../../src/clock.js';
+import { DAY, OPS_TOKEN, orderPlaced, type System, startSystem } from '../../helpers/system.js';
+
+let system: System;
+
+beforeAll(async () => {
+  system = await startSystem();
+  await system.send('order.placed', orderPlaced({ order: 'OPS-1', customer: 'ops-cust' }));
+  await system.send(
+    'order.placed',
+    orderPlaced({ order: 'OPS-2', customer: 'ops-cust', startsAt: systemClock.now() - 25 * DAY }),
+  );
+  await system.waitForChain('OPS-1', () => true);
+  await system.waitForChain('OPS-2', (c) => c.term.count === 2);
+});
+
+afterAll(async () => system.close());
+
+async function raw(
+  path: string,
+  headers: Record<string, string> = {},
+  method = 'GET',
+  body?: string,
+) {
+  const res = await request(`${system.baseUrl}${path}`, { method: method as 'GET', headers, body });
+  const text = await res.body.text();
+  return { status: res.statusCode, headers: res.headers, text };
+}
+
+describe('without the ops token', () => {
+  it.each([
+    ['GET', '/ops/chains/OPS-1'],
+    ['PUT', '/ops/chains/OPS-1/auto-renew'],
+    ['POST', '/ops/chains/OPS-1/cancel'],
+    ['GET', '/ops/renewals'],
+    ['GET', '/admin/queues'],
+    ['GET', '/admin/queues/api/queues'],
+  ])('%s %s answers 401 and changes nothing', async (method, path) => {
+    const attempts: Record<string, string>[] = [
+      {},
+      { authorization: 'Bearer wrong-token' },
+      { authorization: 'Basic Zm9vOmJhcg==' },
+    ];
+    for (const headers of attempts) {
+      const res = await raw(path, headers, method);
+      expect(res.status).toBe(401);
+      expect(JSON.parse(res.text)).toMatchObject({ error: 'unauthorized' });
+    }
+    expect((await system.chain('OPS-1')).status).toBe('active');
+  });
+});
+
+describe('Bull Board', () => {
+  it('opens with basic auth (the token as password) and lists every queue', async () => {
+    const basic = `Basic ${Buffer.from(`ops:${OPS_TOKEN}`).toString('base64')}`;
+    const page = await raw('/admin/queues', { authorization: basic });
+    expect(page.status).toBe(200);
+    expect(page.text).toContain('<html');
+    const api = await raw('/admin/queues/api/queues', { authorization: `Bearer ${OPS_TOKEN}` });
+    const names = (JSON.parse(api.text).queues as { name: string }[]).map((q) => q.name).sort();
+    expect(names).toEqual(['maintenance', 'orders', 'payment-signals', 'renewals', 'seat-changes']);
+  });
+
+  it('asks a browser for credentials', async () => {
+    const res = await raw('/admin/queues');
+    expect(res.headers['www-authenticate']).toMatch(/^Basic realm=/);
+  });
+});
+
+describe('the ops API', () => {
+  it('finds a chain by any of its order ids, 404 for an unknown one', async () => {
+    const byRenewal = await system.ops('GET', '/ops/chains/OPS-2.r2');
+    expect(byRenewal.body).toMatchObject({ order: 'OPS-2', term: { orderId: 'OPS-2.r2' } });
+    const unknown = await system.ops('GET', '/ops/chains/NOPE');
+    expect(unknown).toEqual({
+      status: 404,
+      body: { error: 'chain_not_found', message: 'no chain has an order NOPE' },
+    });
+  });
+
+  it('lists the chains of a customer', async () => {
+    const res = await system.ops('GET', '/ops/customers/ops-cust/chains');
+    const chains = (res.body as { chains: { order: string }[] }).chains.map((c) => c.order);
+    expect(chains.sort()).toEqual(['OPS-1', 'OPS-2']);
+    expect(await system.ops('GET', '/ops/customers/nobody/chains')).toEqual({
+      status: 200,
+      body: { chains: [] },
+    });
+  });
+
+  it.each([
+    [{ enabled: 'yes' }, 'body.enabled: must be a boolean, got "yes"'],
+    [{}, 'body.enabled: is required'],
+    [{ enabled: true, extra: 1 }, 'body: unknown field "extra"'],
+    [undefined, 'body: is required'],
+  ])(
+    'refuses auto-renew body %j with a message naming the field, changing nothing',
+    async (body, message) => {
+      const before = await system.chain('OPS-1');
+      const res = await system.ops('PUT', '/ops/chains/OPS-1/auto-renew', body);
+      expect(res).toEqual({ status: 400, body: { error: 'invalid_request', message } });
+      expect(await system.chain('OPS-1')).toEqual(before);
+    },
+  );
+
+  it.each(['abc', '-1', '1.5', '99999'])('refuses renewals?within=%s', async (within) => {
+    const res = await system.ops('GET', `/ops/renewals?within=${within}`);
+    expect(res.status).toBe(400);
+    expect((res.body as { message: string }).message).toMatch(/^query\.within: /);
+  });
+
+  it('lists upcoming renewals ordered by due time', async () => {
+    const res = await system.ops('GET', '/ops/renewals?within=60');
+    const renewals = (res.body as { renewals: { order: string; dueAt: number }[] }).renewals;
+    expect(renewals.map((r) => r.order)).toEqual(['OPS-1', 'OPS-2']);
+    expect(renewals[0]?.dueAt).toBeLessThanOrEqual(renewals[1]?.dueAt ?? 0);
+  });
+
+  it('confirming a reactivation of an active chain changes nothing', async () => {
+    const before = await system.chain('OPS-1');
+    const res = await system.ops('POST', '/ops/chains/OPS-1/reactivated');
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual(before);
+  });
+
+  it('cancels a chain at the provider; a repeat answers the cancelled chain', async () => {
+    const res = await system.ops('POST', '/ops/chains/OPS-1/cancel');
+    expect(res.body).toMatchObject({ status: 'cancelled', nextRenewalAt: null });
+    const again = await system.ops('POST', '/ops/chains/OPS-1/cancel');
+    expect(again.body).toEqual(res.body);
+    const history = (res.body as { history: { event: string; cause: object }[] }).history;
+    expect(history.at(-1)).toMatchObject({
+      event: 'chain.cancelled',
+      cause: { operator: 'ops-api' },
+    });
+  });
+});
+
+describe('signed webhooks only', () => {
+  it('an unsigned event is refused (401) and creates nothing', async () => {
+    const body = JSON.stringify({
+      type: 'order.placed',
+      data: orderPlaced({ order: 'UNSIGNED-1' }),
+    });
+    const res = await raw('/webhooks/events', { 'content-type': 'application/json' }, 'POST', body);
+    expect(res.status).toBe(401);
+    expect((await system.ops('GET', '/ops/chains/UNSIGNED-1')).status).toBe(404);
+  });
+
+  it('a replayed webhook id is answered 202 and applied once', async () => {
+    const data = orderPlaced({ order: 'REPLAY-1' });
+    const first = await system.send('order.placed', data, { id: 'replay-1' });
+    const second = await system.send('order.placed', data, { id: 'replay-1' });
+    expect([first.status, second.status]).toEqual([202, 202]);
+    const chain = await system.waitForChain('REPLAY-1', () => true);
+    expect(chain.history.filter((h) => h.event === 'order.placed')).toHaveLength(1);
+  });
+});
+
+describe('health and metrics', () => {
+  it('readyz reports Redis and workers', async () => {
+    const res = await raw('/readyz');
+    expect(res.status).toBe(200);
+    expect(JSON.parse(res.text)).toEqual({ status: 'ready', redis: true, workers: true });
+  });
+
+  it('metrics count jobs by queue and outcome, and renewals made', async () => {
+    const res = await raw('/metrics');
+    expect(res.text).toMatch(/billing_jobs_total\{queue="orders",outcome="completed"\} \d+/);
+    expect(res.text).toMatch(/billing_renewals_total\{variant="marketplace"\} [1-9]/);
+    expect(res.text).toMatch(/billing_http_requests_total\{route="\/webhooks\/events"/);
+  });
+});
+
+describe('the CLI', () => {
+  const run = promisify(execFile);
+  const BIN = join(import.meta.dirname, '../../../bin/billing.js');
+  const env = () => ({
+    ...process.env,
+    REDIS_URL: system.redis.url,
+    DATA_DIR: system.settings.DATA_DIR,
+  });
+
+  it('shows a chain, switches auto-renew and lists upcoming renewals', async () => {
+    const shown = await run(process.execPath, [BIN, 'chains', 'show', 'OPS-2', '--json'], {
+      env: env(),
+    });
+    expect(JSON.parse(shown.stdout)).toMatchObject({ order: 'OPS-2', term: { count: 2 } });
+    const table = await run(process.execPath, [BIN, 'chains', 'show', 'OPS-2'], { env: env() });
+    expect(table.stdout).toMatch(/^chain {5}OPS-2 \(customer ops-cust\)/);
+    expect(table.stdout).toContain('renewal.ordered');
+
+    const off = await run(
+      process.execPath,
+      [BIN, 'chains', 'auto-renew', 'OPS-2', 'off', '--json'],
+      { env: env() },
+    );
+    const chain = JSON.parse(off.stdout);
+    expect(chain).toMatchObject({ autoRenew: false, nextRenewalAt: null });
+    expect(chain.history.at(-1).cause.operator).toMatch(/^cli:/);
+
+    await run(process.execPath, [BIN, 'chains', 'auto-renew', 'OPS-2', 'on'], { env: env() });
+    const upcoming = await run(
+      process.execPath,
+      [BIN, 'renewals', 'upcoming', '--within', '60', '--json'],
+      {
+        env: env(),
+      },
+    );
+    expect(JSON.parse(upcoming.stdout).renewals.map((r: { order: string }) => r.order)).toContain(
+      'OPS-2',
+    );
+  });
+
+  it('refuses an unknown chain and a bad state with a clear message', async () => {
+    const unknown = await run(process.execPath, [BIN, 'chains', 'show', 'NOPE'], {
+      env: env(),
+    }).catch((e) => e);
+    expect(unknown.code).not.toBe(0);
+    expect(unknown.stderr).toContain('no chain has an order NOPE');
+    const bad = await run(process.execPath, [BIN, 'chains', 'auto-renew', 'OPS-2', 'maybe'], {
+      env: env(),
+    }).catch((e) => e);
+    expect(bad.code).not.toBe(0);
+    expect(bad.stderr).toContain("value 'maybe' is invalid for argument 'state'");
+  });
+});
