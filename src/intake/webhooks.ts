@@ -27,6 +27,11 @@ const OCCURRED_AHEAD_LIMIT_SECONDS = 86_400;
  * producer gets 503 and retries. A late add is harmless: the retry's add finds the same job id.
  */
 const DEFAULT_ENQUEUE_TIMEOUT_MS = 5_000;
+/** A claim's value while its event is being enqueued, and once it is. */
+const CLAIM_PENDING = 'pending';
+const CLAIM_DONE = 'done';
+/** Longer than any enqueue takes (bounded by the enqueue timeout), short enough for a retry. */
+const PENDING_CLAIM_SECONDS = 60;
 
 export interface WebhookDeps {
   /** A request-path connection (fails fast while Redis is down). */
@@ -235,16 +240,25 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
 
       const key = webhookDedupKey(webhookId);
       let claimed: 'OK' | null;
+      let holder: string | null = null;
       try {
-        claimed = await deps.redis.set(key, '1', 'EX', ttlSeconds, 'NX');
+        // Claimed as "pending" for a short lease first: if this process dies before the job is
+        // enqueued, the claim lapses and the producer's retry gets through instead of being
+        // taken for a duplicate of an event that was never enqueued.
+        claimed = await deps.redis.set(key, CLAIM_PENDING, 'EX', PENDING_CLAIM_SECONDS, 'NX');
+        if (claimed === null) holder = await deps.redis.get(key);
       } catch (error) {
         if (!isRedisUnavailable(error)) throw error;
         log.warn({ err: error }, 'webhook intake unavailable: redis');
         return send(reply, 503, 'unavailable', 'storage unreachable, retry later');
       }
-      if (claimed === null) {
+      if (claimed === null && holder === CLAIM_DONE) {
         log.info({ type: event.type }, 'webhook duplicate ignored');
         return reply.code(202).send({ id: webhookId });
+      }
+      if (claimed === null) {
+        log.info({ type: event.type }, 'webhook id being enqueued by another request');
+        return send(reply, 503, 'in_progress', 'this webhook id is being enqueued; retry shortly');
       }
 
       const jobId = webhookJobId(webhookId);
@@ -273,6 +287,10 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
         log.warn({ err: error, queue: queueName }, 'webhook intake unavailable: enqueue');
         return send(reply, 503, 'unavailable', 'could not enqueue the event, retry later');
       }
+      await deps.redis.set(key, CLAIM_DONE, 'EX', ttlSeconds).catch((error: unknown) => {
+        // The job is enqueued; the pending claim lapses and a repeat finds the same job id.
+        log.warn({ err: error, key }, 'could not mark the webhook id done');
+      });
       log.info({ type: event.type, queue: queueName, jobId }, 'webhook accepted');
       return reply.code(202).send({ id: webhookId });
     });

@@ -416,6 +416,29 @@ describe('when Redis or the queue fails', () => {
   });
 });
 
+describe('a claim left pending by an intake that died before enqueueing', () => {
+  it('answers 503 while the claim is pending and enqueues the retry once it lapsed', async () => {
+    const id = 'evt-crashed';
+    const event = { type: 'order.cancelled', data: { order: 'A-1' } };
+    // What a process that died between claiming and enqueueing leaves behind.
+    await redis.set(webhookDedupKey(id), 'pending', 'EX', 60);
+
+    const during = await deliver(event, { id });
+    expect(during).toEqual({
+      status: 503,
+      body: { error: 'in_progress', message: 'this webhook id is being enqueued; retry shortly' },
+    });
+    expect(await totalJobs()).toBe(0);
+
+    await redis.del(webhookDedupKey(id)); // the lease ran out
+    const after = await deliver(event, { id });
+    expect(after).toEqual({ status: 202, body: { id } });
+    expect(await totalJobs()).toBe(1);
+    expect(await redis.get(webhookDedupKey(id))).toBe('done');
+    expect(await redis.ttl(webhookDedupKey(id))).toBeGreaterThan(6 * 86_400);
+  });
+});
+
 describe('the plugin', () => {
   it('leaves the root JSON parser of the app alone', async () => {
     const res = await request(`${baseUrl}/echo`, {
