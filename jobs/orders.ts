@@ -3,7 +3,12 @@
 import { type Job, UnrecoverableError } from 'bullmq';
 import { cancelChain } from '../src/chains/cancel.js';
 import { chainIdOf } from '../src/chains/keys.js';
-import type { Chain, HistoryEntry, Intent } from '../src/chains/records.js';
+import {
+  type HistoryEntry,
+  type Intent,
+  type NewChain,
+  newChainRecord,
+} from '../src/chains/records.js';
 import type { OrderResponse } from '../src/client/provisioning-client.js';
 import { nextRenewalAt } from '../src/domain/renewal.js';
 import { RefusalError } from '../src/errors.js';
@@ -92,29 +97,24 @@ function newChain(
   ev: OrderPlacedData,
   order: OrderResponse,
   now: number,
-): Omit<Chain, 'version'> {
-  const chain = {
+): NewChain {
+  const chain = newChainRecord({
     id: chainIdOf(ev.order.id),
     order: ev.order.id,
     customer: ev.customer.id,
     product: order.product,
     duration: ev.order.duration,
-    status: order.expiresAt <= now ? ('expired' as const) : ('active' as const),
+    status: order.expiresAt <= now ? 'expired' : 'active',
     autoRenew: ev.autoRenew ?? deps.settings.autoRenewDefault,
-    payment: 'ok' as const,
-    needsReactivation: false,
+    payment: 'ok',
     licenses: order.licenses,
     nextLicenses: order.licenses,
     term: { orderId: ev.order.id, count: 1, startsAt: order.startsAt, expiresAt: order.expiresAt },
-    previousTerm: null,
-    partials: [],
-    addOns: [],
-    mainChain: null,
     intent: null,
-    flagged: null,
+    nextRenewalAt: null,
     createdAt: now,
     updatedAt: now,
-  };
+  });
   return {
     ...chain,
     nextRenewalAt: nextRenewalAt({ chain, now, leadDays: deps.settings.leadDays }),

@@ -12,7 +12,7 @@ export type Term = z.infer<typeof termRecord>;
 
 /** An order about to be sent: written before the call, so a retry sends the same id and params. */
 export const intentRecord = z.object({
-  kind: z.enum(['first_order', 'renewal', 'customer', 'cancel']),
+  kind: z.enum(['first_order', 'renewal', 'partial', 'addon']),
   method: z.string(),
   orderId: z.string(),
   params: z.record(z.string(), z.unknown()),
@@ -55,6 +55,22 @@ export const chainRecord = z.object({
   nextRenewalAt: z.int().nullable(),
   /** A renewal the provider keeps refusing (e.g. its window) past the term's end. */
   flagged: z.string().nullable().default(null),
+  /** `occurredAt` of the last applied seat event; older ones are stale. */
+  lastSeatEventAt: z.int().nullable().default(null),
+  /** `occurredAt` of the last applied payment event; payment events keep their own order. */
+  lastPaymentEventAt: z.int().nullable().default(null),
+  /** Number of the current (or last) overdue episode: each gets its own suspension job. */
+  overdueEpisode: z.int().min(0).default(0),
+  /** When the current overdue episode's suspension fires (epoch seconds), or null. */
+  suspendAt: z.int().nullable().default(null),
+  /** An add-on bought for a date that has not come yet (external: createFirstOrder starts now). */
+  pendingAddOn: z
+    .object({ licenses: z.int().min(1), startsAt: z.int(), occurredAt: z.int() })
+    .nullable()
+    .default(null),
+  /** How many partials and add-ons were made, for their derived ids `.p{k}` and `.a{k}`. */
+  partialCount: z.int().min(0).default(0),
+  addOnCount: z.int().min(0).default(0),
   version: z.int().min(0),
   createdAt: z.int(),
   updatedAt: z.int(),
@@ -76,3 +92,11 @@ export const historyEntry = z.object({
   cause: causeRecord,
 });
 export type HistoryEntry = z.infer<typeof historyEntry>;
+
+export type NewChain = Omit<Chain, 'version'>;
+const newChainSchema = chainRecord.omit({ version: true });
+
+/** A chain about to be stored for the first time, with every defaulted field filled in. */
+export function newChainRecord(fields: z.input<typeof newChainSchema>): NewChain {
+  return newChainSchema.parse(fields);
+}

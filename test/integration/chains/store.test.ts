@@ -2,7 +2,12 @@
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { chainIdOf, chainKeys } from '../../../src/chains/keys.js';
-import { type Chain, chainRecord, type HistoryEntry } from '../../../src/chains/records.js';
+import {
+  type Chain,
+  chainRecord,
+  type HistoryEntry,
+  newChainRecord,
+} from '../../../src/chains/records.js';
 import { ChainStore } from '../../../src/chains/store.js';
 import { TransientError } from '../../../src/errors.js';
 import { connectRedis } from '../../../src/redis/connection.js';
@@ -34,7 +39,7 @@ beforeEach(async () => {
 
 /** A chain as the workers would write it, for the first order `order`. */
 function chainFor(order: string, overrides: Partial<Omit<Chain, 'version'>> = {}) {
-  const next: Omit<Chain, 'version'> = {
+  const next: Omit<Chain, 'version'> = newChainRecord({
     id: chainIdOf(order),
     order,
     customer: 'cust-1',
@@ -57,7 +62,7 @@ function chainFor(order: string, overrides: Partial<Omit<Chain, 'version'>> = {}
     createdAt: NOW,
     updatedAt: NOW,
     ...overrides,
-  };
+  });
   // Every hand-built chain must be one the store can read back.
   chainRecord.parse({ ...next, version: 0 });
   return next;

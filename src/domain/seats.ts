@@ -1,0 +1,99 @@
+// Seat changes: what a new license total buys now and what the next renewal carries.
+//
+// Licenses are non-refundable: a decrease buys nothing and frees nothing before the next renewal,
+// so licenses already paid stay usable for the rest of the term and an increase reuses them
+// before it buys more. Over one term the licenses bought therefore equal the largest total
+// reached above what was paid at the start of the term.
+
+export type SeatDecision =
+  | { readonly kind: 'stale'; readonly lastAppliedAt: number }
+  /** Nothing to buy: the total is already paid for, or it is needed only from the next term. */
+  | { readonly kind: 'next_renewal_only'; readonly total: number; readonly reason: SeatNoBuyReason }
+  | {
+      readonly kind: 'buy';
+      readonly total: number;
+      /** The licenses to buy: the total minus what is paid and in force. */
+      readonly licenses: number;
+      /** When the bought licenses are needed (epoch seconds; never before now). */
+      readonly startsAt: number;
+      /** End of the latest ordered term: a co-terminated order ends here. */
+      readonly termEnd: number;
+    };
+
+export type SeatNoBuyReason = 'decrease' | 'already_paid' | 'after_term';
+
+export interface SeatChangeInput {
+  /** The new total the chain needs. */
+  readonly total: number;
+  /** Licenses paid and in force now: main term, partials, add-ons (and add-ons waiting to start). */
+  readonly paid: number;
+  /** When the new total is needed (epoch seconds). */
+  readonly neededAt: number;
+  readonly now: number;
+  /** End of the latest ordered term of the chain (epoch seconds). */
+  readonly termEnd: number;
+  /** When the event happened, and the last applied seat event of this chain (null: none yet). */
+  readonly occurredAt: number;
+  readonly lastAppliedAt: number | null;
+}
+
+/** Decides one seat event: stale, nothing to buy now, or a purchase of the missing licenses. */
+export function planSeatChange(input: SeatChangeInput): SeatDecision {
+  if (input.lastAppliedAt !== null && input.occurredAt < input.lastAppliedAt) {
+    return { kind: 'stale', lastAppliedAt: input.lastAppliedAt };
+  }
+  const startsAt = Math.max(input.neededAt, input.now);
+  if (startsAt >= input.termEnd) {
+    return { kind: 'next_renewal_only', total: input.total, reason: 'after_term' };
+  }
+  if (input.total <= input.paid) {
+    return {
+      kind: 'next_renewal_only',
+      total: input.total,
+      reason: input.total < input.paid ? 'decrease' : 'already_paid',
+    };
+  }
+  return {
+    kind: 'buy',
+    total: input.total,
+    licenses: input.total - input.paid,
+    startsAt,
+    termEnd: input.termEnd,
+  };
+}
+
+export interface Allocation {
+  /** The main chain's own next-renewal count. */
+  readonly main: number;
+  /** Each add-on chain's next-renewal count, in the add-ons' order (0: it stops renewing). */
+  readonly addOns: readonly number[];
+}
+
+/**
+ * Splits a total over the next renewals: the main chain keeps its own licenses first, then each
+ * add-on in the order it was bought, so a decrease shrinks the newest add-ons first (DESIGN §4).
+ * With co-terminated partials there are no add-ons and the main chain carries the whole total.
+ */
+export function allocateNextLicenses(input: {
+  total: number;
+  /** The main chain's licenses now (its latest ordered term). */
+  main: number;
+  /** Each add-on's licenses now, oldest first. */
+  addOns: readonly number[];
+  style: 'coterm' | 'addon';
+}): Allocation {
+  if (input.style === 'coterm' || input.addOns.length === 0) {
+    return { main: input.total, addOns: input.addOns.map(() => 0) };
+  }
+  let left = input.total;
+  const main = Math.min(left, input.main);
+  left -= main;
+  const addOns = input.addOns.map((licenses, i) => {
+    const last = i === input.addOns.length - 1;
+    // The newest add-on takes any excess, so a total above what is paid renews in full.
+    const share = last ? left : Math.min(left, licenses);
+    left -= share;
+    return share;
+  });
+  return { main, addOns };
+}
