@@ -478,6 +478,7 @@ function commandsByName(rounds: readonly Round[]): string {
 
 const fixed = (value: number, digits: number) => Number(value.toFixed(digits));
 
+/** The throughput ratio is the median of the rounds' ratios; the others are ratios of medians. */
 function printJson(rounds: readonly Round[]): void {
   const s = summarize(rounds);
   const lines = [
@@ -577,8 +578,8 @@ async function main(options: Options): Promise<void> {
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
   try {
-    // Progress goes to stderr, so that --json leaves stdout to the results.
-    const log = options.json ? () => {} : (line: string) => process.stderr.write(`${line}\n`);
+    // With --json, stdout carries the result lines and nothing else.
+    const log = options.json ? () => {} : (line: string) => process.stdout.write(`${line}\n`);
     const rounds = await benchmark(options, redis.url, log);
     if (options.json) printJson(rounds);
     else printHuman(rounds);

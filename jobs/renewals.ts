@@ -5,7 +5,7 @@ import type { Chain, HistoryEntry, Intent } from '../src/chains/records.js';
 import type { OrderResponse } from '../src/client/provisioning-client.js';
 import { queueTimeMs } from '../src/clock.js';
 import { renewalOrderId } from '../src/domain/ids.js';
-import { decideRenewal, nextRenewalAt } from '../src/domain/renewal.js';
+import { decideRenewal, nextRenewalAt, type RenewalView } from '../src/domain/renewal.js';
 import { RefusalError } from '../src/errors.js';
 import { defaultJobOptions } from '../src/queues.js';
 import { delayJobUntil, withChainLock } from './chain-lock.js';
@@ -99,6 +99,52 @@ export async function addNextRenewalJob(queue: Queue, chain: Chain, now: number)
   });
 }
 
+/** How soon a renewal retries when a seat purchase is half done on the chain (seconds). */
+const FOREIGN_INTENT_RETRY_S = 2;
+
+/**
+ * What decides an add-on's renewal: the main chain governs auto-renew, payment, cancellation
+ * and reactivation, and holds the add-on's next license count.
+ */
+async function renewalView(deps: WorkerDeps, chain: Chain): Promise<RenewalView> {
+  if (chain.mainChain === null) return chain;
+  const main = await deps.chains.get(chain.mainChain);
+  if (!main) return chain;
+  return {
+    ...chain,
+    status: main.status === 'cancelled' ? 'cancelled' : chain.status,
+    autoRenew: main.autoRenew,
+    payment: main.payment,
+    needsReactivation: main.needsReactivation,
+    nextLicenses: main.addOnNextLicenses[chain.id] ?? chain.nextLicenses,
+  };
+}
+
+/** An add-on whose licenses were all given up by decreases stops renewing at its term's end. */
+async function stopAddOn(
+  deps: WorkerDeps,
+  job: Job,
+  held: { chain: Chain; token: string },
+  now: number,
+) {
+  await deps.chains.save({
+    chainId: held.chain.id,
+    token: held.token,
+    previous: held.chain,
+    next: { ...held.chain, nextLicenses: 0, nextRenewalAt: null, updatedAt: now },
+    history: [
+      {
+        at: now,
+        event: 'addon.stopped',
+        detail: 'no licenses left for its next term after seat decreases: it ends with its term',
+        cause: { jobId: job.id ?? '' },
+      },
+    ],
+    release: false,
+  });
+  return 'skipped: no licenses for the next term';
+}
+
 /** The params of the renewal order, per variant; extensions only when the service has them. */
 function renewalIntent(
   deps: WorkerDeps,
@@ -154,6 +200,7 @@ function renewedChain(
     licenses: order.licenses,
     term: { orderId: intent.orderId, count, startsAt: order.startsAt, expiresAt: order.expiresAt },
     previousTerm: inForce && order.startsAt > now ? chain.term : null,
+    partials: chain.partials.filter((p) => p.expiresAt > now),
     intent: null,
     flagged: null,
     updatedAt: now,
@@ -172,11 +219,15 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
     return withChainLock(chains, job, jobToken, data.chainId, async ({ chain, token }) => {
       if (!chain) return 'skipped: unknown chain';
       const now = clock.now();
-      let intent = chain.intent?.kind === 'renewal' ? chain.intent : null;
+      // A seat purchase half done by a crashed job is finished by the next seat job first.
+      if (chain.intent && chain.intent.kind !== 'renewal') {
+        return delayJobUntil(job, jobToken, now + FOREIGN_INTENT_RETRY_S, now);
+      }
+      let intent = chain.intent;
       let current = chain;
       if (!intent) {
         const decision = decideRenewal({
-          chain,
+          chain: await renewalView(deps, chain),
           forCount: data.count,
           now,
           leadDays: deps.settings.leadDays,
@@ -184,6 +235,7 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
         log.debug({ decision: decision.kind }, 'renewal decided');
         if (decision.kind === 'skip') return `skipped: ${decision.reason}`;
         if (decision.kind === 'wait') return delayJobUntil(job, jobToken, decision.until, now);
+        if (decision.licenses === 0) return stopAddOn(deps, job, { chain, token }, now);
         if (
           provisioning.variant === 'external' &&
           !provisioning.extensions &&

@@ -7,7 +7,9 @@ import {
   scheduleMaintenance,
 } from '../jobs/maintenance.js';
 import { makeProcessor as makeOrdersProcessor } from '../jobs/orders.js';
+import { makeProcessor as makePaymentProcessor } from '../jobs/payment-signals.js';
 import { makeRenewalProcessor } from '../jobs/renewals.js';
+import { makeProcessor as makeSeatProcessor } from '../jobs/seat-changes.js';
 import { QUEUE_PREFIX, QUEUES, type QueueName, queueNames, STALLED_INTERVAL_MS } from './queues.js';
 
 export interface Workers {
@@ -44,6 +46,8 @@ export async function startWorkers(input: {
     [QUEUES.orders]: makeOrdersProcessor(deps),
     [QUEUES.renewals]: makeRenewalProcessor(deps),
     [QUEUES.maintenance]: makeMaintenanceProcessor(deps),
+    [QUEUES.seatChanges]: makeSeatProcessor(deps),
+    [QUEUES.paymentSignals]: makePaymentProcessor(deps),
   };
   const workers = Object.entries(processors).map(([name, processor]) => {
     const worker = new Worker(name, processor, {

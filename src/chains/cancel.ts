@@ -1,23 +1,8 @@
 // Cancelling a chain at the provider: shared by `order.cancelled` jobs and the ops API.
 import type { ProvisioningClient } from '../client/provisioning-client.js';
+import { ordersInForce } from './orders-in-force.js';
 import type { Cause, Chain } from './records.js';
 import type { ChainStore } from './store.js';
-
-/**
- * The orders to cancel: external cancels a whole chain by its first order's id; marketplace
- * cancels each order still in force or ahead (the term in force, a next term already ordered,
- * partials). Orders that already ended are left as they are.
- */
-export function ordersToCancel(
-  chain: Chain,
-  variant: 'marketplace' | 'external',
-  now: number,
-): string[] {
-  if (variant === 'external') return [chain.order];
-  const terms = [chain.previousTerm, chain.term].filter((t) => t !== null && t.expiresAt > now);
-  const partials = chain.partials.filter((p) => p.expiresAt > now);
-  return [...new Set([...terms.map((t) => t?.orderId ?? ''), ...partials.map((p) => p.orderId)])];
-}
 
 /**
  * Cancels the chain's orders at the provider (each call is idempotent there) and records the
@@ -32,7 +17,7 @@ export async function cancelChain(input: {
   reason: string;
 }): Promise<Chain> {
   const { chain, token } = input.held;
-  const ids = ordersToCancel(chain, input.provisioning.variant, input.now);
+  const ids = ordersInForce(chain, input.provisioning.variant, input.now);
   for (const id of ids) await input.provisioning.cancelOrder({ id });
   return input.chains.save({
     chainId: chain.id,

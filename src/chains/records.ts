@@ -18,6 +18,8 @@ export const intentRecord = z.object({
   params: z.record(z.string(), z.unknown()),
   /** The job that wrote it (the first attempt's), for the history's cause. */
   jobId: z.string().nullable(),
+  /** For seat purchases: the event that asked for them, so whoever finishes the intent records it. */
+  event: z.object({ webhookId: z.string(), occurredAt: z.int(), total: z.int() }).optional(),
 });
 export type Intent = z.infer<typeof intentRecord>;
 
@@ -71,6 +73,10 @@ export const chainRecord = z.object({
   /** How many partials and add-ons were made, for their derived ids `.p{k}` and `.a{k}`. */
   partialCount: z.int().min(0).default(0),
   addOnCount: z.int().min(0).default(0),
+  /** Main chain: each add-on chain's licenses for its next renewal (add-ons shrink first). */
+  addOnNextLicenses: z.record(z.string(), z.int().min(0)).default({}),
+  /** Webhook ids of the latest applied seat events: a retried job never applies one twice. */
+  appliedSeatEvents: z.array(z.string()).default([]),
   version: z.int().min(0),
   createdAt: z.int(),
   updatedAt: z.int(),

@@ -30,6 +30,22 @@ export interface UpcomingRenewal {
 
 export type ChainOperations = ReturnType<typeof makeChainOperations>;
 
+/**
+ * An add-on as its main chain governs it: auto-renew, payment, suspension and cancellation are
+ * the main chain's, and the main chain holds the add-on's next license count.
+ */
+function asGovernedBy(main: Chain, addOn: Chain): Chain {
+  const governed = main.status === 'suspended' || main.status === 'cancelled';
+  return {
+    ...addOn,
+    status: governed ? main.status : addOn.status,
+    autoRenew: main.autoRenew,
+    payment: main.payment,
+    needsReactivation: main.needsReactivation,
+    nextLicenses: main.addOnNextLicenses[addOn.id] ?? addOn.nextLicenses,
+  };
+}
+
 export function makeChainOperations(deps: ChainOperationsDeps) {
   const { chains, clock } = deps;
 
@@ -41,7 +57,7 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
     ]);
     return chainView(
       { chain, history: history ?? [] },
-      addOns.map((a, i) => ({ chain: a, history: addOnHistories[i] ?? [] })),
+      addOns.map((a, i) => ({ chain: asGovernedBy(chain, a), history: addOnHistories[i] ?? [] })),
     );
   }
 

@@ -1,0 +1,272 @@
+// The `payment-signals` queue: an overdue payment suspends the chain after a grace period; a
+// received payment cancels that, unsuspends (marketplace) or asks for a manual reactivation.
+import { type Job, type Queue, UnrecoverableError } from 'bullmq';
+import { z } from 'zod';
+import { mainChainIdOf } from '../src/chains/family.js';
+import { familyOrdersInForce } from '../src/chains/orders-in-force.js';
+import type { Chain, HistoryEntry } from '../src/chains/records.js';
+import {
+  isStalePaymentEvent,
+  planPaymentReceived,
+  suspensionDueAt,
+} from '../src/domain/suspension.js';
+import { type EventJobData, eventJobData, eventSchemas } from '../src/intake/events.js';
+import { defaultJobOptions } from '../src/queues.js';
+import { delayJobUntil, withChainLock } from './chain-lock.js';
+import type { WorkerDeps } from './deps.js';
+import { ensureRenewalJob } from './renewals.js';
+
+export const schema = eventJobData;
+
+export const SUSPEND = 'suspend';
+export const suspendData = z.object({
+  chainId: z.string(),
+  order: z.string(),
+  customer: z.string(),
+  /** The overdue episode this suspension belongs to: a later episode has its own job. */
+  episode: z.int().min(1),
+  dueAt: z.int(),
+});
+
+export function suspensionJobId(chainId: string, episode: number): string {
+  return `suspend-${chainId}-${episode}`;
+}
+
+const FOREIGN_INTENT_RETRY_S = 2;
+const iso = (t: number) => new Date(t * 1000).toISOString().replace('.000Z', 'Z');
+
+type Held = { chain: Chain; token: string };
+
+async function removeSuspensionJob(queue: Queue, chain: Chain): Promise<void> {
+  if (chain.overdueEpisode === 0) return;
+  const job = await queue.getJob(suspensionJobId(chain.id, chain.overdueEpisode));
+  if (job && (await job.getState()) !== 'active') await job.remove();
+}
+
+/** Makes the renewal jobs of the chain and its add-ons match their state (a waiting one fires). */
+async function ensureFamilyRenewals(deps: WorkerDeps, chain: Chain, now: number) {
+  await ensureRenewalJob(deps.queues.renewals, chain, now);
+  for (const addOn of await deps.chains.getMany(chain.addOns)) {
+    if (addOn.intent === null) await ensureRenewalJob(deps.queues.renewals, addOn, now);
+  }
+}
+
+async function markOverdue(
+  deps: WorkerDeps,
+  job: Job,
+  held: Held,
+  data: EventJobData,
+  now: number,
+) {
+  const { chain, token } = held;
+  const cause = { webhookId: data.webhookId, jobId: job.id ?? '' };
+  if (chain.payment === 'overdue') {
+    await deps.chains.save({
+      chainId: chain.id,
+      token,
+      previous: chain,
+      next: { ...chain, lastPaymentEventAt: data.occurredAt, updatedAt: now },
+      history: [
+        { at: now, event: 'payment.overdue', detail: 'already overdue: nothing changes', cause },
+      ],
+      release: false,
+    });
+    return 'already overdue';
+  }
+  const episode = chain.overdueEpisode + 1;
+  const suspendAt = suspensionDueAt({ overdueAt: now, graceDays: deps.settings.paymentGraceDays });
+  await deps.chains.save({
+    chainId: chain.id,
+    token,
+    previous: chain,
+    next: {
+      ...chain,
+      payment: 'overdue',
+      overdueEpisode: episode,
+      suspendAt,
+      lastPaymentEventAt: data.occurredAt,
+      updatedAt: now,
+    },
+    history: [
+      {
+        at: now,
+        event: 'payment.overdue',
+        detail: `payment overdue (episode ${episode}): renewals wait; the chain is suspended at ${iso(suspendAt)} unless paid`,
+        cause,
+      },
+    ],
+    release: false,
+  });
+  await deps.queues['payment-signals'].add(
+    `${SUSPEND} ${chain.order} episode ${episode}`,
+    { chainId: chain.id, order: chain.order, customer: chain.customer, episode, dueAt: suspendAt },
+    {
+      ...defaultJobOptions,
+      jobId: suspensionJobId(chain.id, episode),
+      delay: Math.max(0, suspendAt - now) * 1000,
+    },
+  );
+  return `overdue: suspension at ${iso(suspendAt)}`;
+}
+
+async function markPaid(deps: WorkerDeps, job: Job, held: Held, data: EventJobData, now: number) {
+  const { chain, token } = held;
+  const cause = { webhookId: data.webhookId, jobId: job.id ?? '' };
+  await removeSuspensionJob(deps.queues['payment-signals'], chain);
+  const plan = planPaymentReceived({
+    suspended: chain.status === 'suspended',
+    variant: deps.provisioning.variant,
+  });
+  const paid = {
+    ...chain,
+    payment: 'ok' as const,
+    suspendAt: null,
+    lastPaymentEventAt: data.occurredAt,
+    updatedAt: now,
+  };
+
+  if (plan.kind === 'nothing_suspended') {
+    const saved = await deps.chains.save({
+      chainId: chain.id,
+      token,
+      previous: chain,
+      next: paid,
+      history: [
+        {
+          at: now,
+          event: 'payment.received',
+          detail:
+            chain.payment === 'overdue'
+              ? 'paid within the grace period: no suspension'
+              : 'payment received',
+          cause,
+        },
+      ],
+      release: false,
+    });
+    await ensureFamilyRenewals(deps, saved, now);
+    return 'paid';
+  }
+
+  if (plan.kind === 'unsuspend') {
+    const addOns = await deps.chains.getMany(chain.addOns);
+    const ids = familyOrdersInForce(chain, addOns, 'marketplace', now);
+    for (const id of ids) await deps.provisioning.unsuspendOrder({ id });
+    const saved = await deps.chains.save({
+      chainId: chain.id,
+      token,
+      previous: chain,
+      next: { ...paid, status: chain.term.expiresAt <= now ? 'expired' : 'active' },
+      history: [
+        {
+          at: now,
+          event: 'chain.unsuspended',
+          detail: `payment received: unsuspended ${ids.join(', ') || 'nothing in force'}`,
+          cause,
+        },
+      ],
+      release: false,
+    });
+    deps.metrics.suspensions.inc({ action: 'unsuspend' });
+    await ensureFamilyRenewals(deps, saved, now);
+    return `unsuspended: ${ids.length} orders`;
+  }
+
+  const reason = `payment received, but the external variant has no unsuspendOrder: reactivate ${chain.order} by hand at the provider, then confirm with POST /ops/chains/${chain.order}/reactivated`;
+  await deps.chains.save({
+    chainId: chain.id,
+    token,
+    previous: chain,
+    next: { ...paid, needsReactivation: true, nextRenewalAt: null },
+    history: [{ at: now, event: 'reactivation.needed', detail: reason, cause }],
+    release: false,
+  });
+  throw new UnrecoverableError(reason);
+}
+
+async function applyPaymentEvent(
+  deps: WorkerDeps,
+  job: Job,
+  jobToken: string | undefined,
+  data: EventJobData,
+) {
+  const ev = eventSchemas[
+    data.type === 'payment.overdue' ? 'payment.overdue' : 'payment.received'
+  ].parse(data.data);
+  const chainId = await mainChainIdOf(deps.chains, ev.order);
+  if (!chainId) throw new UnrecoverableError(`${data.type} names an unknown order: ${ev.order}`);
+  return withChainLock(deps.chains, job, jobToken, chainId, async ({ chain, token }) => {
+    if (!chain) throw new UnrecoverableError(`${data.type} names an unknown order: ${ev.order}`);
+    const now = deps.clock.now();
+    if (chain.intent) return delayJobUntil(job, jobToken, now + FOREIGN_INTENT_RETRY_S, now);
+    const cause = { webhookId: data.webhookId, jobId: job.id ?? '' };
+    const ignore = async (detail: string): Promise<string> => {
+      const entry: HistoryEntry = { at: now, event: `${data.type}.ignored`, detail, cause };
+      await deps.chains.save({
+        chainId,
+        token,
+        previous: chain,
+        next: { ...chain, updatedAt: now },
+        history: [entry],
+        release: false,
+      });
+      return `ignored: ${detail}`;
+    };
+    if (
+      isStalePaymentEvent({ occurredAt: data.occurredAt, lastAppliedAt: chain.lastPaymentEventAt })
+    ) {
+      return ignore(
+        `event of ${iso(data.occurredAt)} is older than the last applied payment event (${iso(chain.lastPaymentEventAt ?? 0)})`,
+      );
+    }
+    if (chain.status === 'cancelled') return ignore('the chain is cancelled');
+    return data.type === 'payment.overdue'
+      ? markOverdue(deps, job, { chain, token }, data, now)
+      : markPaid(deps, job, { chain, token }, data, now);
+  });
+}
+
+/** The grace period ended: suspend every order of the chain in force, unless paid meanwhile. */
+async function suspendChain(deps: WorkerDeps, job: Job, jobToken: string | undefined) {
+  const data = suspendData.parse(job.data);
+  return withChainLock(deps.chains, job, jobToken, data.chainId, async ({ chain, token }) => {
+    if (!chain) return 'skipped: unknown chain';
+    const now = deps.clock.now();
+    if (chain.payment !== 'overdue' || chain.overdueEpisode !== data.episode)
+      return 'skipped: paid meanwhile';
+    if (chain.status === 'suspended' || chain.status === 'cancelled')
+      return `skipped: ${chain.status}`;
+    if (now < data.dueAt) return delayJobUntil(job, jobToken, data.dueAt, now);
+    const addOns = await deps.chains.getMany(chain.addOns);
+    const ids = familyOrdersInForce(chain, addOns, deps.provisioning.variant, now);
+    for (const id of ids) await deps.provisioning.suspendOrder({ id });
+    await deps.chains.save({
+      chainId: chain.id,
+      token,
+      previous: chain,
+      next: { ...chain, status: 'suspended', suspendAt: null, updatedAt: now },
+      history: [
+        {
+          at: now,
+          event: 'chain.suspended',
+          detail: `payment still overdue after the grace period (episode ${data.episode}): suspended ${ids.join(', ') || 'nothing in force'}`,
+          cause: { jobId: job.id ?? '' },
+        },
+      ],
+      release: false,
+    });
+    deps.metrics.suspensions.inc({ action: 'suspend' });
+    return `suspended: ${ids.length} orders`;
+  });
+}
+
+export function makeProcessor(deps: WorkerDeps) {
+  return async function processPaymentSignal(job: Job, jobToken?: string): Promise<string> {
+    if (job.name.startsWith(SUSPEND)) return suspendChain(deps, job, jobToken);
+    const data = eventJobData.parse(job.data);
+    if (data.type !== 'payment.overdue' && data.type !== 'payment.received') {
+      throw new UnrecoverableError(`the payment-signals queue does not handle ${data.type} events`);
+    }
+    return applyPaymentEvent(deps, job, jobToken, data);
+  };
+}

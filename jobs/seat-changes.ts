@@ -1,0 +1,515 @@
+// The `seat-changes` queue: a new license total becomes a co-terminated partial order, an add-on
+// order with its own renewals, or only the next renewal's count (DESIGN §4, seat change).
+import { type Job, UnrecoverableError } from 'bullmq';
+import { z } from 'zod';
+import { createChain, mainChainIdOf } from '../src/chains/family.js';
+import { chainIdOf } from '../src/chains/keys.js';
+import {
+  type Chain,
+  type HistoryEntry,
+  type Intent,
+  newChainRecord,
+} from '../src/chains/records.js';
+import { addOnOrderId, partialOrderId } from '../src/domain/ids.js';
+import { nextRenewalAt } from '../src/domain/renewal.js';
+import { allocateNextLicenses, planSeatChange } from '../src/domain/seats.js';
+import { RefusalError } from '../src/errors.js';
+import { type EventJobData, eventJobData, eventSchemas } from '../src/intake/events.js';
+import { defaultJobOptions } from '../src/queues.js';
+import { delayJobUntil, withChainLock } from './chain-lock.js';
+import type { WorkerDeps } from './deps.js';
+import { describeTerm, sendIntent } from './intents.js';
+import { ensureRenewalJob } from './renewals.js';
+
+export const schema = eventJobData;
+
+/** A delayed job that buys an add-on on the date it is needed (external: no start date). */
+export const ADD_ON_DUE = 'add-on due';
+export const addOnDueData = z.object({
+  chainId: z.string(),
+  order: z.string(),
+  customer: z.string(),
+  startsAt: z.int(),
+});
+
+/** One per chain: a newer seat event replaces the waiting add-on. */
+export function addOnJobId(chainId: string): string {
+  return `addon-${chainId}`;
+}
+
+/** How many applied seat webhook ids a chain remembers, so a retried job never applies one twice. */
+const REMEMBERED_EVENTS = 50;
+/** How soon a seat job retries when another kind of work is half done on the chain (ms). */
+const FOREIGN_INTENT_RETRY_S = 2;
+
+const iso = (t: number) => new Date(t * 1000).toISOString().replace('.000Z', 'Z');
+
+type Held = { chain: Chain; token: string };
+
+function applied(chain: Chain, event: { webhookId: string; occurredAt: number }) {
+  return {
+    lastSeatEventAt: Math.max(chain.lastSeatEventAt ?? event.occurredAt, event.occurredAt),
+    appliedSeatEvents: [...chain.appliedSeatEvents, event.webhookId].slice(-REMEMBERED_EVENTS),
+  };
+}
+
+/** Licenses paid and in force now: the main term, partials, and live add-ons. */
+function paidInForce(chain: Chain, addOns: readonly Chain[], now: number): number {
+  const partials = chain.partials
+    .filter((p) => p.expiresAt > now)
+    .reduce((sum, p) => sum + p.licenses, 0);
+  const live = addOns.filter((a) => a.status !== 'cancelled' && a.term.expiresAt > now);
+  return chain.licenses + partials + live.reduce((sum, a) => sum + a.licenses, 0);
+}
+
+/** The chain's next-renewal counts for a total, over itself and its add-ons. */
+function allocation(deps: WorkerDeps, chain: Chain, addOns: readonly Chain[], total: number) {
+  const split = allocateNextLicenses({
+    total,
+    main: chain.licenses,
+    addOns: addOns.map((a) => a.licenses),
+    style: addOns.length > 0 ? 'addon' : deps.settings.seatIncrease,
+  });
+  return {
+    nextLicenses: split.main,
+    addOnNextLicenses: Object.fromEntries(addOns.map((a, i) => [a.id, split.addOns[i] ?? 0])),
+  };
+}
+
+function describeAllocation(next: {
+  nextLicenses: number;
+  addOnNextLicenses: Record<string, number>;
+}) {
+  const addOns = Object.values(next.addOnNextLicenses);
+  return addOns.length === 0
+    ? `the next renewal carries ${next.nextLicenses}`
+    : `the next renewals carry ${next.nextLicenses} (main) + ${addOns.join(' + ')} (add-ons)`;
+}
+
+function partialIntent(
+  chain: Chain,
+  licenses: number,
+  startsAt: number,
+  event: Intent['event'],
+  jobId: string | null,
+): Intent {
+  const orderId = partialOrderId(chain.order, chain.partialCount + 1);
+  return {
+    kind: 'partial',
+    method: 'createOrder',
+    orderId,
+    params: {
+      customer: chain.customer,
+      id: orderId,
+      product: chain.product,
+      licenses,
+      startsAt,
+      expiresAt: chain.term.expiresAt,
+    },
+    jobId,
+    event,
+  };
+}
+
+function addOnIntent(
+  deps: WorkerDeps,
+  chain: Chain,
+  licenses: number,
+  startsAt: number,
+  event: Intent['event'],
+  jobId: string | null,
+): Intent {
+  const orderId = addOnOrderId(chain.order, chain.addOnCount + 1);
+  const base = {
+    customer: chain.customer,
+    id: orderId,
+    product: chain.product,
+    licenses,
+    duration: chain.duration,
+  };
+  return deps.provisioning.variant === 'external'
+    ? { kind: 'addon', method: 'createFirstOrder', orderId, params: base, jobId, event }
+    : {
+        kind: 'addon',
+        method: 'createOrder',
+        orderId,
+        params: { ...base, startsAt },
+        jobId,
+        event,
+      };
+}
+
+/**
+ * Sends a seat purchase written on the chain and records its outcome. Whoever holds the chain
+ * next finishes a purchase a crashed job left half done, so it is made and recorded exactly once.
+ */
+async function finishSeatIntent(deps: WorkerDeps, job: Job, held: Held): Promise<Chain> {
+  const { chain, token } = held;
+  const intent = chain.intent as Intent;
+  const event = intent.event ?? {
+    webhookId: '',
+    occurredAt: chain.lastSeatEventAt ?? 0,
+    total: chain.nextLicenses,
+  };
+  const cause = {
+    jobId: intent.jobId ?? job.id ?? '',
+    orderId: intent.orderId,
+    ...(event.webhookId ? { webhookId: event.webhookId } : {}),
+  };
+  let order: Awaited<ReturnType<typeof sendIntent>>;
+  try {
+    order = await sendIntent(deps.provisioning, intent);
+  } catch (error) {
+    if (!(error instanceof RefusalError)) throw error;
+    const now = deps.clock.now();
+    await deps.chains.save({
+      chainId: chain.id,
+      token,
+      previous: chain,
+      next: { ...chain, intent: null, updatedAt: now },
+      history: [
+        {
+          at: now,
+          event: 'seats.refused',
+          detail: `the provider refused ${intent.orderId}: ${error.message}`,
+          cause,
+        },
+      ],
+      release: false,
+    });
+    throw new UnrecoverableError(`the provider refused ${intent.orderId}: ${error.message}`);
+  }
+  const now = deps.clock.now();
+  const addOns = await deps.chains.getMany(chain.addOns);
+  if (intent.kind === 'partial') {
+    const next = {
+      ...chain,
+      ...applied(chain, event),
+      intent: null,
+      partials: [
+        ...chain.partials.filter((p) => p.expiresAt > now),
+        {
+          orderId: intent.orderId,
+          licenses: order.licenses,
+          startsAt: order.startsAt,
+          expiresAt: order.expiresAt,
+        },
+      ],
+      updatedAt: now,
+    };
+    const withCounts = { ...next, ...allocation(deps, next, addOns, event.total) };
+    deps.metrics.orders.inc({ kind: 'partial' });
+    return deps.chains.save({
+      chainId: chain.id,
+      token,
+      previous: chain,
+      next: withCounts,
+      history: [
+        {
+          at: now,
+          event: 'seats.partial_ordered',
+          detail: `partial ${intent.orderId}: ${describeTerm(order)}, co-terminated with the term; ${describeAllocation(withCounts)}`,
+          cause,
+        },
+      ],
+      orderIds: [intent.orderId],
+      release: false,
+    });
+  }
+
+  const addOn = await createChain(
+    deps.chains,
+    (() => {
+      const fresh = newChainRecord({
+        id: chainIdOf(intent.orderId),
+        order: intent.orderId,
+        customer: chain.customer,
+        product: chain.product,
+        duration: chain.duration,
+        status: 'active',
+        autoRenew: chain.autoRenew,
+        payment: chain.payment,
+        licenses: order.licenses,
+        nextLicenses: order.licenses,
+        term: {
+          orderId: intent.orderId,
+          count: 1,
+          startsAt: order.startsAt,
+          expiresAt: order.expiresAt,
+        },
+        mainChain: chain.id,
+        intent: null,
+        nextRenewalAt: null,
+        createdAt: now,
+        updatedAt: now,
+      });
+      return {
+        ...fresh,
+        nextRenewalAt: nextRenewalAt({ chain: fresh, now, leadDays: deps.settings.leadDays }),
+      };
+    })(),
+    [
+      {
+        at: now,
+        event: 'addon.ordered',
+        detail: `add-on ${intent.orderId} of ${chain.order}: ${describeTerm(order)}`,
+        cause,
+      },
+    ],
+    [intent.orderId],
+  );
+  const next = {
+    ...chain,
+    ...applied(chain, event),
+    intent: null,
+    addOns: [...chain.addOns, addOn.id],
+    updatedAt: now,
+  };
+  const withCounts = { ...next, ...allocation(deps, next, [...addOns, addOn], event.total) };
+  const saved = await deps.chains.save({
+    chainId: chain.id,
+    token,
+    previous: chain,
+    next: withCounts,
+    history: [
+      {
+        at: now,
+        event: 'seats.addon_ordered',
+        detail: `add-on ${intent.orderId}: ${describeTerm(order)}, renewing on its own cycle; ${describeAllocation(withCounts)}`,
+        cause,
+      },
+    ],
+    release: false,
+  });
+  deps.metrics.orders.inc({ kind: 'addon' });
+  await ensureRenewalJob(deps.queues.renewals, addOn, now);
+  return saved;
+}
+
+/** Schedules (or moves) the chain's one waiting add-on job to the date its licenses are needed. */
+async function scheduleAddOnJob(deps: WorkerDeps, chain: Chain, startsAt: number, now: number) {
+  const queue = deps.queues['seat-changes'];
+  const id = addOnJobId(chain.id);
+  const existing = await queue.getJob(id);
+  if (existing) await existing.remove();
+  const data: z.infer<typeof addOnDueData> = {
+    chainId: chain.id,
+    order: chain.order,
+    customer: chain.customer,
+    startsAt,
+  };
+  await queue.add(`${ADD_ON_DUE} ${chain.order}`, data, {
+    ...defaultJobOptions,
+    jobId: id,
+    delay: Math.max(0, startsAt - now) * 1000,
+  });
+}
+
+async function removeAddOnJob(deps: WorkerDeps, chain: Chain) {
+  const existing = await deps.queues['seat-changes'].getJob(addOnJobId(chain.id));
+  if (existing && (await existing.getState()) !== 'active') await existing.remove();
+}
+
+async function applySeatEvent(
+  deps: WorkerDeps,
+  job: Job,
+  jobToken: string | undefined,
+  data: EventJobData,
+) {
+  const ev = eventSchemas['seats.changed'].parse(data.data);
+  const chainId = await mainChainIdOf(deps.chains, ev.order);
+  if (!chainId) throw new UnrecoverableError(`seats.changed names an unknown order: ${ev.order}`);
+  const event = { webhookId: data.webhookId, occurredAt: data.occurredAt, total: ev.licenses };
+  return withChainLock(deps.chains, job, jobToken, chainId, async (lock) => {
+    if (!lock.chain)
+      throw new UnrecoverableError(`seats.changed names an unknown order: ${ev.order}`);
+    let chain = lock.chain;
+    const { token } = lock;
+    if (chain.intent && (chain.intent.kind === 'partial' || chain.intent.kind === 'addon')) {
+      chain = await finishSeatIntent(deps, job, { chain, token });
+    } else if (chain.intent) {
+      return delayJobUntil(
+        job,
+        jobToken,
+        deps.clock.now() + FOREIGN_INTENT_RETRY_S,
+        deps.clock.now(),
+      );
+    }
+    if (chain.appliedSeatEvents.includes(data.webhookId))
+      return `already applied: ${data.webhookId}`;
+
+    const now = deps.clock.now();
+    const cause = { webhookId: data.webhookId, jobId: job.id ?? '' };
+    const save = (next: Chain, entry: Omit<HistoryEntry, 'cause' | 'at'>) =>
+      deps.chains.save({
+        chainId,
+        token,
+        previous: chain,
+        next: { ...next, updatedAt: now },
+        history: [{ at: now, ...entry, cause }],
+        release: false,
+      });
+
+    if (chain.status === 'cancelled' || chain.status === 'expired') {
+      await save(
+        { ...chain, ...applied(chain, event) },
+        {
+          event: 'seats.ignored',
+          detail: `${ev.licenses} licenses asked for a ${chain.status} chain: nothing to do`,
+        },
+      );
+      return `ignored: chain ${chain.status}`;
+    }
+    const addOns = await deps.chains.getMany(chain.addOns);
+    const decision = planSeatChange({
+      total: ev.licenses,
+      paid: paidInForce(chain, addOns, now),
+      neededAt: ev.effectiveAt ?? now,
+      now,
+      termEnd: chain.term.expiresAt,
+      occurredAt: data.occurredAt,
+      lastAppliedAt: chain.lastSeatEventAt,
+    });
+
+    if (decision.kind === 'stale') {
+      await save(
+        { ...chain, appliedSeatEvents: applied(chain, event).appliedSeatEvents },
+        {
+          event: 'seats.stale',
+          detail: `event of ${iso(data.occurredAt)} is older than the last applied one (${iso(decision.lastAppliedAt)}): ignored`,
+        },
+      );
+      return 'stale';
+    }
+    if (decision.kind === 'next_renewal_only') {
+      const counts = allocation(deps, chain, addOns, decision.total);
+      if (chain.pendingAddOn) await removeAddOnJob(deps, chain);
+      const reason = {
+        decrease: 'a decrease refunds nothing',
+        already_paid: 'already paid',
+        after_term: 'needed from the next term',
+      }[decision.reason];
+      await save(
+        { ...chain, ...applied(chain, event), ...counts, pendingAddOn: null },
+        {
+          event: 'seats.changed',
+          detail: `${decision.total} licenses: nothing to buy now (${reason}); ${describeAllocation(counts)}`,
+        },
+      );
+      return `next renewal: ${decision.total}`;
+    }
+
+    const jobId = job.id ?? null;
+    if (deps.settings.seatIncrease === 'coterm') {
+      const intent = partialIntent(chain, decision.licenses, decision.startsAt, event, jobId);
+      const held = await save(
+        { ...chain, intent, partialCount: chain.partialCount + 1, pendingAddOn: null },
+        {
+          event: 'seats.buying',
+          detail: `buying ${decision.licenses} licenses from ${iso(decision.startsAt)} as ${intent.orderId}`,
+        },
+      );
+      if (chain.pendingAddOn) await removeAddOnJob(deps, chain);
+      await finishSeatIntent(deps, job, { chain: held, token });
+      return `partial: ${intent.orderId}`;
+    }
+    if (deps.provisioning.variant === 'external' && decision.startsAt > now) {
+      // createFirstOrder starts at once: the add-on is bought on the date it is needed.
+      await save(
+        {
+          ...chain,
+          ...applied(chain, event),
+          pendingAddOn: {
+            licenses: decision.licenses,
+            startsAt: decision.startsAt,
+            occurredAt: data.occurredAt,
+          },
+        },
+        {
+          event: 'seats.addon_scheduled',
+          detail: `${decision.licenses} more licenses needed from ${iso(decision.startsAt)}: an add-on will be ordered then`,
+        },
+      );
+      await scheduleAddOnJob(deps, chain, decision.startsAt, now);
+      return `add-on scheduled: ${iso(decision.startsAt)}`;
+    }
+    const intent = addOnIntent(deps, chain, decision.licenses, decision.startsAt, event, jobId);
+    const held = await save(
+      { ...chain, intent, addOnCount: chain.addOnCount + 1, pendingAddOn: null },
+      {
+        event: 'seats.buying',
+        detail: `buying ${decision.licenses} licenses from ${iso(decision.startsAt)} as add-on ${intent.orderId}`,
+      },
+    );
+    if (chain.pendingAddOn) await removeAddOnJob(deps, chain);
+    await finishSeatIntent(deps, job, { chain: held, token });
+    return `add-on: ${intent.orderId}`;
+  });
+}
+
+/** The waiting add-on's date came: buy it (unless a newer event withdrew it). */
+async function buyDueAddOn(deps: WorkerDeps, job: Job, jobToken: string | undefined) {
+  const data = addOnDueData.parse(job.data);
+  return withChainLock(deps.chains, job, jobToken, data.chainId, async (lock) => {
+    let chain = lock.chain;
+    if (!chain) return 'skipped: unknown chain';
+    const { token } = lock;
+    if (chain.intent?.kind === 'addon' || chain.intent?.kind === 'partial') {
+      chain = await finishSeatIntent(deps, job, { chain, token });
+    } else if (chain.intent) {
+      return delayJobUntil(
+        job,
+        jobToken,
+        deps.clock.now() + FOREIGN_INTENT_RETRY_S,
+        deps.clock.now(),
+      );
+    }
+    const pending = chain.pendingAddOn;
+    if (!pending) return 'skipped: no add-on waiting';
+    const now = deps.clock.now();
+    if (now < pending.startsAt) return delayJobUntil(job, jobToken, pending.startsAt, now);
+    if (chain.status === 'cancelled') return 'skipped: chain cancelled';
+    const addOns = await deps.chains.getMany(chain.addOns);
+    const total = paidInForce(chain, addOns, now) + pending.licenses;
+    const event = {
+      webhookId: chain.appliedSeatEvents.at(-1) ?? '',
+      occurredAt: pending.occurredAt,
+      total,
+    };
+    const intent = addOnIntent(deps, chain, pending.licenses, now, event, job.id ?? null);
+    const held = await deps.chains.save({
+      chainId: chain.id,
+      token,
+      previous: chain,
+      next: {
+        ...chain,
+        intent,
+        addOnCount: chain.addOnCount + 1,
+        pendingAddOn: null,
+        updatedAt: now,
+      },
+      history: [
+        {
+          at: now,
+          event: 'seats.buying',
+          detail: `buying the waiting ${pending.licenses} licenses as add-on ${intent.orderId}`,
+          cause: { jobId: job.id ?? '' },
+        },
+      ],
+      release: false,
+    });
+    await finishSeatIntent(deps, job, { chain: held, token });
+    return `add-on: ${intent.orderId}`;
+  });
+}
+
+export function makeProcessor(deps: WorkerDeps) {
+  return async function processSeatChange(job: Job, jobToken?: string): Promise<string> {
+    if (job.name.startsWith(ADD_ON_DUE)) return buyDueAddOn(deps, job, jobToken);
+    const data = eventJobData.parse(job.data);
+    if (data.type !== 'seats.changed') {
+      throw new UnrecoverableError(`the seat-changes queue does not handle ${data.type} events`);
+    }
+    return applySeatEvent(deps, job, jobToken, data);
+  };
+}

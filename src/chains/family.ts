@@ -1,0 +1,40 @@
+// A main chain and its add-on chains: finding the main one, creating an add-on.
+import { randomUUID } from 'node:crypto';
+import { TransientError } from '../errors.js';
+import type { Chain, HistoryEntry, NewChain } from './records.js';
+import type { ChainStore } from './store.js';
+
+/** The main chain's id for any order of the family (an event may name an add-on's order). */
+export async function mainChainIdOf(chains: ChainStore, orderId: string): Promise<string | null> {
+  const chain = await chains.getByOrder(orderId);
+  if (!chain) return null;
+  return chain.mainChain ?? chain.id;
+}
+
+/** Stores a chain that does not exist yet (an add-on), under its own fresh lock. */
+export async function createChain(
+  chains: ChainStore,
+  next: NewChain,
+  history: readonly HistoryEntry[],
+  orderIds: readonly string[],
+): Promise<Chain> {
+  const token = `create/${randomUUID()}`;
+  const lock = await chains.lock(next.id, token);
+  if (lock.kind === 'locked') {
+    throw new TransientError('chain_locked', `chain ${next.order} is being created elsewhere`);
+  }
+  try {
+    if (lock.chain) return lock.chain;
+    return await chains.save({
+      chainId: next.id,
+      token,
+      previous: null,
+      next,
+      history,
+      orderIds,
+      release: true,
+    });
+  } finally {
+    await chains.unlock(next.id, token);
+  }
+}
