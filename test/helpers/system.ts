@@ -4,6 +4,8 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Queue } from 'bullmq';
+import { Redis } from 'ioredis';
 import { request } from 'undici';
 import { vi } from 'vitest';
 import { loadSettings, type Settings } from '../../config/settings.js';
@@ -12,6 +14,7 @@ import type { Clock } from '../../src/clock.js';
 import { signWebhook } from '../../src/intake/sign.js';
 import { createLogger } from '../../src/logger.js';
 import { type Role, type Started, start } from '../../src/main.js';
+import { QUEUE_PREFIX, type QueueName } from '../../src/queues.js';
 import { startTestRedis, type TestRedis } from './redis-server.js';
 
 export const OPS_TOKEN = 'test-ops-token-0123456789';
@@ -40,6 +43,10 @@ export interface System {
     ready: (chain: ChainView) => boolean,
     timeoutMs?: number,
   ): Promise<ChainView>;
+  /** A producer Queue on the system's Redis (closed with the system). */
+  queue(name: QueueName): Queue;
+  /** Fires a delayed job now, as if its time had come (pair with advancing a test clock). */
+  promote(name: QueueName, jobId: string): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -72,6 +79,8 @@ export async function startSystem(
     ...(options.lockLeaseMs ? { lockLeaseMs: options.lockLeaseMs } : {}),
   });
   const baseUrl = `http://127.0.0.1:${started.port}`;
+  const queueConnection = new Redis(redis.url, { maxRetriesPerRequest: null });
+  const queues = new Map<QueueName, Queue>();
   const secret = settings.WEBHOOK_SECRET as string;
 
   async function call(
@@ -129,7 +138,22 @@ export async function startSystem(
       );
       return last as ChainView;
     },
+    queue(name) {
+      let queue = queues.get(name);
+      if (!queue) {
+        queue = new Queue(name, { connection: queueConnection, prefix: QUEUE_PREFIX });
+        queues.set(name, queue);
+      }
+      return queue;
+    },
+    async promote(name, jobId) {
+      const job = await system.queue(name).getJob(jobId);
+      if (!job) throw new Error(`no job ${jobId} in ${name}`);
+      if ((await job.getState()) === 'delayed') await job.promote();
+    },
     async close() {
+      for (const queue of queues.values()) await queue.close();
+      await queueConnection.quit();
       await started.stop();
       await redis.stop();
       await rm(dataDir, { recursive: true, force: true });

@@ -1,0 +1,245 @@
+// Seat changes end to end: partials, add-ons, decreases, stale, repeated and concurrent events.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { renewalJobId } from '../../../jobs/renewals.js';
+import { addOnJobId } from '../../../jobs/seat-changes.js';
+import { chainIdOf } from '../../../src/chains/keys.js';
+import type { ChainView } from '../../../src/chains/view.js';
+import { type ManualClock, manualClock, systemClock } from '../../../src/clock.js';
+import { addTerms } from '../../../src/domain/periods.js';
+import type { Partner } from '../../../src/provisioning/records.js';
+import { DAY, orderPlaced, type System, startSystem } from '../../helpers/system.js';
+
+async function partnerOf(system: System): Promise<Partner> {
+  const found = (await system.started.runtime.partners.list()).find(
+    (p) => p.name === system.settings.PARTNER_NAME,
+  );
+  if (!found) throw new Error('workers partner missing');
+  return found;
+}
+
+/** Places a chain and waits for it; its first term started `daysAgo` days ago. */
+async function place(system: System, order: string, licenses: number, daysAgo = 10) {
+  const startsAt = system.started.runtime.clock.now() - daysAgo * DAY;
+  await system.send('order.placed', orderPlaced({ order, licenses, startsAt }));
+  return system.waitForChain(order, () => true);
+}
+
+async function seats(
+  system: System,
+  order: string,
+  licenses: number,
+  extra: Record<string, unknown> = {},
+) {
+  const res = await system.send('seats.changed', { order, licenses, ...extra });
+  expect(res.status).toBe(202);
+}
+
+const lastEvent = (chain: ChainView) => chain.history.at(-1)?.event;
+
+describe('marketplace, co-terminated partial orders (the default)', () => {
+  let clock: ManualClock;
+  let system: System;
+  let partner: Partner;
+
+  beforeAll(async () => {
+    clock = manualClock(systemClock.now());
+    system = await startSystem({ clock });
+    partner = await partnerOf(system);
+  });
+  afterAll(async () => system.close());
+
+  it('buys the added licenses from the date needed to the end of the term, and renews with the total', async () => {
+    const placed = await place(system, 'S-1', 5);
+    const neededAt = clock.now() + 2 * DAY;
+    await seats(system, 'S-1', 8, { effectiveAt: neededAt });
+    const chain = await system.waitForChain('S-1', (c) => c.partials.length === 1);
+    expect(chain.partials).toEqual([
+      { orderId: 'S-1.p1', licenses: 3, startsAt: neededAt, expiresAt: placed.term.expiresAt },
+    ]);
+    expect(chain).toMatchObject({ licenses: 5, nextLicenses: 8 });
+    const partial = await system.started.runtime.store.getOrder(partner, 'S-1.p1');
+    expect(partial).toMatchObject({
+      licenses: 3,
+      duration: null,
+      startsAt: neededAt,
+      expiresAt: placed.term.expiresAt,
+    });
+
+    // The renewal carries the combined count.
+    clock.set(placed.term.expiresAt - 7 * DAY);
+    await system.promote('renewals', renewalJobId(chainIdOf('S-1'), 2));
+    const renewed = await system.waitForChain('S-1', (c) => c.term.count === 2);
+    expect(renewed.licenses).toBe(8);
+    expect((await system.started.runtime.store.getOrder(partner, 'S-1.r2'))?.licenses).toBe(8);
+  });
+
+  it('buys nothing for a decrease, and then reuses the paid licenses before buying more', async () => {
+    await place(system, 'S-2', 10);
+    await seats(system, 'S-2', 6);
+    const decreased = await system.waitForChain('S-2', (c) => c.nextLicenses === 6);
+    expect(decreased.partials).toEqual([]);
+    expect(lastEvent(decreased)).toBe('seats.changed');
+
+    clock.advance(60);
+    await seats(system, 'S-2', 12);
+    const increased = await system.waitForChain('S-2', (c) => c.nextLicenses === 12);
+    expect(increased.partials.map((p) => p.licenses)).toEqual([2]);
+  });
+
+  it('treats a date needed in the past as now, and one after the term as the next renewal only', async () => {
+    const placed = await place(system, 'S-3', 4);
+    await seats(system, 'S-3', 6, { effectiveAt: clock.now() - 5 * DAY });
+    const now = await system.waitForChain('S-3', (c) => c.partials.length === 1);
+    expect(now.partials[0]?.startsAt).toBe(clock.now());
+
+    clock.advance(60);
+    await seats(system, 'S-3', 9, { effectiveAt: placed.term.expiresAt + DAY });
+    const later = await system.waitForChain('S-3', (c) => c.nextLicenses === 9);
+    expect(later.partials).toHaveLength(1);
+  });
+
+  it('ignores an event older than the last applied one, and a repeat of the same total', async () => {
+    await place(system, 'S-4', 5);
+    const t = clock.now();
+    await system.send('seats.changed', { order: 'S-4', licenses: 9, occurredAt: t });
+    await system.waitForChain('S-4', (c) => c.nextLicenses === 9);
+    await system.send('seats.changed', { order: 'S-4', licenses: 20, occurredAt: t - 60 });
+    const stale = await system.waitForChain('S-4', (c) => lastEvent(c) === 'seats.stale');
+    expect(stale.nextLicenses).toBe(9);
+    expect(stale.partials.map((p) => p.licenses)).toEqual([4]);
+
+    await system.send('seats.changed', { order: 'S-4', licenses: 9, occurredAt: t });
+    const repeat = await system.waitForChain('S-4', (c) => lastEvent(c) === 'seats.changed');
+    expect(repeat.partials.map((p) => p.licenses)).toEqual([4]);
+  });
+
+  it('answers a repeated webhook id 202 and applies it once', async () => {
+    await place(system, 'S-5', 2);
+    const data = { order: 'S-5', licenses: 3 };
+    await system.send('seats.changed', data, { id: 'seat-repeat' });
+    await system.send('seats.changed', data, { id: 'seat-repeat' });
+    const chain = await system.waitForChain('S-5', (c) => c.partials.length === 1);
+    expect(chain.history.filter((h) => h.event === 'seats.partial_ordered')).toHaveLength(1);
+  });
+
+  it('never buys a license twice or loses one under concurrent events on one chain', async () => {
+    await place(system, 'S-6', 5);
+    const totals = [7, 12, 6, 15, 9, 11, 8, 14, 10, 13];
+    await Promise.all(totals.map((licenses) => seats(system, 'S-6', licenses)));
+    const chain = await system.waitForChain(
+      'S-6',
+      (c) =>
+        c.history.filter((h) => h.event.startsWith('seats.') && h.event !== 'seats.buying')
+          .length === totals.length,
+    );
+    const bought = chain.partials.reduce((sum, p) => sum + p.licenses, 0);
+    expect(bought).toBe(15 - 5);
+    const atProvider = await Promise.all(
+      chain.partials.map((p) => system.started.runtime.store.getOrder(partner, p.orderId)),
+    );
+    expect(atProvider.reduce((sum, o) => sum + (o?.licenses ?? 0), 0)).toBe(10);
+  });
+});
+
+describe('marketplace with SEAT_INCREASE=addon', () => {
+  let clock: ManualClock;
+  let system: System;
+
+  beforeAll(async () => {
+    clock = manualClock(systemClock.now());
+    system = await startSystem({ clock, env: { SEAT_INCREASE: 'addon' } });
+  });
+  afterAll(async () => system.close());
+
+  it('buys an add-on with its own term and renewals, and a decrease shrinks it first', async () => {
+    await place(system, 'A-1', 5);
+    const neededAt = clock.now() + DAY;
+    await seats(system, 'A-1', 8, { effectiveAt: neededAt });
+    const chain = await system.waitForChain('A-1', (c) => c.addOns.length === 1);
+    const addOn = chain.addOns[0];
+    expect(addOn).toMatchObject({
+      order: 'A-1.a1',
+      licenses: 3,
+      autoRenew: true,
+      term: {
+        orderId: 'A-1.a1',
+        count: 1,
+        startsAt: neededAt,
+        expiresAt: addTerms(neededAt, 'monthly', 1),
+      },
+    });
+    expect(chain.nextLicenses).toBe(5);
+    expect(addOn?.nextRenewalAt).toBe((addOn?.term.expiresAt ?? 0) - 7 * DAY);
+    const job = await system.queue('renewals').getJob(renewalJobId(chainIdOf('A-1.a1'), 2));
+    expect(await job?.getState()).toBe('delayed');
+
+    clock.advance(60);
+    await seats(system, 'A-1', 6);
+    const shrunk = await system.waitForChain('A-1', (c) => c.addOns[0]?.nextLicenses === 1);
+    expect(shrunk.nextLicenses).toBe(5);
+
+    clock.advance(60);
+    await seats(system, 'A-1', 4);
+    const stopped = await system.waitForChain('A-1', (c) => c.addOns[0]?.nextLicenses === 0);
+    expect(stopped.nextLicenses).toBe(4);
+
+    // At its renewal the emptied add-on stops instead of ordering zero licenses.
+    clock.set((addOn?.term.expiresAt ?? 0) - 7 * DAY);
+    await system.promote('renewals', renewalJobId(chainIdOf('A-1.a1'), 2));
+    const ended = await system.waitForChain('A-1', (c) => c.addOns[0]?.nextRenewalAt === null);
+    expect(ended.addOns[0]?.history.at(-1)?.event).toBe('addon.stopped');
+  });
+});
+
+describe('the external variant (add-ons only)', () => {
+  let clock: ManualClock;
+  let system: System;
+  let partner: Partner;
+
+  beforeAll(async () => {
+    clock = manualClock(systemClock.now());
+    system = await startSystem({ clock, env: { PARTNER_VARIANT: 'external' } });
+    partner = await partnerOf(system);
+  });
+  afterAll(async () => system.close());
+
+  it('orders an add-on on the date it is needed, with createFirstOrder', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'E-1', licenses: 5 }));
+    await system.waitForChain('E-1', () => true);
+    const neededAt = clock.now() + 3 * DAY;
+    await seats(system, 'E-1', 7, { effectiveAt: neededAt });
+    const waiting = await system.waitForChain(
+      'E-1',
+      (c) => lastEvent(c) === 'seats.addon_scheduled',
+    );
+    expect(waiting.addOns).toEqual([]);
+
+    // A newer event replaces the waiting add-on.
+    clock.advance(60);
+    await seats(system, 'E-1', 9, { effectiveAt: neededAt });
+    await system.waitForChain(
+      'E-1',
+      (c) => c.history.filter((h) => h.event === 'seats.addon_scheduled').length === 2,
+    );
+
+    clock.set(neededAt);
+    await system.promote('seat-changes', addOnJobId(chainIdOf('E-1')));
+    const bought = await system.waitForChain('E-1', (c) => c.addOns.length === 1);
+    expect(bought.addOns[0]).toMatchObject({
+      order: 'E-1.a1',
+      licenses: 4,
+      term: { startsAt: neededAt },
+    });
+    const order = await system.started.runtime.store.getOrder(partner, 'E-1.a1');
+    const first = await system.started.runtime.store.getOrder(partner, 'E-1');
+    expect(order?.instance).toBe(first?.instance);
+  });
+
+  it('orders an add-on at once when the licenses are needed now', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'E-2', licenses: 2 }));
+    await system.waitForChain('E-2', () => true);
+    await seats(system, 'E-2', 3);
+    const chain = await system.waitForChain('E-2', (c) => c.addOns.length === 1);
+    expect(chain.addOns[0]).toMatchObject({ order: 'E-2.a1', licenses: 1 });
+  });
+});
