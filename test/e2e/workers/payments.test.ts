@@ -1,0 +1,175 @@
+// Payment delays end to end: grace periods, suspension, payment, reactivation, waiting renewals.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { suspensionJobId } from '../../../jobs/payment-signals.js';
+import { renewalJobId } from '../../../jobs/renewals.js';
+import { chainIdOf } from '../../../src/chains/keys.js';
+import type { ChainView } from '../../../src/chains/view.js';
+import { type ManualClock, manualClock, systemClock } from '../../../src/clock.js';
+import type { Partner } from '../../../src/provisioning/records.js';
+import { DAY, orderPlaced, type System, startSystem } from '../../helpers/system.js';
+
+async function partnerOf(system: System): Promise<Partner> {
+  const found = (await system.started.runtime.partners.list()).find(
+    (p) => p.name === system.settings.PARTNER_NAME,
+  );
+  if (!found) throw new Error('workers partner missing');
+  return found;
+}
+
+const lastEvent = (chain: ChainView) => chain.history.at(-1)?.event;
+
+async function providerStatus(system: System, partner: Partner, order: string) {
+  return (await system.started.runtime.store.getOrder(partner, order))?.status;
+}
+
+describe('marketplace, 3 days of grace', () => {
+  let clock: ManualClock;
+  let system: System;
+  let partner: Partner;
+
+  beforeAll(async () => {
+    clock = manualClock(systemClock.now());
+    system = await startSystem({ clock, env: { PAYMENT_GRACE_DAYS: '3' } });
+    partner = await partnerOf(system);
+  });
+  afterAll(async () => system.close());
+
+  it('does not suspend a chain paid inside the grace period', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'P-1' }));
+    await system.waitForChain('P-1', () => true);
+    await system.send('payment.overdue', { order: 'P-1', invoice: 'INV-1' });
+    const overdue = await system.waitForChain('P-1', (c) => c.payment === 'overdue');
+    expect(overdue.status).toBe('active');
+    const job = await system.queue('payment-signals').getJob(suspensionJobId(chainIdOf('P-1'), 1));
+    expect(await job?.getState()).toBe('delayed');
+
+    clock.advance(2 * DAY);
+    await system.send('payment.received', { order: 'P-1', invoice: 'INV-1' });
+    const paid = await system.waitForChain('P-1', (c) => c.payment === 'ok');
+    expect(paid.status).toBe('active');
+    expect(
+      await system.queue('payment-signals').getJob(suspensionJobId(chainIdOf('P-1'), 1)),
+    ).toBeUndefined();
+    expect(await providerStatus(system, partner, 'P-1')).toBe('active');
+  });
+
+  it('suspends every order in force after the grace period, and unsuspends them when paid', async () => {
+    const placed = await (async () => {
+      await system.send(
+        'order.placed',
+        orderPlaced({ order: 'P-2', startsAt: clock.now() - 10 * DAY }),
+      );
+      return system.waitForChain('P-2', () => true);
+    })();
+    await system.send('seats.changed', { order: 'P-2', licenses: 8 });
+    await system.waitForChain('P-2', (c) => c.partials.length === 1);
+
+    await system.send('payment.overdue', { order: 'P-2' });
+    await system.waitForChain('P-2', (c) => c.payment === 'overdue');
+    clock.advance(3 * DAY);
+    await system.promote('payment-signals', suspensionJobId(chainIdOf('P-2'), 1));
+    const suspended = await system.waitForChain('P-2', (c) => c.status === 'suspended');
+    expect(lastEvent(suspended)).toBe('chain.suspended');
+    expect(await providerStatus(system, partner, 'P-2')).toBe('suspended');
+    expect(await providerStatus(system, partner, 'P-2.p1')).toBe('suspended');
+
+    await system.send('payment.received', { order: 'P-2.p1' });
+    const restored = await system.waitForChain('P-2', (c) => c.status === 'active');
+    expect(restored.payment).toBe('ok');
+    expect(lastEvent(restored)).toBe('chain.unsuspended');
+    expect(await providerStatus(system, partner, 'P-2')).toBe('active');
+    expect(await providerStatus(system, partner, 'P-2.p1')).toBe('active');
+    expect(placed.term.count).toBe(1);
+  });
+
+  it('ignores a payment event older than the last applied one', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'P-3' }));
+    await system.waitForChain('P-3', () => true);
+    const t = clock.now();
+    await system.send('payment.received', { order: 'P-3', occurredAt: t });
+    await system.waitForChain('P-3', (c) => lastEvent(c) === 'payment.received');
+    await system.send('payment.overdue', { order: 'P-3', occurredAt: t - 3600 });
+    const chain = await system.waitForChain(
+      'P-3',
+      (c) => lastEvent(c) === 'payment.overdue.ignored',
+    );
+    expect(chain.payment).toBe('ok');
+  });
+
+  it('holds a due renewal while payment is overdue and makes it when paid, starting then if the term ended', async () => {
+    const startsAt = clock.now() - 25 * DAY;
+    await system.send('order.placed', orderPlaced({ order: 'P-4', startsAt, autoRenew: false }));
+    const placed = await system.waitForChain('P-4', () => true);
+    await system.send('payment.overdue', { order: 'P-4' });
+    await system.waitForChain('P-4', (c) => c.payment === 'overdue');
+
+    await system.ops('PUT', '/ops/chains/P-4/auto-renew', { enabled: true });
+    // The renewal job runs, sees the overdue payment and waits.
+    const job = renewalJobId(chainIdOf('P-4'), 2);
+    await expect
+      .poll(async () => (await system.queue('renewals').getJob(job))?.getState(), {
+        timeout: 10_000,
+      })
+      .toBe('delayed');
+    expect((await system.chain('P-4')).term.count).toBe(1);
+
+    clock.set(placed.term.expiresAt + 2 * DAY);
+    await system.send('payment.received', { order: 'P-4' });
+    const renewed = await system.waitForChain('P-4', (c) => c.term.count === 2);
+    expect(renewed.term.startsAt).toBe(clock.now());
+  });
+});
+
+describe('marketplace with no grace', () => {
+  let system: System;
+  let partner: Partner;
+
+  beforeAll(async () => {
+    system = await startSystem({ env: { PAYMENT_GRACE_DAYS: '0' } });
+    partner = await partnerOf(system);
+  });
+  afterAll(async () => system.close());
+
+  it('suspends at once', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'N-1' }));
+    await system.waitForChain('N-1', () => true);
+    await system.send('payment.overdue', { order: 'N-1' });
+    await system.waitForChain('N-1', (c) => c.status === 'suspended');
+    expect(await providerStatus(system, partner, 'N-1')).toBe('suspended');
+  });
+});
+
+describe('the external variant', () => {
+  let system: System;
+  let partner: Partner;
+
+  beforeAll(async () => {
+    system = await startSystem({ env: { PARTNER_VARIANT: 'external', PAYMENT_GRACE_DAYS: '0' } });
+    partner = await partnerOf(system);
+  });
+  afterAll(async () => system.close());
+
+  it('stays suspended after payment until an operator confirms the manual reactivation', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'X-1' }));
+    await system.waitForChain('X-1', () => true);
+    await system.send('payment.overdue', { order: 'X-1' });
+    await system.waitForChain('X-1', (c) => c.status === 'suspended');
+    expect(await providerStatus(system, partner, 'X-1')).toBe('suspended');
+
+    const paid = await system.send('payment.received', { order: 'X-1' });
+    const chain = await system.waitForChain('X-1', (c) => c.needsReactivation);
+    expect(chain).toMatchObject({ status: 'suspended', payment: 'ok', nextRenewalAt: null });
+    expect(lastEvent(chain)).toBe('reactivation.needed');
+    // The job failed with the reason, for an operator to see in Bull Board.
+    const job = await system
+      .queue('payment-signals')
+      .getJob(webhookJobId((paid.body as { id: string }).id));
+    await expect.poll(async () => job?.getState(), { timeout: 5_000 }).toBe('failed');
+
+    const res = await system.ops('POST', '/ops/chains/X-1/reactivated');
+    expect(res.body).toMatchObject({ status: 'active', needsReactivation: false });
+    expect((res.body as ChainView).nextRenewalAt).not.toBeNull();
+  });
+});
+
+import { webhookJobId } from '../../../src/intake/webhooks.js';
