@@ -5,6 +5,7 @@ import { renewalJobId } from '../../../jobs/renewals.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
 import type { ChainView } from '../../../src/chains/view.js';
 import { type ManualClock, manualClock, systemClock } from '../../../src/clock.js';
+import { webhookJobId } from '../../../src/intake/webhooks.js';
 import type { Partner } from '../../../src/provisioning/records.js';
 import { DAY, orderPlaced, type System, startSystem } from '../../helpers/system.js';
 
@@ -171,5 +172,3 @@ describe('the external variant', () => {
     expect((res.body as ChainView).nextRenewalAt).not.toBeNull();
   });
 });
-
-import { webhookJobId } from '../../../src/intake/webhooks.js';

@@ -1,0 +1,504 @@
+// Seat changes: every branch of planSeatChange and allocateNextLicenses, plus fast-check
+// properties over whole terms of seat events (licenses bought never exceed the peak above paid).
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { SECONDS_PER_DAY } from '../../../src/domain/periods.js';
+import {
+  allocateNextLicenses,
+  planSeatChange,
+  type SeatChangeInput,
+  type SeatDecision,
+} from '../../../src/domain/seats.js';
+
+const DAY = SECONDS_PER_DAY;
+const utc = (year: number, month: number, day: number) => Date.UTC(year, month - 1, day) / 1000;
+
+const termEnd = utc(2025, 7, 1);
+const now = utc(2025, 3, 10);
+
+function plan(overrides: Partial<SeatChangeInput> = {}): SeatDecision {
+  return planSeatChange({
+    total: 12,
+    paid: 10,
+    neededAt: now,
+    now,
+    termEnd,
+    occurredAt: now,
+    lastAppliedAt: null,
+    ...overrides,
+  });
+}
+
+describe('planSeatChange', () => {
+  describe('when the event is older than the last applied seat event', () => {
+    it('is stale and buys nothing, even for an increase', () => {
+      expect(plan({ total: 50, occurredAt: now - 1, lastAppliedAt: now })).toEqual({
+        kind: 'stale',
+        lastAppliedAt: now,
+      });
+    });
+
+    it('applies an event that occurred at the same instant as the last applied one', () => {
+      expect(plan({ occurredAt: now, lastAppliedAt: now })).toMatchObject({
+        kind: 'buy',
+        licenses: 2,
+      });
+    });
+
+    it('applies a newer event', () => {
+      expect(plan({ occurredAt: now + 1, lastAppliedAt: now })).toMatchObject({ kind: 'buy' });
+    });
+
+    it('never treats the first seat event of a chain as stale', () => {
+      expect(plan({ occurredAt: 0, lastAppliedAt: null })).toMatchObject({ kind: 'buy' });
+    });
+  });
+
+  describe('when the total is needed at or after the end of the latest ordered term', () => {
+    it('only sets the next renewal count when needed exactly at the end of the term', () => {
+      expect(plan({ total: 40, neededAt: termEnd })).toEqual({
+        kind: 'next_renewal_only',
+        total: 40,
+        reason: 'after_term',
+      });
+    });
+
+    it('only sets the next renewal count when needed after the end of the term', () => {
+      expect(plan({ total: 40, neededAt: termEnd + 30 * DAY })).toEqual({
+        kind: 'next_renewal_only',
+        total: 40,
+        reason: 'after_term',
+      });
+    });
+
+    it('buys for the last second of the term, which is still inside it', () => {
+      expect(plan({ total: 40, neededAt: termEnd - 1 })).toEqual({
+        kind: 'buy',
+        total: 40,
+        licenses: 30,
+        startsAt: termEnd - 1,
+        termEnd,
+      });
+    });
+
+    it('only sets the next renewal count when a past date is handled after the term ended', () => {
+      expect(plan({ total: 40, neededAt: now, now: termEnd })).toEqual({
+        kind: 'next_renewal_only',
+        total: 40,
+        reason: 'after_term',
+      });
+    });
+  });
+
+  describe('when the date needed is in the past', () => {
+    it('buys from now, not from the past date', () => {
+      expect(plan({ total: 15, neededAt: now - 20 * DAY })).toEqual({
+        kind: 'buy',
+        total: 15,
+        licenses: 5,
+        startsAt: now,
+        termEnd,
+      });
+    });
+  });
+
+  describe('when the total is needed inside the term', () => {
+    it('buys nothing for a decrease, which takes effect at the next renewal', () => {
+      expect(plan({ total: 7, paid: 10 })).toEqual({
+        kind: 'next_renewal_only',
+        total: 7,
+        reason: 'decrease',
+      });
+    });
+
+    it('buys nothing when the total is already paid', () => {
+      expect(plan({ total: 10, paid: 10 })).toEqual({
+        kind: 'next_renewal_only',
+        total: 10,
+        reason: 'already_paid',
+      });
+    });
+
+    it('buys the total minus what is paid, from the date needed to the end of the term', () => {
+      const neededAt = now + 5 * DAY;
+      expect(plan({ total: 25, paid: 10, neededAt })).toEqual({
+        kind: 'buy',
+        total: 25,
+        licenses: 15,
+        startsAt: neededAt,
+        termEnd,
+      });
+    });
+  });
+
+  it('buys exactly the missing licenses from max(date needed, now) for any increase in the term', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 0, max: 1000 }),
+        fc.integer({ min: 1, max: 1000 }),
+        fc.integer({ min: utc(2024, 1, 1), max: termEnd - 1 }),
+        fc.integer({ min: utc(2024, 1, 1), max: termEnd - 1 }),
+        (paid, extra, neededAt, at) => {
+          const decision = plan({ total: paid + extra, paid, neededAt, now: at });
+          expect(decision).toEqual({
+            kind: 'buy',
+            total: paid + extra,
+            licenses: extra,
+            startsAt: Math.max(neededAt, at),
+            termEnd,
+          });
+        },
+      ),
+    );
+  });
+});
+
+interface Term {
+  readonly start: number;
+  readonly end: number;
+}
+
+interface SeatEvent {
+  readonly total: number;
+  readonly neededAt: number;
+  readonly occurredAt: number;
+  /** When the processor handles the event. */
+  readonly now: number;
+}
+
+interface Step {
+  readonly event: SeatEvent;
+  readonly paidBefore: number;
+  readonly decision: SeatDecision;
+}
+
+/** Runs the seat processor's loop over one term: a purchase adds its licenses to what is paid. */
+function runTerm(p0: number, term: Term, events: readonly SeatEvent[]) {
+  let paid = p0;
+  let bought = 0;
+  let lastAppliedAt: number | null = null;
+  const steps: Step[] = [];
+  for (const event of events) {
+    const decision = planSeatChange({
+      total: event.total,
+      paid,
+      neededAt: event.neededAt,
+      now: event.now,
+      termEnd: term.end,
+      occurredAt: event.occurredAt,
+      lastAppliedAt,
+    });
+    steps.push({ event, paidBefore: paid, decision });
+    if (decision.kind === 'stale') continue;
+    lastAppliedAt = event.occurredAt;
+    if (decision.kind === 'buy') {
+      bought += decision.licenses;
+      paid += decision.licenses;
+    }
+  }
+  const applied = steps.filter((s) => s.decision.kind !== 'stale').map((s) => s.event);
+  return { steps, applied, bought, paid };
+}
+
+/** What one term may cost: the largest total reached above what was paid at its start. */
+function peakAbovePaid(p0: number, totals: readonly number[]): number {
+  return Math.max(0, Math.max(p0, ...totals) - p0);
+}
+
+const termArb: fc.Arbitrary<Term> = fc
+  .record({
+    start: fc.integer({ min: utc(2020, 1, 1), max: utc(2030, 12, 31) }),
+    days: fc.integer({ min: 28, max: 366 }),
+  })
+  .map(({ start, days }) => ({ start, end: start + days * DAY }));
+
+const p0Arb = fc.integer({ min: 1, max: 500 });
+
+/**
+ * 1..30 seat events with a date needed inside the term (past ones included) and processed inside
+ * it. In order, occurredAt never decreases; shuffled, it comes in any order. Ties are frequent.
+ */
+function eventsArb(term: Term, order: 'in_order' | 'shuffled'): fc.Arbitrary<SeatEvent[]> {
+  const instant = fc.integer({ min: term.start, max: term.end - 1 });
+  return fc
+    .array(
+      fc.record({
+        total: fc.integer({ min: 1, max: 1000 }),
+        neededAt: instant,
+        occurredAt: instant,
+        now: instant,
+        sameInstantAsPrevious: fc.boolean(),
+      }),
+      { minLength: 1, maxLength: 30 },
+    )
+    .map((raw) => {
+      const occurred = raw.map((r) => r.occurredAt);
+      if (order === 'in_order') occurred.sort((a, b) => a - b);
+      const handled = raw.map((r) => r.now).sort((a, b) => a - b);
+      const events: SeatEvent[] = [];
+      for (const [i, r] of raw.entries()) {
+        const previous = events.at(-1);
+        events.push({
+          total: r.total,
+          neededAt: r.neededAt,
+          occurredAt:
+            r.sameInstantAsPrevious && previous
+              ? previous.occurredAt
+              : (occurred[i] ?? r.occurredAt),
+          now: handled[i] ?? r.now,
+        });
+      }
+      return events;
+    });
+}
+
+const termWithEvents = (order: 'in_order' | 'shuffled') =>
+  fc
+    .tuple(p0Arb, termArb)
+    .chain(([p0, term]) => fc.tuple(fc.constant(p0), fc.constant(term), eventsArb(term, order)));
+
+describe('seat events over one term', () => {
+  it('buys only above the previous paid maximum after a decrease', () => {
+    const term = { start: utc(2025, 1, 1), end: utc(2026, 1, 1) };
+    const at = (day: number) => term.start + day * DAY;
+    const run = runTerm(10, term, [
+      { total: 15, neededAt: at(10), occurredAt: at(10), now: at(10) },
+      { total: 8, neededAt: at(20), occurredAt: at(20), now: at(20) },
+      { total: 14, neededAt: at(30), occurredAt: at(30), now: at(30) },
+      { total: 20, neededAt: at(40), occurredAt: at(40), now: at(40) },
+    ]);
+    expect(run.steps.map((s) => s.decision)).toEqual([
+      { kind: 'buy', total: 15, licenses: 5, startsAt: at(10), termEnd: term.end },
+      { kind: 'next_renewal_only', total: 8, reason: 'decrease' },
+      { kind: 'next_renewal_only', total: 14, reason: 'decrease' },
+      { kind: 'buy', total: 20, licenses: 5, startsAt: at(40), termEnd: term.end },
+    ]);
+    expect(run.bought).toBe(10);
+  });
+
+  it('buys nothing the second time the same total arrives', () => {
+    const term = { start: utc(2025, 1, 1), end: utc(2025, 2, 1) };
+    const at = term.start + 3 * DAY;
+    const event = { total: 30, neededAt: at, occurredAt: at, now: at };
+    const run = runTerm(12, term, [event, event]);
+    expect(run.steps.map((s) => s.decision.kind)).toEqual(['buy', 'next_renewal_only']);
+    expect(run.steps[1]?.decision).toMatchObject({ reason: 'already_paid' });
+    expect(run.bought).toBe(18);
+  });
+
+  describe('in order of occurrence', () => {
+    it('applies every event and buys exactly the largest total reached above the paid start', () => {
+      fc.assert(
+        fc.property(termWithEvents('in_order'), ([p0, term, events]) => {
+          const run = runTerm(p0, term, events);
+          expect(run.applied).toEqual(events);
+          expect(run.bought).toBe(
+            peakAbovePaid(
+              p0,
+              events.map((e) => e.total),
+            ),
+          );
+          expect(run.paid).toBe(p0 + run.bought);
+        }),
+        { numRuns: 500 },
+      );
+    });
+
+    it('buys at least one license with every purchase, from inside the term', () => {
+      fc.assert(
+        fc.property(termWithEvents('in_order'), ([p0, term, events]) => {
+          for (const { event, decision } of runTerm(p0, term, events).steps) {
+            if (decision.kind !== 'buy') continue;
+            expect(decision.licenses).toBeGreaterThanOrEqual(1);
+            expect(decision.startsAt).toBe(Math.max(event.neededAt, event.now));
+            expect(decision.startsAt).toBeLessThan(term.end);
+            expect(decision.termEnd).toBe(term.end);
+          }
+        }),
+      );
+    });
+
+    it('buys each time only what exceeds the paid start and every earlier total', () => {
+      fc.assert(
+        fc.property(termWithEvents('in_order'), ([p0, term, events]) => {
+          const { steps } = runTerm(p0, term, events);
+          for (const [i, { event, decision }] of steps.entries()) {
+            const previousMax = Math.max(p0, ...events.slice(0, i).map((e) => e.total));
+            if (event.total > previousMax) {
+              expect(decision).toMatchObject({
+                kind: 'buy',
+                licenses: event.total - previousMax,
+              });
+            } else {
+              expect(decision.kind).toBe('next_renewal_only');
+            }
+          }
+        }),
+      );
+    });
+
+    it('after a decrease, an increase buys only above the previous paid maximum', () => {
+      const scenario = fc
+        .tuple(p0Arb, fc.integer({ min: 2, max: 1000 }), fc.integer({ min: 1, max: 1000 }))
+        .chain(([p0, high, later]) =>
+          fc.tuple(
+            fc.constant(p0),
+            fc.constant(high),
+            fc.integer({ min: 1, max: high - 1 }),
+            fc.constant(later),
+          ),
+        );
+      fc.assert(
+        fc.property(scenario, ([p0, high, low, later]) => {
+          const term = { start: utc(2025, 1, 1), end: utc(2025, 12, 1) };
+          const at = (day: number) => term.start + day * DAY;
+          const events = [high, low, later].map((total, i) => ({
+            total,
+            neededAt: at(i),
+            occurredAt: at(i),
+            now: at(i),
+          }));
+          const { steps, bought } = runTerm(p0, term, events);
+          expect(steps[1]?.decision.kind).toBe('next_renewal_only');
+          const paidMax = Math.max(p0, high);
+          const last = steps[2]?.decision;
+          if (later > paidMax) {
+            expect(last).toMatchObject({ kind: 'buy', licenses: later - paidMax });
+          } else {
+            expect(last?.kind).toBe('next_renewal_only');
+          }
+          expect(bought).toBe(peakAbovePaid(p0, [high, later]));
+        }),
+      );
+    });
+
+    it('buys nothing for a repeat of the same total, and repeats change nothing bought', () => {
+      fc.assert(
+        fc.property(termWithEvents('in_order'), ([p0, term, events]) => {
+          const repeated = events.flatMap((e) => [e, { ...e, now: e.now }]);
+          const run = runTerm(p0, term, repeated);
+          const repeats = run.steps.filter((_, i) => i % 2 === 1);
+          for (const { decision } of repeats) expect(decision.kind).toBe('next_renewal_only');
+          expect(run.bought).toBe(runTerm(p0, term, events).bought);
+        }),
+      );
+    });
+  });
+
+  describe('out of order of occurrence', () => {
+    it('applies only events not older than any earlier one, and buys the peak over them', () => {
+      fc.assert(
+        fc.property(termWithEvents('shuffled'), ([p0, term, events]) => {
+          const run = runTerm(p0, term, events);
+          const notOlder = events.filter((e, i) =>
+            events.slice(0, i).every((earlier) => earlier.occurredAt <= e.occurredAt),
+          );
+          expect(run.applied).toEqual(notOlder);
+          expect(run.bought).toBe(
+            peakAbovePaid(
+              p0,
+              notOlder.map((e) => e.total),
+            ),
+          );
+          for (const { decision } of run.steps) {
+            if (decision.kind === 'buy') expect(decision.licenses).toBeGreaterThanOrEqual(1);
+          }
+        }),
+        { numRuns: 500 },
+      );
+    });
+  });
+});
+
+describe('allocateNextLicenses', () => {
+  describe('with co-terminated partials', () => {
+    it('lets the main chain carry the whole total', () => {
+      expect(allocateNextLicenses({ total: 17, main: 10, addOns: [], style: 'coterm' })).toEqual({
+        main: 17,
+        addOns: [],
+      });
+      expect(allocateNextLicenses({ total: 4, main: 10, addOns: [], style: 'coterm' })).toEqual({
+        main: 4,
+        addOns: [],
+      });
+    });
+  });
+
+  describe('with add-on chains', () => {
+    const current = { main: 10, addOns: [5, 3], style: 'addon' as const };
+
+    it('lets the main chain carry the total while no add-on exists yet', () => {
+      expect(allocateNextLicenses({ total: 14, main: 10, addOns: [], style: 'addon' })).toEqual({
+        main: 14,
+        addOns: [],
+      });
+    });
+
+    it('renews every chain in full when the total equals what they hold', () => {
+      expect(allocateNextLicenses({ ...current, total: 18 })).toEqual({ main: 10, addOns: [5, 3] });
+    });
+
+    it('gives any excess to the newest add-on', () => {
+      expect(allocateNextLicenses({ ...current, total: 25 })).toEqual({ main: 10, addOns: [5, 10] });
+    });
+
+    it('shrinks the newest add-ons first on a decrease', () => {
+      expect(allocateNextLicenses({ ...current, total: 12 })).toEqual({ main: 10, addOns: [2, 0] });
+      expect(allocateNextLicenses({ ...current, total: 16 })).toEqual({ main: 10, addOns: [5, 1] });
+    });
+
+    it('shrinks the main chain only once every add-on stops renewing', () => {
+      expect(allocateNextLicenses({ ...current, total: 7 })).toEqual({ main: 7, addOns: [0, 0] });
+      expect(allocateNextLicenses({ ...current, total: 0 })).toEqual({ main: 0, addOns: [0, 0] });
+    });
+  });
+
+  const allocationArb = fc.record({
+    total: fc.integer({ min: 0, max: 3000 }),
+    main: fc.integer({ min: 1, max: 500 }),
+    addOns: fc.array(fc.integer({ min: 1, max: 500 }), { minLength: 0, maxLength: 6 }),
+    style: fc.constantFrom<'coterm' | 'addon'>('coterm', 'addon'),
+  });
+
+  it('always splits exactly the total, with no negative share', () => {
+    fc.assert(
+      fc.property(allocationArb, (input) => {
+        const split = allocateNextLicenses(input);
+        expect(split.addOns).toHaveLength(input.addOns.length);
+        expect(split.main + split.addOns.reduce((sum, n) => sum + n, 0)).toBe(input.total);
+        for (const n of [split.main, ...split.addOns]) expect(n).toBeGreaterThanOrEqual(0);
+      }),
+    );
+  });
+
+  it('never grows the main chain or an older add-on when add-ons exist', () => {
+    fc.assert(
+      fc.property(
+        allocationArb.filter((i) => i.addOns.length > 0),
+        (input) => {
+          const split = allocateNextLicenses({ ...input, style: 'addon' });
+          expect(split.main).toBeLessThanOrEqual(input.main);
+          for (const [i, share] of split.addOns.slice(0, -1).entries()) {
+            expect(share).toBeLessThanOrEqual(input.addOns[i] ?? 0);
+          }
+        },
+      ),
+    );
+  });
+
+  it('shrinks newest first: a chain that is cut leaves nothing to any newer add-on', () => {
+    fc.assert(
+      fc.property(
+        allocationArb.filter((i) => i.addOns.length > 0),
+        (input) => {
+          const split = allocateNextLicenses({ ...input, style: 'addon' });
+          const held = [input.main, ...input.addOns];
+          const shares = [split.main, ...split.addOns];
+          const firstCut = shares.findIndex((share, i) => share < (held[i] ?? 0));
+          if (firstCut === -1) return;
+          for (const share of shares.slice(firstCut + 1)) expect(share).toBe(0);
+        },
+      ),
+    );
+  });
+});
