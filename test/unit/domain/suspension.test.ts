@@ -1,0 +1,82 @@
+// Payment delays: when a suspension fires, which payment events are stale, what a payment restores.
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { SECONDS_PER_DAY } from '../../../src/domain/periods.js';
+import {
+  isStalePaymentEvent,
+  planPaymentReceived,
+  suspensionDueAt,
+} from '../../../src/domain/suspension.js';
+
+const overdueAt = Date.UTC(2025, 4, 12, 9, 30) / 1000;
+
+describe('suspensionDueAt', () => {
+  it('suspends at once when there is no grace period', () => {
+    expect(suspensionDueAt({ overdueAt, graceDays: 0 })).toBe(overdueAt);
+  });
+
+  it('suspends three days (259200 seconds) after the overdue notice by default', () => {
+    expect(suspensionDueAt({ overdueAt, graceDays: 3 })).toBe(overdueAt + 259_200);
+  });
+
+  it('is always whole grace days after the overdue notice, never before it', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 0, max: 4_102_444_800 }),
+        fc.integer({ min: 0, max: 90 }),
+        (at, graceDays) => {
+          const due = suspensionDueAt({ overdueAt: at, graceDays });
+          expect(due - at).toBe(graceDays * SECONDS_PER_DAY);
+          expect(due).toBeGreaterThanOrEqual(at);
+        },
+      ),
+    );
+  });
+});
+
+describe('isStalePaymentEvent', () => {
+  it('treats an event older than the last applied payment event as stale', () => {
+    expect(isStalePaymentEvent({ occurredAt: overdueAt - 1, lastAppliedAt: overdueAt })).toBe(true);
+  });
+
+  it('applies an event that occurred at the same instant as the last applied one', () => {
+    expect(isStalePaymentEvent({ occurredAt: overdueAt, lastAppliedAt: overdueAt })).toBe(false);
+  });
+
+  it('applies a newer event', () => {
+    expect(isStalePaymentEvent({ occurredAt: overdueAt + 1, lastAppliedAt: overdueAt })).toBe(
+      false,
+    );
+  });
+
+  it('never treats the first payment event of a chain as stale', () => {
+    expect(isStalePaymentEvent({ occurredAt: 0, lastAppliedAt: null })).toBe(false);
+  });
+});
+
+describe('planPaymentReceived', () => {
+  describe('when the chain is not suspended', () => {
+    it('has nothing to restore in either variant', () => {
+      expect(planPaymentReceived({ suspended: false, variant: 'marketplace' })).toEqual({
+        kind: 'nothing_suspended',
+      });
+      expect(planPaymentReceived({ suspended: false, variant: 'external' })).toEqual({
+        kind: 'nothing_suspended',
+      });
+    });
+  });
+
+  describe('when the chain is suspended', () => {
+    it('unsuspends its orders in the marketplace variant', () => {
+      expect(planPaymentReceived({ suspended: true, variant: 'marketplace' })).toEqual({
+        kind: 'unsuspend',
+      });
+    });
+
+    it('asks an operator for manual reactivation in the external variant, which cannot unsuspend', () => {
+      expect(planPaymentReceived({ suspended: true, variant: 'external' })).toEqual({
+        kind: 'manual_reactivation',
+      });
+    });
+  });
+});
