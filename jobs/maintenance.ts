@@ -44,7 +44,11 @@ export function makeProcessor(deps: WorkerDeps) {
           if (await markExpired(deps, chain, now, job.id ?? '')) expired += 1;
           continue;
         }
-        if (chain.intent === null) await ensureRenewalJob(deps.queues.renewals, chain, now);
+        // A flagged chain's failed job waits for a person (Bull Board retry, or ops); an intent
+        // belongs to a job that will finish it.
+        if (chain.intent === null && chain.flagged === null) {
+          await ensureRenewalJob(deps.queues.renewals, chain, now);
+        }
       }
     }
     deps.log.info({ checked, expired }, 'reconciled chains');

@@ -3,6 +3,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Settings } from '../config/settings.js';
 import { ChainStore } from './chains/store.js';
+import { instrumentClient } from './client/instrumented.js';
 import type { ProvisioningClient } from './client/provisioning-client.js';
 import type { Clock } from './clock.js';
 import { openRuntime, type Runtime } from './embedded.js';
@@ -78,7 +79,7 @@ export async function start(
   const secrets = await loadSecrets(settings);
   const metrics = createMetrics();
   const workerRedis = await connectRedis(runtime.redisUrl, 'worker');
-  const provisioning = await makeProvisioningClient(settings, runtime);
+  const provisioning = instrumentClient(await makeProvisioningClient(settings, runtime), metrics);
   const workerQueues = openQueues(workerRedis);
   const apiQueues = openQueues(runtime.redis);
   const chains = new ChainStore(runtime.redis, { leaseMs: options.lockLeaseMs });

@@ -8,7 +8,7 @@ export function createMetrics() {
     registry,
     jobs: new Counter({
       name: 'billing_jobs_total',
-      help: 'Jobs finished, by queue and outcome (completed, failed, retried, delayed)',
+      help: 'Jobs finished, by queue and outcome (completed, failed, retried)',
       labelNames: ['queue', 'outcome'] as const,
       registers: [registry],
     }),
@@ -45,7 +45,7 @@ export function createMetrics() {
     }),
     provisioningCalls: new Counter({
       name: 'billing_provisioning_calls_total',
-      help: 'Provisioning interface calls, by method and status',
+      help: 'Provisioning interface calls, by method and outcome (ok, refused, unauthorized, failed)',
       labelNames: ['method', 'status'] as const,
       registers: [registry],
     }),

@@ -22,7 +22,7 @@ export const queueForEvent: Record<EventType, QueueName> = {
   'payment.received': QUEUES.paymentSignals,
 };
 
-/** BullMQ key prefix; a hash tag keeps every queue key in one Redis Cluster slot per queue. */
+/** BullMQ key prefix of every queue (not hash-tagged: Redis Cluster is not supported yet). */
 export const QUEUE_PREFIX = 'bc';
 
 /** Every worker uses the same stalled-job check (the queue uses whichever worker set it first). */
@@ -33,7 +33,8 @@ const DAY_SECONDS = 86_400;
 /**
  * Completed jobs stay a week (enough to see what happened, bounded so Redis does not grow);
  * failed jobs stay 90 days for inspection and retry from Bull Board. Transient failures retry with
- * exponential backoff and jitter: 2 s, 4 s, 8 s ... for 12 attempts (about 2.3 hours in all).
+ * exponential backoff with jitter: about 2 s, 4 s, 8 s ... doubling over 12 attempts, so at most
+ * about 68 minutes in all (jitter can shorten each wait by up to half).
  */
 export const defaultJobOptions: JobsOptions = {
   attempts: 12,

@@ -175,6 +175,9 @@ describe('health and metrics', () => {
     expect(res.text).toMatch(/billing_jobs_total\{queue="orders",outcome="completed"\} \d+/);
     expect(res.text).toMatch(/billing_renewals_total\{variant="marketplace"\} [1-9]/);
     expect(res.text).toMatch(/billing_http_requests_total\{route="\/webhooks\/events"/);
+    expect(res.text).toMatch(
+      /billing_provisioning_calls_total\{method="createOrder",status="ok"\} [1-9]/,
+    );
   });
 });
 

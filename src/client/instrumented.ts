@@ -1,0 +1,45 @@
+// Counts every provisioning call by method and outcome, around any ProvisioningClient.
+import { ConfigError, RefusalError } from '../errors.js';
+import type { Metrics } from '../metrics.js';
+import type { ProvisioningClient } from './provisioning-client.js';
+
+type Method = Exclude<keyof ProvisioningClient, 'variant' | 'extensions' | 'close'>;
+const methods: readonly Method[] = [
+  'createCustomer',
+  'createOrder',
+  'createFirstOrder',
+  'createRenewalOrder',
+  'cancelOrder',
+  'suspendOrder',
+  'unsuspendOrder',
+];
+
+function outcomeOf(error: unknown): string {
+  if (error instanceof RefusalError) return 'refused';
+  if (error instanceof ConfigError) return 'unauthorized';
+  return 'failed';
+}
+
+export function instrumentClient(client: ProvisioningClient, metrics: Metrics): ProvisioningClient {
+  const wrapped = Object.fromEntries(
+    methods.map((method) => [
+      method,
+      async (params: never) => {
+        try {
+          const result = await (client[method] as (p: never) => Promise<unknown>)(params);
+          metrics.provisioningCalls.inc({ method, status: 'ok' });
+          return result;
+        } catch (error) {
+          metrics.provisioningCalls.inc({ method, status: outcomeOf(error) });
+          throw error;
+        }
+      },
+    ]),
+  );
+  return {
+    ...(wrapped as unknown as ProvisioningClient),
+    variant: client.variant,
+    extensions: client.extensions,
+    close: () => client.close(),
+  };
+}
