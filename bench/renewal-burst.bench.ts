@@ -108,7 +108,10 @@ interface Bench {
   settings: Settings;
   /** Everything but the provisioning client, which belongs to each round's partner. */
   deps: Omit<WorkerDeps, 'provisioning'>;
+  /** BullMQ workers' connection. */
   workerRedis: Redis;
+  /** The chain store's and producer queues' connection (auto-pipelined, as in main.ts). */
+  storeRedis: Redis;
   close(): Promise<void>;
 }
 
@@ -117,6 +120,7 @@ async function openBench(url: string): Promise<Bench> {
   const settings = loadSettings({});
   const admin = await connectRedis(url, 'request');
   const workerRedis = await connectRedis(url, 'worker');
+  const storeRedis = await connectRedis(url, 'store');
   const store = new ProvisioningStore(admin);
   const core = makeProvisioningCore({
     store,
@@ -124,7 +128,7 @@ async function openBench(url: string): Promise<Bench> {
     brand: settings.PRODUCT_BRAND,
     publicUrl: settings.PUBLIC_URL,
   });
-  const queues = openQueues(workerRedis);
+  const queues = openQueues(storeRedis);
   // Production logs at info; /dev/null keeps the serialising cost without flooding the output.
   const log = createLogger(settings.LOG_LEVEL, pino.destination({ dest: '/dev/null', sync: true }));
   return {
@@ -133,8 +137,9 @@ async function openBench(url: string): Promise<Bench> {
     partners: makePartnerDirectory(store, 'bench-key-hash-secret-bench-key-hash'),
     settings,
     workerRedis,
+    storeRedis,
     deps: {
-      chains: new ChainStore(workerRedis),
+      chains: new ChainStore(storeRedis),
       clock: systemClock,
       log,
       metrics: createMetrics(),
@@ -149,7 +154,7 @@ async function openBench(url: string): Promise<Bench> {
     },
     async close() {
       await closeQueues(queues);
-      await Promise.all([workerRedis.quit(), admin.quit()]);
+      await Promise.all([workerRedis.quit(), storeRedis.quit(), admin.quit()]);
     },
   };
 }

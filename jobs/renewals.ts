@@ -29,7 +29,7 @@ export function renewalJobId(chainId: string, count: number): string {
   return `renew-${chainId}-${count}`;
 }
 
-function renewalJob(chain: Chain) {
+function renewalJob(chain: Pick<Chain, 'id' | 'order' | 'customer' | 'term' | 'nextRenewalAt'>) {
   const count = chain.term.count + 1;
   const data: RenewalJobData = {
     chainId: chain.id,
@@ -89,7 +89,11 @@ async function delayedFireTime(queue: Queue, jobId: string): Promise<number | nu
 }
 
 /** The fast path after a renewal: the next term's job id has never been used, so just add it. */
-export async function addNextRenewalJob(queue: Queue, chain: Chain, now: number): Promise<void> {
+export async function addNextRenewalJob(
+  queue: Queue,
+  chain: Pick<Chain, 'id' | 'order' | 'customer' | 'term' | 'nextRenewalAt'>,
+  now: number,
+): Promise<void> {
   if (chain.nextRenewalAt === null) return;
   const { id, name, data } = renewalJob(chain);
   await queue.add(name, data, {
@@ -273,19 +277,23 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
         detail: `renewal ${intent.orderId}: ${describeTerm(order)}`,
         cause: { jobId: intent.jobId ?? job.id ?? '', orderId: intent.orderId },
       };
-      const saved = await chains.save({
-        chainId: chain.id,
-        token,
-        previous: current,
-        next,
-        history: [entry],
-        orderIds: [intent.orderId],
-        release: true,
-      });
+      // Recorded and scheduled in one go: if the record fails, the retry records it and its add
+      // of the same job id is ignored; a next-term job that fires before the record skips.
+      await Promise.all([
+        chains.save({
+          chainId: chain.id,
+          token,
+          previous: current,
+          next,
+          history: [entry],
+          orderIds: [intent.orderId],
+          release: true,
+        }),
+        addNextRenewalJob(deps.queues.renewals, next, at),
+      ]);
       deps.metrics.renewals.inc({ variant: provisioning.variant });
       deps.metrics.orders.inc({ kind: 'renewal' });
       log.info({ order: intent.orderId, expiresAt: order.expiresAt }, 'renewal ordered');
-      await addNextRenewalJob(deps.queues.renewals, saved, at);
       return `renewed: ${intent.orderId}`;
     });
   };

@@ -79,8 +79,9 @@ export async function start(
   const secrets = await loadSecrets(settings);
   const metrics = createMetrics();
   const workerRedis = await connectRedis(runtime.redisUrl, 'worker');
+  const storeRedis = await connectRedis(runtime.redisUrl, 'store');
   const provisioning = instrumentClient(await makeProvisioningClient(settings, runtime), metrics);
-  const workerQueues = openQueues(workerRedis);
+  const workerQueues = openQueues(storeRedis);
   const apiQueues = openQueues(runtime.redis);
   const chains = new ChainStore(runtime.redis, { leaseMs: options.lockLeaseMs });
 
@@ -88,7 +89,7 @@ export async function start(
   if (role !== 'api') {
     workers = await startWorkers({
       deps: {
-        chains: new ChainStore(workerRedis, { leaseMs: options.lockLeaseMs }),
+        chains: new ChainStore(storeRedis, { leaseMs: options.lockLeaseMs }),
         provisioning,
         clock: runtime.clock,
         log,
@@ -173,6 +174,7 @@ export async function start(
       await closeQueues(workerQueues);
       await provisioning.close();
       await workerRedis.quit().catch(() => workerRedis.disconnect());
+      await storeRedis.quit().catch(() => storeRedis.disconnect());
       await runtime.close();
     })();
     return stopping;

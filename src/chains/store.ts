@@ -31,6 +31,8 @@ function parseChain(json: string): Chain {
 
 export class ChainStore {
   readonly leaseMs: number;
+  /** Tokens whose lock a save already released, so unlock needs no round trip. */
+  private readonly released = new Set<string>();
 
   constructor(
     readonly redis: Redis,
@@ -54,6 +56,7 @@ export class ChainStore {
   }
 
   async unlock(chainId: string, token: string): Promise<void> {
+    if (this.released.delete(token)) return;
     await callScript(this.redis, 'unlockChain', [chainKeys(chainId).lock], [token]);
   }
 
@@ -99,6 +102,7 @@ export class ChainStore {
         chainId: input.chainId,
       });
     }
+    if (input.release) this.released.add(input.token);
     return chain;
   }
 

@@ -1,23 +1,36 @@
 // Redis connections: request-path clients fail fast, worker clients wait for Redis to return.
 import { Redis, type RedisOptions } from 'ioredis';
 
-export type ConnectionRole = 'request' | 'worker';
+/**
+ * - request: the HTTP request path; fails fast while Redis is down.
+ * - worker: BullMQ workers (they require `maxRetriesPerRequest: null`).
+ * - store: the workers' own reads and writes (chain store, producer queues); waits for Redis
+ *   like a worker, on a connection of its own so BullMQ's traffic does not queue behind it.
+ */
+export type ConnectionRole = 'request' | 'worker' | 'store';
 
 /**
  * Opens a connection and waits until it is ready. A request-path connection has no offline queue
  * and one retry, so a request fails in milliseconds with 503 while Redis is down instead of
- * hanging; BullMQ workers require `maxRetriesPerRequest: null` and ride out outages.
+ * hanging; BullMQ workers require `maxRetriesPerRequest: null` and ride out outages. A connection
+ * whose first connect fails is closed, so it does not keep reconnecting in the background.
  */
 export async function connectRedis(url: string, role: ConnectionRole): Promise<Redis> {
-  const options: RedisOptions =
-    role === 'request'
-      ? { lazyConnect: true, maxRetriesPerRequest: 1, enableOfflineQueue: false }
-      : { lazyConnect: true, maxRetriesPerRequest: null };
+  const options: RedisOptions = {
+    request: { lazyConnect: true, maxRetriesPerRequest: 1, enableOfflineQueue: false },
+    worker: { lazyConnect: true, maxRetriesPerRequest: null },
+    store: { lazyConnect: true, maxRetriesPerRequest: null },
+  }[role];
   const redis = new Redis(url, options);
   // Without a listener, ioredis prints every reconnection error; the callers observe failures
   // through the commands that fail.
   redis.on('error', () => {});
-  await redis.connect();
+  try {
+    await redis.connect();
+  } catch (error) {
+    redis.disconnect();
+    throw error;
+  }
   return redis;
 }
 
