@@ -1,5 +1,5 @@
 // Installs what must exist before the service runs: redis-server and node_modules. No dependencies,
-// because it runs before `npm ci`.
+// because it runs before the dependencies are installed.
 
 import { spawnSync } from 'node:child_process';
 import { accessSync, constants, statSync } from 'node:fs';
@@ -96,7 +96,12 @@ function installWithApt() {
   }
 }
 
-/** Runs `npm ci` when node_modules is missing or older than package-lock.json. */
+/**
+ * Runs `npm install` (from the lockfile) when node_modules is missing or older than
+ * package-lock.json. Not `npm ci`: the lockfile lists the native packages of Linux only (the
+ * registry it was made from serves no others), and `npm ci` refuses a lockfile that lacks another
+ * platform's optional packages, where `npm install` fetches the right ones for this machine.
+ */
 export function ensureDependencies() {
   const lock = mtimeMs(path.join(projectRoot, 'package-lock.json'));
   // npm writes this hidden lockfile at the end of every install, so its age is the install's.
@@ -104,10 +109,10 @@ export function ensureDependencies() {
   if (installed !== null && lock !== null && installed >= lock) return;
   console.log(
     installed === null
-      ? 'Installing dependencies (npm ci): node_modules is missing.'
-      : 'Reinstalling dependencies (npm ci): package-lock.json changed since the last install.',
+      ? 'Installing dependencies (npm install): node_modules is missing.'
+      : 'Installing dependencies (npm install): package-lock.json changed since the last install.',
   );
-  runOrExit('npm', ['ci']);
+  runOrExit('npm', ['install', '--no-audit', '--no-fund']);
 }
 
 function mtimeMs(file) {

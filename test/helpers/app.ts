@@ -4,6 +4,7 @@ import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import type { Redis } from 'ioredis';
 import { request } from 'undici';
+import { afterAll, beforeAll, beforeEach } from 'vitest';
 import { type ManualClock, manualClock } from '../../src/clock.js';
 import { createLogger, type Logger } from '../../src/logger.js';
 import { makeProvisioningCore, type ProvisioningCore } from '../../src/provisioning/operations.js';
@@ -13,6 +14,7 @@ import type { Variant } from '../../src/provisioning/schemas.js';
 import { ProvisioningStore } from '../../src/provisioning/store.js';
 import { connectRedis } from '../../src/redis/connection.js';
 import { buildApp } from '../../src/server.js';
+import { startTestRedis, type TestRedis } from './redis-server.js';
 
 /** 2026-01-15T12:00:00Z: a fixed start, so term arithmetic in tests is reproducible. */
 export const T0 = Date.UTC(2026, 0, 15, 12, 0, 0) / 1000;
@@ -97,4 +99,32 @@ export async function startTestApp(
       await redis.quit();
     },
   };
+}
+
+/**
+ * The app of one test file: a redis-server and the server start in beforeAll and stop in
+ * afterAll, and the clock is back at T0 before each test. The returned object stands for the app
+ * started then, so tests use it like the TestApp itself.
+ */
+export function useTestApp(
+  options: Parameters<typeof startTestApp>[1] & { resetClock?: boolean } = {},
+): TestApp {
+  let current: TestApp | undefined;
+  let server: TestRedis | undefined;
+  beforeAll(async () => {
+    server = await startTestRedis();
+    current = await startTestApp(server.url, options);
+  });
+  afterAll(async () => {
+    await current?.close();
+    await server?.stop();
+  });
+  if (options.resetClock ?? true) beforeEach(() => current?.clock.set(options.start ?? T0));
+  return new Proxy({} as TestApp, {
+    get(_target, property) {
+      if (!current)
+        throw new Error('the test app starts in beforeAll: use it inside tests and hooks');
+      return Reflect.get(current, property);
+    },
+  });
 }

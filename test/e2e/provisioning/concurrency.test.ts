@@ -1,20 +1,8 @@
 // Concurrent calls over real HTTP: unique emails, one renewal per term, one instance per customer.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DAY, startTestApp, type TestApp } from '../../helpers/app.js';
-import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
+import { describe, expect, it } from 'vitest';
+import { DAY, useTestApp } from '../../helpers/app.js';
 
-let redis: TestRedis;
-let app: TestApp;
-
-beforeAll(async () => {
-  redis = await startTestRedis();
-  app = await startTestApp(redis.url);
-});
-
-afterAll(async () => {
-  await app.close();
-  await redis.stop();
-});
+const app = useTestApp({ resetClock: false });
 
 const N = 25;
 const times = <T>(n: number, make: (i: number) => Promise<T>) =>

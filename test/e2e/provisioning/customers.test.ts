@@ -1,9 +1,8 @@
 // createCustomer over the real endpoint, in both variants: the Customer object, idempotent
 // replays, the onboarding email, and the refusals.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { registryKeys } from '../../../src/provisioning/keys.js';
-import { startTestApp, T0, type TestApp } from '../../helpers/app.js';
-import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
+import { T0, useTestApp } from '../../helpers/app.js';
 import {
   type Customer,
   marketplaceInstance,
@@ -15,22 +14,7 @@ import {
   type Variant,
 } from './fixtures.js';
 
-let redis: TestRedis;
-let app: TestApp;
-
-beforeAll(async () => {
-  redis = await startTestRedis();
-  app = await startTestApp(redis.url);
-});
-
-afterAll(async () => {
-  await app?.close();
-  await redis?.stop();
-});
-
-beforeEach(() => {
-  app.clock.set(T0);
-});
+const app = useTestApp();
 
 const acme = {
   id: 'ACME-1',

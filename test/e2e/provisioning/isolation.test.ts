@@ -1,8 +1,7 @@
 // Partners over the real endpoint: each sees only its own customers, orders, users and
 // instances, and two partners may use the same caller ids without meeting.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { DAY, startTestApp, T0, type TestApp } from '../../helpers/app.js';
-import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
+import { beforeEach, describe, expect, it } from 'vitest';
+import { DAY, T0, useTestApp } from '../../helpers/app.js';
 import {
   type Customer,
   createCustomer,
@@ -16,22 +15,7 @@ import {
   type Variant,
 } from './fixtures.js';
 
-let redis: TestRedis;
-let app: TestApp;
-
-beforeAll(async () => {
-  redis = await startTestRedis();
-  app = await startTestApp(redis.url);
-});
-
-afterAll(async () => {
-  await app?.close();
-  await redis?.stop();
-});
-
-beforeEach(() => {
-  app.clock.set(T0);
-});
+const app = useTestApp();
 
 /** T0 (2026-01-15 12:00 UTC) plus one calendar month. */
 const T0_PLUS_MONTH = utc(2026, 2, 15);

@@ -1,9 +1,8 @@
 // External orders over the real endpoint: createFirstOrder and its instance, createRenewalOrder
 // and its window, replays, and cancel / suspend of whole chains by the first order's id.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { partnerKeys } from '../../../src/provisioning/keys.js';
-import { DAY, startTestApp, T0, type TestApp } from '../../helpers/app.js';
-import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
+import { DAY, T0, useTestApp } from '../../helpers/app.js';
 import {
   type Customer,
   createCustomer,
@@ -17,22 +16,7 @@ import {
   utc,
 } from './fixtures.js';
 
-let redis: TestRedis;
-let app: TestApp;
-
-beforeAll(async () => {
-  redis = await startTestRedis();
-  app = await startTestApp(redis.url);
-});
-
-afterAll(async () => {
-  await app?.close();
-  await redis?.stop();
-});
-
-beforeEach(() => {
-  app.clock.set(T0);
-});
+const app = useTestApp();
 
 /** T0 (2026-01-15 12:00 UTC) plus one calendar month. */
 const T0_PLUS_MONTH = utc(2026, 2, 15);

@@ -1,8 +1,7 @@
 // Marketplace orders over the real endpoint: the three forms of createOrder, renewals linked by
 // `parent`, the renewal window, idempotent replays, validation, and cancel / suspend / unsuspend.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { DAY, startTestApp, T0, type TestApp } from '../../helpers/app.js';
-import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
+import { beforeEach, describe, expect, it } from 'vitest';
+import { DAY, T0, useTestApp } from '../../helpers/app.js';
 import {
   type Customer,
   createCustomer,
@@ -16,22 +15,7 @@ import {
   utc,
 } from './fixtures.js';
 
-let redis: TestRedis;
-let app: TestApp;
-
-beforeAll(async () => {
-  redis = await startTestRedis();
-  app = await startTestApp(redis.url);
-});
-
-afterAll(async () => {
-  await app?.close();
-  await redis?.stop();
-});
-
-beforeEach(() => {
-  app.clock.set(T0);
-});
+const app = useTestApp();
 
 /** T0 (2026-01-15 12:00 UTC) plus one calendar month. */
 const T0_PLUS_MONTH = utc(2026, 2, 15);

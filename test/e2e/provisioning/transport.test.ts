@@ -2,26 +2,11 @@
 // {method, params} body, the body limit, health, and the shape of every error response.
 import { request } from 'undici';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { startTestApp, T0, type TestApp } from '../../helpers/app.js';
+import { startTestApp, T0, type TestApp, useTestApp } from '../../helpers/app.js';
 import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
 import { type CallResult, newPartner, ok, type PartnerClient, refusal } from './fixtures.js';
 
-let redis: TestRedis;
-let app: TestApp;
-
-beforeAll(async () => {
-  redis = await startTestRedis();
-  app = await startTestApp(redis.url);
-});
-
-afterAll(async () => {
-  await app?.close();
-  await redis?.stop();
-});
-
-beforeEach(() => {
-  app.clock.set(T0);
-});
+const app = useTestApp();
 
 interface RawResult extends CallResult {
   contentType: string | undefined;

@@ -1,10 +1,9 @@
 // Users over the real endpoint, in both variants: create form, read form, activation, passwords,
 // the unique email, and the refusals of createUser.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { partnerKeys } from '../../../src/provisioning/keys.js';
 import { verifyPassword } from '../../../src/provisioning/passwords.js';
-import { startTestApp, T0, type TestApp } from '../../helpers/app.js';
-import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
+import { T0, useTestApp } from '../../helpers/app.js';
 import {
   createInstance,
   newPartner,
@@ -15,22 +14,7 @@ import {
   type Variant,
 } from './fixtures.js';
 
-let redis: TestRedis;
-let app: TestApp;
-
-beforeAll(async () => {
-  redis = await startTestRedis();
-  app = await startTestApp(redis.url);
-});
-
-afterAll(async () => {
-  await app?.close();
-  await redis?.stop();
-});
-
-beforeEach(() => {
-  app.clock.set(T0);
-});
+const app = useTestApp();
 
 const FOLDERS = [
   'rootFiles',
