@@ -1,6 +1,7 @@
 // The `maintenance` queue: a job scheduler that reconciles chains with their renewal jobs.
 import type { Job, Queue } from 'bullmq';
 import { z } from 'zod';
+import { governedNextRenewalAt } from '../src/chains/family.js';
 import type { Chain } from '../src/chains/records.js';
 import { defaultJobOptions } from '../src/queues.js';
 import type { WorkerDeps } from './deps.js';
@@ -30,6 +31,13 @@ function hasExpired(chain: Chain, now: number): boolean {
 }
 
 export function makeProcessor(deps: WorkerDeps) {
+  /** An add-on's schedule as its main chain governs it (no renewals while the main one stops). */
+  async function governed(chain: Chain): Promise<Chain> {
+    if (chain.mainChain === null) return chain;
+    const main = await deps.chains.get(chain.mainChain);
+    return main ? { ...chain, nextRenewalAt: governedNextRenewalAt(main, chain) } : chain;
+  }
+
   return async function reconcile(job: Job): Promise<{ checked: number; expired: number }> {
     schema.parse(job.data);
     let checked = 0;
@@ -47,7 +55,7 @@ export function makeProcessor(deps: WorkerDeps) {
         // A flagged chain's failed job waits for a person (Bull Board retry, or ops); an intent
         // belongs to a job that will finish it.
         if (chain.intent === null && chain.flagged === null) {
-          await ensureRenewalJob(deps.queues.renewals, chain, now);
+          await ensureRenewalJob(deps.queues.renewals, await governed(chain), now);
         }
       }
     }

@@ -15,6 +15,7 @@ import { defaultJobOptions } from '../src/queues.js';
 import { delayJobUntil, withChainLock } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
 import { ensureRenewalJob } from './renewals.js';
+import { finishSeatIntent } from './seat-changes.js';
 
 export const schema = eventJobData;
 
@@ -195,8 +196,16 @@ async function applyPaymentEvent(
   ].parse(data.data);
   const chainId = await mainChainIdOf(deps.chains, ev.order);
   if (!chainId) throw new UnrecoverableError(`${data.type} names an unknown order: ${ev.order}`);
-  return withChainLock(deps.chains, job, jobToken, chainId, async ({ chain, token }) => {
-    if (!chain) throw new UnrecoverableError(`${data.type} names an unknown order: ${ev.order}`);
+  return withChainLock(deps.chains, job, jobToken, chainId, async (held) => {
+    const { token } = held;
+    if (!held.chain)
+      throw new UnrecoverableError(`${data.type} names an unknown order: ${ev.order}`);
+    let chain = held.chain;
+    // A seat purchase a crashed job left half done is finished first; a renewal's own job
+    // finishes its intent, so this event waits a moment for it.
+    if (chain.intent && chain.intent.kind !== 'renewal') {
+      chain = await finishSeatIntent(deps, job, { chain, token });
+    }
     const now = deps.clock.now();
     if (chain.intent) return delayJobUntil(job, jobToken, now + FOREIGN_INTENT_RETRY_S, now);
     const cause = { webhookId: data.webhookId, jobId: job.id ?? '' };

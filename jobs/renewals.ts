@@ -11,6 +11,7 @@ import { defaultJobOptions } from '../src/queues.js';
 import { delayJobUntil, withChainLock } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
 import { describeTerm, sendIntent } from './intents.js';
+import { finishSeatIntent } from './seat-changes.js';
 
 export const renewalJobData = z.object({
   chainId: z.string().min(1),
@@ -102,9 +103,6 @@ export async function addNextRenewalJob(
     delay: Math.max(0, chain.nextRenewalAt - now) * 1000,
   });
 }
-
-/** How soon a renewal retries when a seat purchase is half done on the chain (seconds). */
-const FOREIGN_INTENT_RETRY_S = 2;
 
 /**
  * What decides an add-on's renewal: the main chain governs auto-renew, payment, cancellation
@@ -223,15 +221,15 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
     return withChainLock(chains, job, jobToken, data.chainId, async ({ chain, token }) => {
       if (!chain) return 'skipped: unknown chain';
       const now = clock.now();
-      // A seat purchase half done by a crashed job is finished by the next seat job first.
-      if (chain.intent && chain.intent.kind !== 'renewal') {
-        return delayJobUntil(job, jobToken, now + FOREIGN_INTENT_RETRY_S, now);
-      }
-      let intent = chain.intent;
       let current = chain;
+      // A seat purchase a crashed job left half done is finished first, by whoever holds the chain.
+      if (current.intent && current.intent.kind !== 'renewal') {
+        current = await finishSeatIntent(deps, job, { chain: current, token });
+      }
+      let intent = current.intent;
       if (!intent) {
         const decision = decideRenewal({
-          chain: await renewalView(deps, chain),
+          chain: await renewalView(deps, current),
           forCount: data.count,
           now,
           leadDays: deps.settings.leadDays,
@@ -239,25 +237,25 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
         log.debug({ decision: decision.kind }, 'renewal decided');
         if (decision.kind === 'skip') return `skipped: ${decision.reason}`;
         if (decision.kind === 'wait') return delayJobUntil(job, jobToken, decision.until, now);
-        if (decision.licenses === 0) return stopAddOn(deps, job, { chain, token }, now);
+        if (decision.licenses === 0) return stopAddOn(deps, job, { chain: current, token }, now);
         if (
           provisioning.variant === 'external' &&
           !provisioning.extensions &&
-          decision.licenses !== chain.licenses
+          decision.licenses !== current.licenses
         ) {
           return flagChain(
             deps,
             job,
-            { chain, token },
+            { chain: current, token },
             `the next term needs ${decision.licenses} licenses, but the remote service cannot change the count of an external renewal (no extensions): an operator must renew it`,
           );
         }
-        intent = renewalIntent(deps, chain, decision, job.id ?? null);
+        intent = renewalIntent(deps, current, decision, job.id ?? null);
         current = await chains.save({
-          chainId: chain.id,
+          chainId: current.id,
           token,
-          previous: chain,
-          next: { ...chain, intent, updatedAt: now },
+          previous: current,
+          next: { ...current, intent, updatedAt: now },
           release: false,
         });
       }

@@ -53,10 +53,15 @@ function applied(chain: Chain, event: { webhookId: string; occurredAt: number })
   };
 }
 
-/** Licenses paid and in force now: the main term, partials, and live add-ons. */
+/**
+ * Licenses paid through the end of the latest ordered term: its main order, the partials that
+ * co-terminate with it, and live add-ons. After an early renewal the new term's order already
+ * carries the combined count, so partials of the term still in force (ending before it) are not
+ * counted twice.
+ */
 function paidInForce(chain: Chain, addOns: readonly Chain[], now: number): number {
   const partials = chain.partials
-    .filter((p) => p.expiresAt > now)
+    .filter((p) => p.expiresAt > now && p.expiresAt >= chain.term.expiresAt)
     .reduce((sum, p) => sum + p.licenses, 0);
   const live = addOns.filter((a) => a.status !== 'cancelled' && a.term.expiresAt > now);
   return chain.licenses + partials + live.reduce((sum, a) => sum + a.licenses, 0);
@@ -141,9 +146,10 @@ function addOnIntent(
 
 /**
  * Sends a seat purchase written on the chain and records its outcome. Whoever holds the chain
- * next finishes a purchase a crashed job left half done, so it is made and recorded exactly once.
+ * next (a seat, renewal or payment job) finishes a purchase a crashed job left half done, so it
+ * is made and recorded exactly once and never blocks the chain.
  */
-async function finishSeatIntent(deps: WorkerDeps, job: Job, held: Held): Promise<Chain> {
+export async function finishSeatIntent(deps: WorkerDeps, job: Job, held: Held): Promise<Chain> {
   const { chain, token } = held;
   const intent = chain.intent as Intent;
   const event = intent.event ?? {
@@ -179,6 +185,8 @@ async function finishSeatIntent(deps: WorkerDeps, job: Job, held: Held): Promise
     });
     throw new UnrecoverableError(`the provider refused ${intent.orderId}: ${error.message}`);
   }
+  // Orders of a suspended chain are suspended: one bought meanwhile joins them.
+  if (chain.status === 'suspended') await deps.provisioning.suspendOrder({ id: intent.orderId });
   const now = deps.clock.now();
   const addOns = await deps.chains.getMany(chain.addOns);
   if (intent.kind === 'partial') {

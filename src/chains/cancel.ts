@@ -1,8 +1,29 @@
 // Cancelling a chain at the provider: shared by `order.cancelled` jobs and the ops API.
 import type { ProvisioningClient } from '../client/provisioning-client.js';
+import { RefusalError } from '../errors.js';
 import { ordersInForce } from './orders-in-force.js';
 import type { Cause, Chain } from './records.js';
 import type { ChainStore } from './store.js';
+
+/**
+ * An order a crashed job may have made but not recorded (its intent is still on the chain) is
+ * cancelled too; if the provider never made it, its "not found" answer is the expected outcome.
+ * External renewals belong to the first order's chain, which is cancelled already.
+ */
+async function cancelPendingIntent(
+  provisioning: ProvisioningClient,
+  chain: Chain,
+): Promise<string | null> {
+  const intent = chain.intent;
+  if (!intent || (provisioning.variant === 'external' && intent.kind === 'renewal')) return null;
+  try {
+    await provisioning.cancelOrder({ id: intent.orderId });
+    return intent.orderId;
+  } catch (error) {
+    if (error instanceof RefusalError && error.message.startsWith('order not found')) return null;
+    throw error;
+  }
+}
 
 /**
  * Cancels the chain's orders at the provider (each call is idempotent there) and records the
@@ -19,6 +40,8 @@ export async function cancelChain(input: {
   const { chain, token } = input.held;
   const ids = ordersInForce(chain, input.provisioning.variant, input.now);
   for (const id of ids) await input.provisioning.cancelOrder({ id });
+  const pending = await cancelPendingIntent(input.provisioning, chain);
+  if (pending) ids.push(pending);
   return input.chains.save({
     chainId: chain.id,
     token,

@@ -38,3 +38,12 @@ export async function createChain(
     await chains.unlock(next.id, token);
   }
 }
+
+/**
+ * When an add-on renews, as its main chain governs it: never while the main chain is cancelled,
+ * has auto-renew off, or waits for a manual reactivation.
+ */
+export function governedNextRenewalAt(main: Chain, addOn: Chain): number | null {
+  if (main.status === 'cancelled' || !main.autoRenew || main.needsReactivation) return null;
+  return addOn.nextRenewalAt;
+}

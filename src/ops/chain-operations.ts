@@ -2,6 +2,7 @@
 import type { Queue } from 'bullmq';
 import { ensureRenewalJob } from '../../jobs/renewals.js';
 import { cancelChain } from '../chains/cancel.js';
+import { governedNextRenewalAt } from '../chains/family.js';
 import type { Cause, Chain } from '../chains/records.js';
 import type { ChainStore } from '../chains/store.js';
 import { type ChainView, chainView } from '../chains/view.js';
@@ -67,14 +68,26 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
     return chain;
   }
 
-  /** Changes a chain under its lock, then makes its renewal job match the new state. */
+  /**
+   * Changes a chain under its lock, then makes its renewal job, and its add-ons' (which it
+   * governs), match the new state.
+   */
   async function change(
     order: string,
     work: (held: { chain: Chain; token: string }) => Promise<Chain>,
   ) {
     const found = await find(order);
     const saved = await withOperatorLock(chains, found.id, work);
-    await ensureRenewalJob(deps.renewals, saved, clock.now());
+    const now = clock.now();
+    await ensureRenewalJob(deps.renewals, saved, now);
+    for (const addOn of await chains.getMany(saved.addOns)) {
+      if (addOn.intent !== null || addOn.flagged !== null) continue;
+      await ensureRenewalJob(
+        deps.renewals,
+        { ...addOn, nextRenewalAt: governedNextRenewalAt(saved, addOn) },
+        now,
+      );
+    }
     return view(saved);
   }
 
@@ -159,8 +172,14 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
     /** Renewals that fire within `days`, earliest first. */
     async upcoming(days: number): Promise<UpcomingRenewal[]> {
       const due = await chains.dueUntil(clock.now() + days * SECONDS_PER_DAY);
+      const mainIds = [...new Set(due.flatMap((c) => (c.mainChain ? [c.mainChain] : [])))];
+      const mains = new Map((await chains.getMany(mainIds)).map((m) => [m.id, m]));
+      const governed = (c: Chain) => {
+        const main = c.mainChain ? mains.get(c.mainChain) : undefined;
+        return main ? governedNextRenewalAt(main, c) : c.nextRenewalAt;
+      };
       return due
-        .filter((c) => c.nextRenewalAt !== null)
+        .filter((c) => governed(c) !== null)
         .map((c) => ({
           order: c.order,
           customer: c.customer,

@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { renewalJobId } from '../../../jobs/renewals.js';
 import { addOnJobId } from '../../../jobs/seat-changes.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
+import { ChainStore } from '../../../src/chains/store.js';
 import type { ChainView } from '../../../src/chains/view.js';
 import { type ManualClock, manualClock, systemClock } from '../../../src/clock.js';
 import { addTerms } from '../../../src/domain/periods.js';
@@ -141,6 +142,88 @@ describe('marketplace, co-terminated partial orders (the default)', () => {
   });
 });
 
+describe('marketplace, after an early renewal', () => {
+  let clock: ManualClock;
+  let system: System;
+  let partner: Partner;
+
+  beforeAll(async () => {
+    clock = manualClock(systemClock.now());
+    system = await startSystem({ clock });
+    partner = await partnerOf(system);
+  });
+  afterAll(async () => system.close());
+
+  it('counts what the next term already carries, and co-terminates with that term', async () => {
+    const placed = await place(system, 'R-1', 10);
+    await seats(system, 'R-1', 12);
+    await system.waitForChain('R-1', (c) => c.partials.length === 1);
+    clock.set(placed.term.expiresAt - 7 * DAY);
+    await system.promote('renewals', renewalJobId(chainIdOf('R-1'), 2));
+    const renewed = await system.waitForChain('R-1', (c) => c.term.count === 2);
+    expect(renewed.licenses).toBe(12);
+
+    // Still inside term 1: the 3 more licenses run to the end of term 2, already ordered.
+    clock.advance(DAY);
+    await seats(system, 'R-1', 15);
+    const chain = await system.waitForChain('R-1', (c) => c.partials.length === 2);
+    expect(chain.partials[1]).toMatchObject({
+      orderId: 'R-1.p2',
+      licenses: 3,
+      expiresAt: renewed.term.expiresAt,
+    });
+    expect(chain.nextLicenses).toBe(15);
+    expect((await system.started.runtime.store.getOrder(partner, 'R-1.p2'))?.licenses).toBe(3);
+  });
+
+  it('finishes a purchase a crashed seat job left half done before renewing', async () => {
+    const startsAt = clock.now() - 25 * DAY;
+    await system.send(
+      'order.placed',
+      orderPlaced({ order: 'R-2', licenses: 4, startsAt, autoRenew: false }),
+    );
+    const placed = await system.waitForChain('R-2', () => true);
+    const chains = new ChainStore(system.started.runtime.redis);
+    const token = 'crashed-seat-job';
+    const lock = await chains.lock(chainIdOf('R-2'), token);
+    if (lock.kind !== 'held' || !lock.chain) throw new Error('no chain to crash on');
+    const params = {
+      customer: lock.chain.customer,
+      id: 'R-2.p1',
+      product: lock.chain.product,
+      licenses: 2,
+      startsAt: clock.now(),
+      expiresAt: placed.term.expiresAt,
+    };
+    await chains.save({
+      chainId: lock.chain.id,
+      token,
+      previous: lock.chain,
+      next: {
+        ...lock.chain,
+        partialCount: 1,
+        intent: {
+          kind: 'partial',
+          method: 'createOrder',
+          orderId: 'R-2.p1',
+          params,
+          jobId: 'lost',
+          event: { webhookId: 'lost-seat', occurredAt: clock.now(), total: 6 },
+        },
+      },
+      release: true,
+    });
+    // The order was made at the provider, then the job died before recording it.
+    await system.started.provisioning.createOrder(params);
+
+    await system.ops('PUT', '/ops/chains/R-2/auto-renew', { enabled: true });
+    const chain = await system.waitForChain('R-2', (c) => c.term.count === 2);
+    expect(chain.partials.map((p) => p.orderId)).toEqual(['R-2.p1']);
+    expect(chain.licenses).toBe(6);
+    expect(chain.history.map((h) => h.event)).toContain('seats.partial_ordered');
+  });
+});
+
 describe('marketplace with SEAT_INCREASE=addon', () => {
   let clock: ManualClock;
   let system: System;
@@ -177,6 +260,15 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     await seats(system, 'A-1', 6);
     const shrunk = await system.waitForChain('A-1', (c) => c.addOns[0]?.nextLicenses === 1);
     expect(shrunk.nextLicenses).toBe(5);
+
+    // An add-on renews only while its main chain does.
+    await system.ops('PUT', '/ops/chains/A-1/auto-renew', { enabled: false });
+    const addOnJob = renewalJobId(chainIdOf('A-1.a1'), 2);
+    expect(await system.queue('renewals').getJob(addOnJob)).toBeUndefined();
+    const upcoming = await system.ops('GET', '/ops/renewals?within=60');
+    expect((upcoming.body as { renewals: unknown[] }).renewals).toEqual([]);
+    await system.ops('PUT', '/ops/chains/A-1/auto-renew', { enabled: true });
+    expect(await (await system.queue('renewals').getJob(addOnJob))?.getState()).toBe('delayed');
 
     clock.advance(60);
     await seats(system, 'A-1', 4);
