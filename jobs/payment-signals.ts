@@ -15,7 +15,7 @@ import { defaultJobOptions } from '../src/queues.js';
 import { delayJobUntil, withChainLock } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
 import { ensureRenewalJob } from './renewals.js';
-import { finishSeatIntent } from './seat-changes.js';
+import { finishSeatIntent } from './seat-purchases.js';
 
 export const schema = eventJobData;
 

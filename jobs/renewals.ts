@@ -11,7 +11,7 @@ import { defaultJobOptions } from '../src/queues.js';
 import { delayJobUntil, withChainLock } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
 import { describeTerm, sendIntent } from './intents.js';
-import { finishSeatIntent } from './seat-changes.js';
+import { finishSeatIntent } from './seat-purchases.js';
 
 export const renewalJobData = z.object({
   chainId: z.string().min(1),

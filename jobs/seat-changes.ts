@@ -2,24 +2,22 @@
 // order with its own renewals, or only the next renewal's count (DESIGN §4, seat change).
 import { type Job, UnrecoverableError } from 'bullmq';
 import { z } from 'zod';
-import { createChain, mainChainIdOf } from '../src/chains/family.js';
-import { chainIdOf } from '../src/chains/keys.js';
-import {
-  type Chain,
-  type HistoryEntry,
-  type Intent,
-  newChainRecord,
-} from '../src/chains/records.js';
-import { addOnOrderId, partialOrderId } from '../src/domain/ids.js';
-import { nextRenewalAt } from '../src/domain/renewal.js';
-import { allocateNextLicenses, planSeatChange } from '../src/domain/seats.js';
-import { RefusalError } from '../src/errors.js';
+import { mainChainIdOf } from '../src/chains/family.js';
+import type { Chain, HistoryEntry } from '../src/chains/records.js';
+import { planSeatChange } from '../src/domain/seats.js';
 import { type EventJobData, eventJobData, eventSchemas } from '../src/intake/events.js';
 import { defaultJobOptions } from '../src/queues.js';
 import { delayJobUntil, withChainLock } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
-import { describeTerm, sendIntent } from './intents.js';
-import { ensureRenewalJob } from './renewals.js';
+import {
+  addOnIntent,
+  allocation,
+  applied,
+  describeAllocation,
+  finishSeatIntent,
+  paidInForce,
+  partialIntent,
+} from './seat-purchases.js';
 
 export const schema = eventJobData;
 
@@ -37,262 +35,10 @@ export function addOnJobId(chainId: string): string {
   return `addon-${chainId}`;
 }
 
-/** How many applied seat webhook ids a chain remembers, so a retried job never applies one twice. */
-const REMEMBERED_EVENTS = 50;
 /** How soon a seat job retries when another kind of work is half done on the chain (ms). */
 const FOREIGN_INTENT_RETRY_S = 2;
 
 const iso = (t: number) => new Date(t * 1000).toISOString().replace('.000Z', 'Z');
-
-type Held = { chain: Chain; token: string };
-
-function applied(chain: Chain, event: { webhookId: string; occurredAt: number }) {
-  return {
-    lastSeatEventAt: Math.max(chain.lastSeatEventAt ?? event.occurredAt, event.occurredAt),
-    appliedSeatEvents: [...chain.appliedSeatEvents, event.webhookId].slice(-REMEMBERED_EVENTS),
-  };
-}
-
-/**
- * Licenses paid through the end of the latest ordered term: its main order, the partials that
- * co-terminate with it, and live add-ons. After an early renewal the new term's order already
- * carries the combined count, so partials of the term still in force (ending before it) are not
- * counted twice.
- */
-function paidInForce(chain: Chain, addOns: readonly Chain[], now: number): number {
-  const partials = chain.partials
-    .filter((p) => p.expiresAt > now && p.expiresAt >= chain.term.expiresAt)
-    .reduce((sum, p) => sum + p.licenses, 0);
-  const live = addOns.filter((a) => a.status !== 'cancelled' && a.term.expiresAt > now);
-  return chain.licenses + partials + live.reduce((sum, a) => sum + a.licenses, 0);
-}
-
-/** The chain's next-renewal counts for a total, over itself and its add-ons. */
-function allocation(deps: WorkerDeps, chain: Chain, addOns: readonly Chain[], total: number) {
-  const split = allocateNextLicenses({
-    total,
-    main: chain.licenses,
-    addOns: addOns.map((a) => a.licenses),
-    style: addOns.length > 0 ? 'addon' : deps.settings.seatIncrease,
-  });
-  return {
-    nextLicenses: split.main,
-    addOnNextLicenses: Object.fromEntries(addOns.map((a, i) => [a.id, split.addOns[i] ?? 0])),
-  };
-}
-
-function describeAllocation(next: {
-  nextLicenses: number;
-  addOnNextLicenses: Record<string, number>;
-}) {
-  const addOns = Object.values(next.addOnNextLicenses);
-  return addOns.length === 0
-    ? `the next renewal carries ${next.nextLicenses}`
-    : `the next renewals carry ${next.nextLicenses} (main) + ${addOns.join(' + ')} (add-ons)`;
-}
-
-function partialIntent(
-  chain: Chain,
-  licenses: number,
-  startsAt: number,
-  event: Intent['event'],
-  jobId: string | null,
-): Intent {
-  const orderId = partialOrderId(chain.order, chain.partialCount + 1);
-  return {
-    kind: 'partial',
-    method: 'createOrder',
-    orderId,
-    params: {
-      customer: chain.customer,
-      id: orderId,
-      product: chain.product,
-      licenses,
-      startsAt,
-      expiresAt: chain.term.expiresAt,
-    },
-    jobId,
-    event,
-  };
-}
-
-function addOnIntent(
-  deps: WorkerDeps,
-  chain: Chain,
-  licenses: number,
-  startsAt: number,
-  event: Intent['event'],
-  jobId: string | null,
-): Intent {
-  const orderId = addOnOrderId(chain.order, chain.addOnCount + 1);
-  const base = {
-    customer: chain.customer,
-    id: orderId,
-    product: chain.product,
-    licenses,
-    duration: chain.duration,
-  };
-  return deps.provisioning.variant === 'external'
-    ? { kind: 'addon', method: 'createFirstOrder', orderId, params: base, jobId, event }
-    : {
-        kind: 'addon',
-        method: 'createOrder',
-        orderId,
-        params: { ...base, startsAt },
-        jobId,
-        event,
-      };
-}
-
-/**
- * Sends a seat purchase written on the chain and records its outcome. Whoever holds the chain
- * next (a seat, renewal or payment job) finishes a purchase a crashed job left half done, so it
- * is made and recorded exactly once and never blocks the chain.
- */
-export async function finishSeatIntent(deps: WorkerDeps, job: Job, held: Held): Promise<Chain> {
-  const { chain, token } = held;
-  const intent = chain.intent as Intent;
-  const event = intent.event ?? {
-    webhookId: '',
-    occurredAt: chain.lastSeatEventAt ?? 0,
-    total: chain.nextLicenses,
-  };
-  const cause = {
-    jobId: intent.jobId ?? job.id ?? '',
-    orderId: intent.orderId,
-    ...(event.webhookId ? { webhookId: event.webhookId } : {}),
-  };
-  let order: Awaited<ReturnType<typeof sendIntent>>;
-  try {
-    order = await sendIntent(deps.provisioning, intent);
-  } catch (error) {
-    if (!(error instanceof RefusalError)) throw error;
-    const now = deps.clock.now();
-    await deps.chains.save({
-      chainId: chain.id,
-      token,
-      previous: chain,
-      next: { ...chain, intent: null, updatedAt: now },
-      history: [
-        {
-          at: now,
-          event: 'seats.refused',
-          detail: `the provider refused ${intent.orderId}: ${error.message}`,
-          cause,
-        },
-      ],
-      release: false,
-    });
-    throw new UnrecoverableError(`the provider refused ${intent.orderId}: ${error.message}`);
-  }
-  // Orders of a suspended chain are suspended: one bought meanwhile joins them.
-  if (chain.status === 'suspended') await deps.provisioning.suspendOrder({ id: intent.orderId });
-  const now = deps.clock.now();
-  const addOns = await deps.chains.getMany(chain.addOns);
-  if (intent.kind === 'partial') {
-    const next = {
-      ...chain,
-      ...applied(chain, event),
-      intent: null,
-      partials: [
-        ...chain.partials.filter((p) => p.expiresAt > now),
-        {
-          orderId: intent.orderId,
-          licenses: order.licenses,
-          startsAt: order.startsAt,
-          expiresAt: order.expiresAt,
-        },
-      ],
-      updatedAt: now,
-    };
-    const withCounts = { ...next, ...allocation(deps, next, addOns, event.total) };
-    deps.metrics.orders.inc({ kind: 'partial' });
-    return deps.chains.save({
-      chainId: chain.id,
-      token,
-      previous: chain,
-      next: withCounts,
-      history: [
-        {
-          at: now,
-          event: 'seats.partial_ordered',
-          detail: `partial ${intent.orderId}: ${describeTerm(order)}, co-terminated with the term; ${describeAllocation(withCounts)}`,
-          cause,
-        },
-      ],
-      orderIds: [intent.orderId],
-      release: false,
-    });
-  }
-
-  const addOn = await createChain(
-    deps.chains,
-    (() => {
-      const fresh = newChainRecord({
-        id: chainIdOf(intent.orderId),
-        order: intent.orderId,
-        customer: chain.customer,
-        product: chain.product,
-        duration: chain.duration,
-        status: 'active',
-        autoRenew: chain.autoRenew,
-        payment: chain.payment,
-        licenses: order.licenses,
-        nextLicenses: order.licenses,
-        term: {
-          orderId: intent.orderId,
-          count: 1,
-          startsAt: order.startsAt,
-          expiresAt: order.expiresAt,
-        },
-        mainChain: chain.id,
-        intent: null,
-        nextRenewalAt: null,
-        createdAt: now,
-        updatedAt: now,
-      });
-      return {
-        ...fresh,
-        nextRenewalAt: nextRenewalAt({ chain: fresh, now, leadDays: deps.settings.leadDays }),
-      };
-    })(),
-    [
-      {
-        at: now,
-        event: 'addon.ordered',
-        detail: `add-on ${intent.orderId} of ${chain.order}: ${describeTerm(order)}`,
-        cause,
-      },
-    ],
-    [intent.orderId],
-  );
-  const next = {
-    ...chain,
-    ...applied(chain, event),
-    intent: null,
-    addOns: [...chain.addOns, addOn.id],
-    updatedAt: now,
-  };
-  const withCounts = { ...next, ...allocation(deps, next, [...addOns, addOn], event.total) };
-  const saved = await deps.chains.save({
-    chainId: chain.id,
-    token,
-    previous: chain,
-    next: withCounts,
-    history: [
-      {
-        at: now,
-        event: 'seats.addon_ordered',
-        detail: `add-on ${intent.orderId}: ${describeTerm(order)}, renewing on its own cycle; ${describeAllocation(withCounts)}`,
-        cause,
-      },
-    ],
-    release: false,
-  });
-  deps.metrics.orders.inc({ kind: 'addon' });
-  await ensureRenewalJob(deps.queues.renewals, addOn, now);
-  return saved;
-}
 
 /** Schedules (or moves) the chain's one waiting add-on job to the date its licenses are needed. */
 async function scheduleAddOnJob(deps: WorkerDeps, chain: Chain, startsAt: number, now: number) {
