@@ -1,4 +1,5 @@
 // Sends an intent (an order id with its exact params) through the provisioning client.
+
 import type { Intent } from '../src/chains/records.js';
 import type {
   CreateFirstOrderInput,
@@ -7,6 +8,7 @@ import type {
   OrderResponse,
   ProvisioningClient,
 } from '../src/client/provisioning-client.js';
+import { formatInstant } from '../src/format.js';
 
 /** Retries send the stored params unchanged, so the provider answers with the order it made. */
 export function sendIntent(client: ProvisioningClient, intent: Intent): Promise<OrderResponse> {
@@ -22,12 +24,9 @@ export function sendIntent(client: ProvisioningClient, intent: Intent): Promise<
   }
 }
 
-const isoDay = (epochSeconds: number) =>
-  new Date(epochSeconds * 1000).toISOString().replace('.000Z', 'Z');
-
 /** "5 × suite-std, 2026-02-15T12:00:00Z – 2026-03-15T12:00:00Z" */
 export function describeTerm(
   order: Pick<OrderResponse, 'licenses' | 'product' | 'startsAt' | 'expiresAt'>,
 ): string {
-  return `${order.licenses} × ${order.product}, ${isoDay(order.startsAt)} – ${isoDay(order.expiresAt)}`;
+  return `${order.licenses} × ${order.product}, ${formatInstant(order.startsAt)} – ${formatInstant(order.expiresAt)}`;
 }

@@ -1,5 +1,6 @@
 // The `payment-signals` queue: an overdue payment suspends the chain after a grace period; a
 // received payment cancels that, unsuspends (marketplace) or asks for a manual reactivation.
+
 import { type Job, type Queue, UnrecoverableError } from 'bullmq';
 import { z } from 'zod';
 import { mainChainIdOf } from '../src/chains/family.js';
@@ -10,6 +11,7 @@ import {
   planPaymentReceived,
   suspensionDueAt,
 } from '../src/domain/suspension.js';
+import { formatInstant } from '../src/format.js';
 import { type EventJobData, eventJobData, eventSchemas } from '../src/intake/events.js';
 import { defaultJobOptions } from '../src/queues.js';
 import { delayJobUntil, withChainLock } from './chain-lock.js';
@@ -34,7 +36,6 @@ export function suspensionJobId(chainId: string, episode: number): string {
 }
 
 const FOREIGN_INTENT_RETRY_S = 2;
-const iso = (t: number) => new Date(t * 1000).toISOString().replace('.000Z', 'Z');
 
 type Held = { chain: Chain; token: string };
 
@@ -92,7 +93,7 @@ async function markOverdue(
       {
         at: now,
         event: 'payment.overdue',
-        detail: `payment overdue (episode ${episode}): renewals wait; the chain is suspended at ${iso(suspendAt)} unless paid`,
+        detail: `payment overdue (episode ${episode}): renewals wait; the chain is suspended at ${formatInstant(suspendAt)} unless paid`,
         cause,
       },
     ],
@@ -107,7 +108,7 @@ async function markOverdue(
       delay: Math.max(0, suspendAt - now) * 1000,
     },
   );
-  return `overdue: suspension at ${iso(suspendAt)}`;
+  return `overdue: suspension at ${formatInstant(suspendAt)}`;
 }
 
 async function markPaid(deps: WorkerDeps, job: Job, held: Held, data: EventJobData, now: number) {
@@ -225,7 +226,7 @@ async function applyPaymentEvent(
       isStalePaymentEvent({ occurredAt: data.occurredAt, lastAppliedAt: chain.lastPaymentEventAt })
     ) {
       return ignore(
-        `event of ${iso(data.occurredAt)} is older than the last applied payment event (${iso(chain.lastPaymentEventAt ?? 0)})`,
+        `event of ${formatInstant(data.occurredAt)} is older than the last applied payment event (${formatInstant(chain.lastPaymentEventAt ?? 0)})`,
       );
     }
     if (chain.status === 'cancelled') return ignore('the chain is cancelled');

@@ -1,10 +1,12 @@
 // The `seat-changes` queue: a new license total becomes a co-terminated partial order, an add-on
 // order with its own renewals, or only the next renewal's count (DESIGN §4, seat change).
+
 import { type Job, UnrecoverableError } from 'bullmq';
 import { z } from 'zod';
 import { mainChainIdOf } from '../src/chains/family.js';
 import type { Chain, HistoryEntry } from '../src/chains/records.js';
 import { planSeatChange } from '../src/domain/seats.js';
+import { formatInstant } from '../src/format.js';
 import { type EventJobData, eventJobData, eventSchemas } from '../src/intake/events.js';
 import { defaultJobOptions } from '../src/queues.js';
 import { delayJobUntil, withChainLock } from './chain-lock.js';
@@ -37,8 +39,6 @@ export function addOnJobId(chainId: string): string {
 
 /** How soon a seat job retries when another kind of work is half done on the chain (ms). */
 const FOREIGN_INTENT_RETRY_S = 2;
-
-const iso = (t: number) => new Date(t * 1000).toISOString().replace('.000Z', 'Z');
 
 /** Schedules (or moves) the chain's one waiting add-on job to the date its licenses are needed. */
 async function scheduleAddOnJob(deps: WorkerDeps, chain: Chain, startsAt: number, now: number) {
@@ -130,7 +130,7 @@ async function applySeatEvent(
         { ...chain, appliedSeatEvents: applied(chain, event).appliedSeatEvents },
         {
           event: 'seats.stale',
-          detail: `event of ${iso(data.occurredAt)} is older than the last applied one (${iso(decision.lastAppliedAt)}): ignored`,
+          detail: `event of ${formatInstant(data.occurredAt)} is older than the last applied one (${formatInstant(decision.lastAppliedAt)}): ignored`,
         },
       );
       return 'stale';
@@ -160,7 +160,7 @@ async function applySeatEvent(
         { ...chain, intent, partialCount: chain.partialCount + 1, pendingAddOn: null },
         {
           event: 'seats.buying',
-          detail: `buying ${decision.licenses} licenses from ${iso(decision.startsAt)} as ${intent.orderId}`,
+          detail: `buying ${decision.licenses} licenses from ${formatInstant(decision.startsAt)} as ${intent.orderId}`,
         },
       );
       if (chain.pendingAddOn) await removeAddOnJob(deps, chain);
@@ -181,18 +181,18 @@ async function applySeatEvent(
         },
         {
           event: 'seats.addon_scheduled',
-          detail: `${decision.licenses} more licenses needed from ${iso(decision.startsAt)}: an add-on will be ordered then`,
+          detail: `${decision.licenses} more licenses needed from ${formatInstant(decision.startsAt)}: an add-on will be ordered then`,
         },
       );
       await scheduleAddOnJob(deps, chain, decision.startsAt, now);
-      return `add-on scheduled: ${iso(decision.startsAt)}`;
+      return `add-on scheduled: ${formatInstant(decision.startsAt)}`;
     }
     const intent = addOnIntent(deps, chain, decision.licenses, decision.startsAt, event, jobId);
     const held = await save(
       { ...chain, intent, addOnCount: chain.addOnCount + 1, pendingAddOn: null },
       {
         event: 'seats.buying',
-        detail: `buying ${decision.licenses} licenses from ${iso(decision.startsAt)} as add-on ${intent.orderId}`,
+        detail: `buying ${decision.licenses} licenses from ${formatInstant(decision.startsAt)} as add-on ${intent.orderId}`,
       },
     );
     if (chain.pendingAddOn) await removeAddOnJob(deps, chain);

@@ -8,6 +8,7 @@ import type { ChainView } from './chains/view.js';
 import { systemClock } from './clock.js';
 import { openRuntime, type Runtime } from './embedded.js';
 import { ConfigError, RefusalError, TransientError } from './errors.js';
+import { formatInstant } from './format.js';
 import { createLogger, type Logger } from './logger.js';
 import { type Role, start, stopOnSignals } from './main.js';
 import { type ChainOperations, makeChainOperations } from './ops/chain-operations.js';
@@ -184,7 +185,7 @@ async function withChainOperations<T>(run: (ops: ChainOperations) => Promise<T>)
 }
 
 const iso = (epochSeconds: number | null) =>
-  epochSeconds === null ? '-' : new Date(epochSeconds * 1000).toISOString().replace('.000Z', 'Z');
+  epochSeconds === null ? '-' : formatInstant(epochSeconds);
 
 function printChain(chain: ChainView): void {
   const lines = [
