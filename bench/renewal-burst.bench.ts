@@ -6,7 +6,7 @@ import { type Job, type Processor, Queue, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import { pino } from 'pino';
 import { loadSettings, type Settings } from '../config/settings.js';
-import type { WorkerDeps } from '../jobs/deps.js';
+import { type WorkerDeps, workerSettingsFrom } from '../jobs/deps.js';
 import { makeProcessor as makeOrdersProcessor } from '../jobs/orders.js';
 import { makeRenewalProcessor, type RenewalJobData } from '../jobs/renewals.js';
 import { chainIdOf } from '../src/chains/keys.js';
@@ -144,13 +144,7 @@ async function openBench(url: string): Promise<Bench> {
       log,
       metrics: createMetrics(),
       queues,
-      settings: {
-        leadDays: settings.RENEWAL_LEAD_DAYS,
-        windowDays: settings.PARTNER_RENEWAL_WINDOW_DAYS,
-        autoRenewDefault: settings.AUTO_RENEW_DEFAULT,
-        paymentGraceDays: settings.PAYMENT_GRACE_DAYS,
-        seatIncrease: settings.SEAT_INCREASE,
-      },
+      settings: workerSettingsFrom(settings),
     },
     async close() {
       await closeQueues(queues);

@@ -1,5 +1,6 @@
 // What every processor is built from: the stores, the provisioning client, time, logs, settings.
 import type { Queue } from 'bullmq';
+import type { Settings } from '../config/settings.js';
 import type { ChainStore } from '../src/chains/store.js';
 import type { ProvisioningClient } from '../src/client/provisioning-client.js';
 import type { Clock } from '../src/clock.js';
@@ -13,6 +14,17 @@ export interface WorkerSettings {
   autoRenewDefault: boolean;
   paymentGraceDays: number;
   seatIncrease: 'coterm' | 'addon';
+}
+
+/** The settings the processors read, from the parsed environment. */
+export function workerSettingsFrom(settings: Settings): WorkerSettings {
+  return {
+    leadDays: settings.RENEWAL_LEAD_DAYS,
+    windowDays: settings.PARTNER_RENEWAL_WINDOW_DAYS,
+    autoRenewDefault: settings.AUTO_RENEW_DEFAULT,
+    paymentGraceDays: settings.PAYMENT_GRACE_DAYS,
+    seatIncrease: settings.SEAT_INCREASE,
+  };
 }
 
 export interface WorkerDeps {

@@ -2,6 +2,7 @@
 // the workers, or both (the embedded default).
 import { randomBytes } from 'node:crypto';
 import type { Settings } from '../config/settings.js';
+import { workerSettingsFrom } from '../jobs/deps.js';
 import { ChainStore } from './chains/store.js';
 import { instrumentClient } from './client/instrumented.js';
 import type { ProvisioningClient } from './client/provisioning-client.js';
@@ -95,13 +96,7 @@ export async function start(
         log,
         metrics,
         queues: workerQueues,
-        settings: {
-          leadDays: settings.RENEWAL_LEAD_DAYS,
-          windowDays: settings.PARTNER_RENEWAL_WINDOW_DAYS,
-          autoRenewDefault: settings.AUTO_RENEW_DEFAULT,
-          paymentGraceDays: settings.PAYMENT_GRACE_DAYS,
-          seatIncrease: settings.SEAT_INCREASE,
-        },
+        settings: workerSettingsFrom(settings),
       },
       connection: workerRedis,
       concurrency: settings.WORKER_CONCURRENCY,
