@@ -196,7 +196,20 @@ function printChain(chain: ChainView): void {
     `term      #${chain.term.count} ${chain.term.orderId}: ${iso(chain.term.startsAt)} – ${iso(chain.term.expiresAt)}`,
     `renews    ${iso(chain.nextRenewalAt)}`,
   ];
+  if (chain.needsReactivation) {
+    lines.push('action    reactivate it at the provider, then: billing chains reactivated ORDER');
+  }
   if (chain.flagged) lines.push(`flagged   ${chain.flagged}`);
+  for (const p of chain.partials) {
+    lines.push(
+      `partial   ${p.orderId}: ${p.licenses} licenses, ${iso(p.startsAt)} – ${iso(p.expiresAt)}`,
+    );
+  }
+  for (const a of chain.addOns) {
+    lines.push(
+      `add-on    ${a.order}: ${a.licenses} licenses (${a.nextLicenses} next), term #${a.term.count} to ${iso(a.term.expiresAt)}, ${a.status}`,
+    );
+  }
   process.stdout.write(`${lines.join('\n')}\n\nhistory\n`);
   printTable(
     chain.history.map((h) => ({

@@ -1,4 +1,7 @@
 // Seat changes end to end: partials, add-ons, decreases, stale, repeated and concurrent events.
+import { execFile } from 'node:child_process';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { renewalJobId } from '../../../jobs/renewals.js';
 import { addOnJobId } from '../../../jobs/seat-changes.js';
@@ -9,6 +12,9 @@ import { type ManualClock, manualClock, systemClock } from '../../../src/clock.j
 import { addTerms } from '../../../src/domain/periods.js';
 import type { Partner } from '../../../src/provisioning/records.js';
 import { DAY, orderPlaced, type System, startSystem } from '../../helpers/system.js';
+
+const run = promisify(execFile);
+const BIN = join(import.meta.dirname, '../../../bin/billing.js');
 
 async function partnerOf(system: System): Promise<Partner> {
   const found = (await system.started.runtime.partners.list()).find(
@@ -255,6 +261,10 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     expect(addOn?.nextRenewalAt).toBe((addOn?.term.expiresAt ?? 0) - 7 * DAY);
     const job = await system.queue('renewals').getJob(renewalJobId(chainIdOf('A-1.a1'), 2));
     expect(await job?.getState()).toBe('delayed');
+    const shown = await run(process.execPath, [BIN, 'chains', 'show', 'A-1'], {
+      env: { ...process.env, REDIS_URL: system.redis.url, DATA_DIR: system.settings.DATA_DIR },
+    });
+    expect(shown.stdout).toMatch(/^add-on {4}A-1\.a1: 3 licenses \(3 next\), term #1/m);
 
     clock.advance(60);
     await seats(system, 'A-1', 6);
