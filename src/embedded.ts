@@ -21,8 +21,8 @@ export interface Runtime {
 }
 
 /**
- * Connects to `REDIS_URL`, or to the private redis-server of `DATA_DIR` (started when it is not
- * running; `reuseOnly` callers such as the CLI still start it, and stop it again on close).
+ * Connects to `REDIS_URL`, or to the private redis-server of `DATA_DIR`: the running one (as
+ * `npm start` left it for the CLI), else one started here and stopped again on close.
  */
 export async function openRuntime(
   settings: Settings,
