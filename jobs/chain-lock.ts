@@ -1,9 +1,11 @@
 // Runs a job's work under its chain's lock: one chain is changed by one job at a time.
 import { randomUUID } from 'node:crypto';
 import { DelayedError, type Job } from 'bullmq';
+import { mainChainIdOf } from '../src/chains/family.js';
 import type { Chain } from '../src/chains/records.js';
 import type { ChainStore } from '../src/chains/store.js';
 import { queueTimeMs } from '../src/clock.js';
+import { TransientError } from '../src/errors.js';
 
 export interface HeldChain {
   chainId: string;
@@ -49,4 +51,22 @@ export async function delayJobUntil(
 ): Promise<never> {
   await job.moveToDelayed(queueTimeMs() + Math.max(0, until - now) * 1000, jobToken);
   throw new DelayedError();
+}
+
+/**
+ * The main chain an event names (by any order of its family). An unknown order is retried with
+ * backoff, not failed: its `order.placed` may still be on its way through another queue.
+ */
+export async function chainOfEvent(
+  chains: ChainStore,
+  type: string,
+  order: string,
+): Promise<string> {
+  const chainId = await mainChainIdOf(chains, order);
+  if (chainId) return chainId;
+  throw new TransientError(
+    'order_unknown',
+    `${type} names an order not known (yet): ${order}; retrying, in case its order.placed is still being processed`,
+    { order },
+  );
 }

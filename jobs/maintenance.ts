@@ -48,13 +48,14 @@ export function makeProcessor(deps: WorkerDeps) {
       for (const chain of await deps.chains.getMany(ids)) {
         checked += 1;
         const now = deps.clock.now();
-        if (hasExpired(chain, now)) {
+        if (hasExpired(await governed(chain), now)) {
           if (await markExpired(deps, chain, now, job.id ?? '')) expired += 1;
           continue;
         }
-        // A flagged chain's failed job waits for a person (Bull Board retry, or ops); an intent
-        // belongs to a job that will finish it.
-        if (chain.intent === null && chain.flagged === null) {
+        // A flagged chain's failed job waits for a person (Bull Board retry, or ops). A renewal
+        // intent whose job ran out of attempts gets its job back, which replays the intent.
+        const renewable = chain.intent === null || chain.intent.kind === 'renewal';
+        if (renewable && chain.flagged === null) {
           await ensureRenewalJob(deps.queues.renewals, await governed(chain), now);
         }
       }

@@ -19,10 +19,10 @@ import {
   type OrderCancelledData,
   type OrderPlacedData,
 } from '../src/intake/events.js';
-import { withChainLock } from './chain-lock.js';
+import { chainOfEvent, withChainLock } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
 import { describeTerm, sendIntent } from './intents.js';
-import { ensureRenewalJob } from './renewals.js';
+import { ensureFamilyRenewalJobs, ensureRenewalJob } from './renewals.js';
 
 /** Jobs of this queue are webhook events (data: `eventJobData`), named by their type. */
 export const schema = eventJobData;
@@ -180,8 +180,7 @@ async function cancelOrder(
   data: EventJobData,
 ) {
   const ev: OrderCancelledData = eventSchemas['order.cancelled'].parse(data.data);
-  const chainId = await deps.chains.chainIdOfOrder(ev.order);
-  if (!chainId) throw new UnrecoverableError(`order.cancelled names an unknown order: ${ev.order}`);
+  const chainId = await chainOfEvent(deps.chains, data.type, ev.order);
   return withChainLock(deps.chains, job, jobToken, chainId, async ({ chain, token }) => {
     if (!chain) throw new UnrecoverableError(`order.cancelled names an unknown order: ${ev.order}`);
     if (chain.status === 'cancelled') return `already cancelled: ${chain.order}`;
@@ -194,7 +193,7 @@ async function cancelOrder(
       cause: causeOf(job, data, ev.order),
       reason: `order.cancelled for ${ev.order}`,
     });
-    await ensureRenewalJob(deps.queues.renewals, saved, now);
+    await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, saved, now);
     return `cancelled: ${chain.order}`;
   });
 }

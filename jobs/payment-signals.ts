@@ -3,7 +3,6 @@
 
 import { type Job, type Queue, UnrecoverableError } from 'bullmq';
 import { z } from 'zod';
-import { mainChainIdOf } from '../src/chains/family.js';
 import { familyOrdersInForce } from '../src/chains/orders-in-force.js';
 import type { Chain, HistoryEntry } from '../src/chains/records.js';
 import {
@@ -14,9 +13,9 @@ import {
 import { formatInstant } from '../src/format.js';
 import { type EventJobData, eventJobData, eventSchemas } from '../src/intake/events.js';
 import { defaultJobOptions } from '../src/queues.js';
-import { delayJobUntil, withChainLock } from './chain-lock.js';
+import { chainOfEvent, delayJobUntil, withChainLock } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
-import { ensureRenewalJob } from './renewals.js';
+import { ensureFamilyRenewalJobs } from './renewals.js';
 import { finishSeatIntent } from './seat-purchases.js';
 
 export const schema = eventJobData;
@@ -45,12 +44,22 @@ async function removeSuspensionJob(queue: Queue, chain: Chain): Promise<void> {
   if (job && (await job.getState()) !== 'active') await job.remove();
 }
 
-/** Makes the renewal jobs of the chain and its add-ons match their state (a waiting one fires). */
-async function ensureFamilyRenewals(deps: WorkerDeps, chain: Chain, now: number) {
-  await ensureRenewalJob(deps.queues.renewals, chain, now);
-  for (const addOn of await deps.chains.getMany(chain.addOns)) {
-    if (addOn.intent === null) await ensureRenewalJob(deps.queues.renewals, addOn, now);
-  }
+async function addSuspensionJob(
+  deps: WorkerDeps,
+  chain: Chain,
+  episode: number,
+  suspendAt: number,
+  now: number,
+) {
+  await deps.queues['payment-signals'].add(
+    `${SUSPEND} ${chain.order} episode ${episode}`,
+    { chainId: chain.id, order: chain.order, customer: chain.customer, episode, dueAt: suspendAt },
+    {
+      ...defaultJobOptions,
+      jobId: suspensionJobId(chain.id, episode),
+      delay: Math.max(0, suspendAt - now) * 1000,
+    },
+  );
 }
 
 async function markOverdue(
@@ -63,6 +72,11 @@ async function markOverdue(
   const { chain, token } = held;
   const cause = { webhookId: data.webhookId, jobId: job.id ?? '' };
   if (chain.payment === 'overdue') {
+    // A retry after a crash between the save and the add restores the job (an add of an
+    // existing id changes nothing).
+    if (chain.suspendAt !== null && chain.status !== 'suspended') {
+      await addSuspensionJob(deps, chain, chain.overdueEpisode, chain.suspendAt, now);
+    }
     await deps.chains.save({
       chainId: chain.id,
       token,
@@ -77,6 +91,9 @@ async function markOverdue(
   }
   const episode = chain.overdueEpisode + 1;
   const suspendAt = suspensionDueAt({ overdueAt: now, graceDays: deps.settings.paymentGraceDays });
+  // Scheduled before the chain says overdue: a crash in between leaves a job that finds the
+  // chain paid (and skips), never an overdue chain without its suspension.
+  await addSuspensionJob(deps, chain, episode, suspendAt, now);
   await deps.chains.save({
     chainId: chain.id,
     token,
@@ -99,15 +116,6 @@ async function markOverdue(
     ],
     release: false,
   });
-  await deps.queues['payment-signals'].add(
-    `${SUSPEND} ${chain.order} episode ${episode}`,
-    { chainId: chain.id, order: chain.order, customer: chain.customer, episode, dueAt: suspendAt },
-    {
-      ...defaultJobOptions,
-      jobId: suspensionJobId(chain.id, episode),
-      delay: Math.max(0, suspendAt - now) * 1000,
-    },
-  );
   return `overdue: suspension at ${formatInstant(suspendAt)}`;
 }
 
@@ -146,14 +154,19 @@ async function markPaid(deps: WorkerDeps, job: Job, held: Held, data: EventJobDa
       ],
       release: false,
     });
-    await ensureFamilyRenewals(deps, saved, now);
+    await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, saved, now, {
+      overrideDeferral: true,
+    });
     return 'paid';
   }
 
   if (plan.kind === 'unsuspend') {
     const addOns = await deps.chains.getMany(chain.addOns);
     const ids = familyOrdersInForce(chain, addOns, 'marketplace', now);
-    for (const id of ids) await deps.provisioning.unsuspendOrder({ id });
+    for (const id of ids) {
+      await deps.chains.extend(chain.id, token);
+      await deps.provisioning.unsuspendOrder({ id });
+    }
     const saved = await deps.chains.save({
       chainId: chain.id,
       token,
@@ -170,7 +183,9 @@ async function markPaid(deps: WorkerDeps, job: Job, held: Held, data: EventJobDa
       release: false,
     });
     deps.metrics.suspensions.inc({ action: 'unsuspend' });
-    await ensureFamilyRenewals(deps, saved, now);
+    await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, saved, now, {
+      overrideDeferral: true,
+    });
     return `unsuspended: ${ids.length} orders`;
   }
 
@@ -195,8 +210,7 @@ async function applyPaymentEvent(
   const ev = eventSchemas[
     data.type === 'payment.overdue' ? 'payment.overdue' : 'payment.received'
   ].parse(data.data);
-  const chainId = await mainChainIdOf(deps.chains, ev.order);
-  if (!chainId) throw new UnrecoverableError(`${data.type} names an unknown order: ${ev.order}`);
+  const chainId = await chainOfEvent(deps.chains, data.type, ev.order);
   return withChainLock(deps.chains, job, jobToken, chainId, async (held) => {
     const { token } = held;
     if (!held.chain)
@@ -249,7 +263,10 @@ async function suspendChain(deps: WorkerDeps, job: Job, jobToken: string | undef
     if (now < data.dueAt) return delayJobUntil(job, jobToken, data.dueAt, now);
     const addOns = await deps.chains.getMany(chain.addOns);
     const ids = familyOrdersInForce(chain, addOns, deps.provisioning.variant, now);
-    for (const id of ids) await deps.provisioning.suspendOrder({ id });
+    for (const id of ids) {
+      await deps.chains.extend(chain.id, token);
+      await deps.provisioning.suspendOrder({ id });
+    }
     await deps.chains.save({
       chainId: chain.id,
       token,

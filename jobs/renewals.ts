@@ -1,7 +1,9 @@
 // The `renewals` queue: one delayed job per term renews a chain on time, exactly once.
 import { type Job, type Queue, UnrecoverableError } from 'bullmq';
 import { z } from 'zod';
+import { governedNextRenewalAt } from '../src/chains/family.js';
 import type { Chain, HistoryEntry, Intent } from '../src/chains/records.js';
+import type { ChainStore } from '../src/chains/store.js';
 import type { OrderResponse } from '../src/client/provisioning-client.js';
 import { queueTimeMs } from '../src/clock.js';
 import { renewalOrderId } from '../src/domain/ids.js';
@@ -22,6 +24,8 @@ export const renewalJobData = z.object({
   count: z.int().min(2),
   /** When it is due (epoch seconds), for people; the chain's own state decides. */
   dueAt: z.int(),
+  /** Set when the job put itself off (payment overdue, provider window): reconcile keeps it. */
+  deferredUntil: z.int().optional(),
 });
 export type RenewalJobData = z.infer<typeof renewalJobData>;
 
@@ -50,7 +54,12 @@ const WINDOW_RETRY_SECONDS = 60 * 60;
  * "add": DESIGN §4). A delayed job at the wrong time is moved; a finished one whose work the
  * chain still needs is replaced; a chain that will not renew has its job removed.
  */
-export async function ensureRenewalJob(queue: Queue, chain: Chain, now: number): Promise<void> {
+export async function ensureRenewalJob(
+  queue: Queue,
+  chain: Chain,
+  now: number,
+  options: { overrideDeferral?: boolean } = {},
+): Promise<void> {
   const { id, name, data } = renewalJob(chain);
   const existing = await queue.getJob(id);
   if (chain.nextRenewalAt === null) {
@@ -63,11 +72,17 @@ export async function ensureRenewalJob(queue: Queue, chain: Chain, now: number):
   if (existing) {
     const state = await existing.getState();
     if (state === 'delayed') {
+      // A job that put itself off (overdue payment, provider window) keeps its time unless the
+      // reason went away (a payment, an operator): reconcile must not re-send it every round.
+      const deferredUntil = renewalJobData.safeParse(existing.data).data?.deferredUntil;
+      if (deferredUntil !== undefined && deferredUntil > now && !options.overrideDeferral) return;
       const wanted = queueTimeMs() + delayMs;
       const firesAt = await delayedFireTime(queue, id);
       if (firesAt === null || Math.abs(firesAt - wanted) > 1000)
         await existing.changeDelay(delayMs);
-      if (existing.data.dueAt !== data.dueAt) await existing.updateData(data);
+      if (existing.data.dueAt !== data.dueAt || deferredUntil !== undefined) {
+        await existing.updateData(data);
+      }
       return;
     }
     if (state === 'completed' || state === 'failed') {
@@ -87,6 +102,29 @@ async function delayedFireTime(queue: Queue, jobId: string): Promise<number | nu
   const client = await queue.backend.client;
   const score = await client.zscore(queue.keys.delayed as string, jobId);
   return score === null ? null : Math.floor(Number(score) / 0x1000);
+}
+
+/**
+ * Ensures the renewal jobs of a main chain and of its add-ons, whose schedules it governs (an
+ * add-on does not renew while its main chain is cancelled, off, or awaiting reactivation).
+ */
+export async function ensureFamilyRenewalJobs(
+  queue: Queue,
+  chains: ChainStore,
+  main: Chain,
+  now: number,
+  options: { overrideDeferral?: boolean } = {},
+): Promise<void> {
+  await ensureRenewalJob(queue, main, now, options);
+  for (const addOn of await chains.getMany(main.addOns)) {
+    if (addOn.flagged !== null || (addOn.intent !== null && addOn.intent.kind !== 'renewal'))
+      continue;
+    await ensureRenewalJob(
+      queue,
+      { ...addOn, nextRenewalAt: governedNextRenewalAt(main, addOn) },
+      now,
+    );
+  }
 }
 
 /** The fast path after a renewal: the next term's job id has never been used, so just add it. */
@@ -236,7 +274,11 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
         });
         log.debug({ decision: decision.kind }, 'renewal decided');
         if (decision.kind === 'skip') return `skipped: ${decision.reason}`;
-        if (decision.kind === 'wait') return delayJobUntil(job, jobToken, decision.until, now);
+        if (decision.kind === 'wait') {
+          if (decision.reason !== 'not_due')
+            await job.updateData({ ...data, deferredUntil: decision.until });
+          return delayJobUntil(job, jobToken, decision.until, now);
+        }
         if (decision.licenses === 0) return stopAddOn(deps, job, { chain: current, token }, now);
         if (
           provisioning.variant === 'external' &&
@@ -329,12 +371,9 @@ async function handleRefusal(
       ],
       release: false,
     });
-    return delayJobUntil(
-      job,
-      jobToken,
-      Math.min(now + WINDOW_RETRY_SECONDS, chain.term.expiresAt),
-      now,
-    );
+    const retryAt = Math.min(now + WINDOW_RETRY_SECONDS, chain.term.expiresAt);
+    await job.updateData({ ...renewalJobData.parse(job.data), deferredUntil: retryAt });
+    return delayJobUntil(job, jobToken, retryAt, now);
   }
   return flagChain(deps, job, held, `the provider refused ${intent.orderId}: ${error.message}`);
 }

@@ -3,13 +3,12 @@
 
 import { type Job, UnrecoverableError } from 'bullmq';
 import { z } from 'zod';
-import { mainChainIdOf } from '../src/chains/family.js';
 import type { Chain, HistoryEntry } from '../src/chains/records.js';
 import { planSeatChange } from '../src/domain/seats.js';
 import { formatInstant } from '../src/format.js';
 import { type EventJobData, eventJobData, eventSchemas } from '../src/intake/events.js';
 import { defaultJobOptions } from '../src/queues.js';
-import { delayJobUntil, withChainLock } from './chain-lock.js';
+import { chainOfEvent, delayJobUntil, withChainLock } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
 import {
   addOnIntent,
@@ -71,8 +70,7 @@ async function applySeatEvent(
   data: EventJobData,
 ) {
   const ev = eventSchemas['seats.changed'].parse(data.data);
-  const chainId = await mainChainIdOf(deps.chains, ev.order);
-  if (!chainId) throw new UnrecoverableError(`seats.changed names an unknown order: ${ev.order}`);
+  const chainId = await chainOfEvent(deps.chains, data.type, ev.order);
   const event = { webhookId: data.webhookId, occurredAt: data.occurredAt, total: ev.licenses };
   return withChainLock(deps.chains, job, jobToken, chainId, async (lock) => {
     if (!lock.chain)
@@ -89,8 +87,13 @@ async function applySeatEvent(
         deps.clock.now(),
       );
     }
-    if (chain.appliedSeatEvents.includes(data.webhookId))
+    if (chain.appliedSeatEvents.includes(data.webhookId)) {
+      // A retry after a crash right after the save: the waiting add-on's job may be missing.
+      if (chain.pendingAddOn) {
+        await scheduleAddOnJob(deps, chain, chain.pendingAddOn.startsAt, deps.clock.now());
+      }
       return `already applied: ${data.webhookId}`;
+    }
 
     const now = deps.clock.now();
     const cause = { webhookId: data.webhookId, jobId: job.id ?? '' };
@@ -168,7 +171,9 @@ async function applySeatEvent(
       return `partial: ${intent.orderId}`;
     }
     if (deps.provisioning.variant === 'external' && decision.startsAt > now) {
-      // createFirstOrder starts at once: the add-on is bought on the date it is needed.
+      // createFirstOrder starts at once: the add-on is bought on the date it is needed. The job
+      // comes first: one that fires without a waiting add-on on the chain does nothing.
+      await scheduleAddOnJob(deps, chain, decision.startsAt, now);
       await save(
         {
           ...chain,
@@ -184,7 +189,6 @@ async function applySeatEvent(
           detail: `${decision.licenses} more licenses needed from ${formatInstant(decision.startsAt)}: an add-on will be ordered then`,
         },
       );
-      await scheduleAddOnJob(deps, chain, decision.startsAt, now);
       return `add-on scheduled: ${formatInstant(decision.startsAt)}`;
     }
     const intent = addOnIntent(deps, chain, decision.licenses, decision.startsAt, event, jobId);

@@ -1,7 +1,7 @@
 // Seat purchases: what is paid, how a total splits over the next renewals, and the partial or
 // add-on order that buys the rest, written as an intent and finished exactly once.
 import { type Job, UnrecoverableError } from 'bullmq';
-import { createChain } from '../src/chains/family.js';
+import { createChain, governedNextRenewalAt } from '../src/chains/family.js';
 import { chainIdOf } from '../src/chains/keys.js';
 import { type Chain, type Intent, newChainRecord } from '../src/chains/records.js';
 import { addOnOrderId, partialOrderId } from '../src/domain/ids.js';
@@ -42,15 +42,18 @@ export function allocation(
   addOns: readonly Chain[],
   total: number,
 ) {
+  // Only add-ons that will renew share the next counts; a stopped, expired or cancelled one gets 0.
+  const renewing = addOns.filter((a) => a.status === 'active' && a.nextRenewalAt !== null);
   const split = allocateNextLicenses({
     total,
     main: chain.licenses,
-    addOns: addOns.map((a) => a.licenses),
-    style: addOns.length > 0 ? 'addon' : deps.settings.seatIncrease,
+    addOns: renewing.map((a) => a.licenses),
+    style: renewing.length > 0 ? 'addon' : deps.settings.seatIncrease,
   });
+  const shares = new Map(renewing.map((a, i) => [a.id, split.addOns[i] ?? 0]));
   return {
-    nextLicenses: split.main,
-    addOnNextLicenses: Object.fromEntries(addOns.map((a, i) => [a.id, split.addOns[i] ?? 0])),
+    nextLicenses: renewing.length > 0 ? split.main : total,
+    addOnNextLicenses: Object.fromEntries(addOns.map((a) => [a.id, shares.get(a.id) ?? 0])),
   };
 }
 
@@ -212,7 +215,8 @@ export async function finishSeatIntent(
         product: chain.product,
         duration: chain.duration,
         status: 'active',
-        autoRenew: chain.autoRenew,
+        // The main chain's flag governs the add-on; its own stays on so its schedule exists.
+        autoRenew: true,
         payment: chain.payment,
         licenses: order.licenses,
         nextLicenses: order.licenses,
@@ -267,6 +271,11 @@ export async function finishSeatIntent(
     release: false,
   });
   deps.metrics.orders.inc({ kind: 'addon' });
-  await ensureRenewalJob(deps.queues.renewals, addOn, now);
+  // The add-on's schedule follows its main chain (none while auto-renew is off there).
+  await ensureRenewalJob(
+    deps.queues.renewals,
+    { ...addOn, nextRenewalAt: governedNextRenewalAt(saved, addOn) },
+    now,
+  );
   return saved;
 }

@@ -1,7 +1,8 @@
 // Cancelling a chain at the provider: shared by `order.cancelled` jobs and the ops API.
+import { randomUUID } from 'node:crypto';
 import type { ProvisioningClient } from '../client/provisioning-client.js';
 import { RefusalError } from '../errors.js';
-import { ordersInForce } from './orders-in-force.js';
+import { familyOrdersInForce } from './orders-in-force.js';
 import type { Cause, Chain } from './records.js';
 import type { ChainStore } from './store.js';
 
@@ -38,11 +39,15 @@ export async function cancelChain(input: {
   reason: string;
 }): Promise<Chain> {
   const { chain, token } = input.held;
-  const ids = ordersInForce(chain, input.provisioning.variant, input.now);
-  for (const id of ids) await input.provisioning.cancelOrder({ id });
+  const addOns = await input.chains.getMany(chain.addOns);
+  const ids = familyOrdersInForce(chain, addOns, input.provisioning.variant, input.now);
+  for (const id of ids) {
+    await input.chains.extend(chain.id, token);
+    await input.provisioning.cancelOrder({ id });
+  }
   const pending = await cancelPendingIntent(input.provisioning, chain);
   if (pending) ids.push(pending);
-  return input.chains.save({
+  const saved = await input.chains.save({
     chainId: chain.id,
     token,
     previous: chain,
@@ -63,4 +68,31 @@ export async function cancelChain(input: {
     ],
     release: false,
   });
+  for (const addOn of addOns) await markAddOnCancelled(input.chains, addOn, input.now, input.cause);
+  return saved;
+}
+
+/**
+ * Records an add-on as cancelled with its main chain. Best effort: an add-on whose own renewal
+ * job holds it right now is left, and that job skips because its main chain is cancelled.
+ */
+async function markAddOnCancelled(chains: ChainStore, addOn: Chain, now: number, cause: Cause) {
+  if (addOn.status === 'cancelled') return;
+  const token = `cancel/${addOn.id}/${randomUUID()}`;
+  const lock = await chains.lock(addOn.id, token);
+  if (lock.kind === 'locked' || !lock.chain) return;
+  try {
+    await chains.save({
+      chainId: addOn.id,
+      token,
+      previous: lock.chain,
+      next: { ...lock.chain, status: 'cancelled', nextRenewalAt: null, updatedAt: now },
+      history: [
+        { at: now, event: 'chain.cancelled', detail: 'cancelled with its main chain', cause },
+      ],
+      release: false,
+    });
+  } finally {
+    await chains.unlock(addOn.id, token);
+  }
 }

@@ -55,6 +55,16 @@ export class ChainStore {
     return { kind: 'held', chain: json === '' ? null : parseChain(json) };
   }
 
+  /**
+   * Renews the lease of a lock we hold, before a step that may take long (a provider call).
+   * Throws TransientError when the lock is no longer ours.
+   */
+  async extend(chainId: string, token: string): Promise<void> {
+    if ((await this.lock(chainId, token)).kind === 'locked') {
+      throw new TransientError('chain_lock_lost', `lost the lock of chain ${chainId}`, { chainId });
+    }
+  }
+
   async unlock(chainId: string, token: string): Promise<void> {
     if (this.released.delete(token)) return;
     await callScript(this.redis, 'unlockChain', [chainKeys(chainId).lock], [token]);
@@ -89,6 +99,7 @@ export class ChainStore {
         chain.createdAt,
         input.release ? '1' : '0',
         JSON.stringify(input.orderIds ?? []),
+        this.leaseMs,
         ...(input.history ?? []).map((entry) => JSON.stringify(entry)),
       ],
     )) as number;

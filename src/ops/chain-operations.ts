@@ -1,6 +1,6 @@
 // What an operator can do to chains, shared by the ops API and the CLI.
 import type { Queue } from 'bullmq';
-import { ensureRenewalJob } from '../../jobs/renewals.js';
+import { ensureFamilyRenewalJobs } from '../../jobs/renewals.js';
 import { cancelChain } from '../chains/cancel.js';
 import { governedNextRenewalAt } from '../chains/family.js';
 import type { Cause, Chain } from '../chains/records.js';
@@ -78,16 +78,10 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
   ) {
     const found = await find(order);
     const saved = await withOperatorLock(chains, found.id, work);
-    const now = clock.now();
-    await ensureRenewalJob(deps.renewals, saved, now);
-    for (const addOn of await chains.getMany(saved.addOns)) {
-      if (addOn.intent !== null || addOn.flagged !== null) continue;
-      await ensureRenewalJob(
-        deps.renewals,
-        { ...addOn, nextRenewalAt: governedNextRenewalAt(saved, addOn) },
-        now,
-      );
-    }
+    // An operator acted: a renewal that put itself off is reconsidered now.
+    await ensureFamilyRenewalJobs(deps.renewals, chains, saved, clock.now(), {
+      overrideDeferral: true,
+    });
     return view(saved);
   }
 

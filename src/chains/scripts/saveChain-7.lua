@@ -19,7 +19,9 @@
   ARGV[6] createdAt
   ARGV[7] "1" to release the lock after writing
   ARGV[8] JSON array of order ids to map to this chain ("[]" for none)
-  ARGV[9..] history entries (JSON), appended in order
+  ARGV[9] lock lease, milliseconds: a write that keeps the lock renews its lease, so a job that
+          writes before each provider call never outlives it
+  ARGV[10..] history entries (JSON), appended in order
 
   Returns 0 when written, -1 when the lock is not ours, -2 on a version mismatch.
 ]]
@@ -36,7 +38,7 @@ if version ~= tonumber(ARGV[2]) then
 end
 
 redis.call('SET', KEYS[2], ARGV[3])
-for i = 9, #ARGV do
+for i = 10, #ARGV do
   redis.call('RPUSH', KEYS[3], ARGV[i])
 end
 for _, orderId in ipairs(cjson.decode(ARGV[8])) do
@@ -51,5 +53,7 @@ redis.call('ZADD', KEYS[6], 'NX', ARGV[6], ARGV[4])
 redis.call('SADD', KEYS[7], ARGV[4])
 if ARGV[7] == '1' then
   redis.call('DEL', KEYS[1])
+else
+  redis.call('PEXPIRE', KEYS[1], ARGV[9])
 end
 return 0

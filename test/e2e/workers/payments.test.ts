@@ -119,6 +119,46 @@ describe('marketplace, 3 days of grace', () => {
     const renewed = await system.waitForChain('P-4', (c) => c.term.count === 2);
     expect(renewed.term.startsAt).toBe(clock.now());
   });
+
+  it('restores a missing suspension job when the overdue event is repeated', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'P-5' }));
+    await system.waitForChain('P-5', () => true);
+    await system.send('payment.overdue', { order: 'P-5' });
+    await system.waitForChain('P-5', (c) => c.payment === 'overdue');
+    const id = suspensionJobId(chainIdOf('P-5'), 1);
+    await (await system.queue('payment-signals').getJob(id))?.remove();
+
+    await system.send('payment.overdue', { order: 'P-5' });
+    await system.waitForChain(
+      'P-5',
+      (c) => c.history.filter((h) => h.event === 'payment.overdue').length === 2,
+    );
+    expect(await (await system.queue('payment-signals').getJob(id))?.getState()).toBe('delayed');
+  });
+
+  it('keeps a renewal that waits for payment waiting through reconcile', async () => {
+    const startsAt = clock.now() - 25 * DAY;
+    await system.send('order.placed', orderPlaced({ order: 'P-6', startsAt, autoRenew: false }));
+    await system.waitForChain('P-6', () => true);
+    await system.send('payment.overdue', { order: 'P-6' });
+    await system.waitForChain('P-6', (c) => c.payment === 'overdue');
+    await system.ops('PUT', '/ops/chains/P-6/auto-renew', { enabled: true });
+    const queue = system.queue('renewals');
+    const id = renewalJobId(chainIdOf('P-6'), 2);
+    await expect
+      .poll(async () => (await queue.getJob(id))?.data.deferredUntil, { timeout: 10_000 })
+      .toBeGreaterThan(clock.now());
+
+    const client = await queue.backend.client;
+    const firesAt = () => client.zscore(queue.keys.delayed as string, id);
+    const before = await firesAt();
+    const reconcile = await system.queue('maintenance').add('reconcile now', {});
+    await expect.poll(async () => reconcile.getState(), { timeout: 10_000 }).toBe('completed');
+    // Not pulled forward and re-run: the same place in the delayed set.
+    expect(await firesAt()).toBe(before);
+    expect(await (await queue.getJob(id))?.getState()).toBe('delayed');
+    expect((await system.chain('P-6')).term.count).toBe(1);
+  });
 });
 
 describe('marketplace with no grace', () => {

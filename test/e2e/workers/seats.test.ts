@@ -146,6 +146,17 @@ describe('marketplace, co-terminated partial orders (the default)', () => {
     );
     expect(atProvider.reduce((sum, o) => sum + (o?.licenses ?? 0), 0)).toBe(10);
   });
+
+  it('retries an event for an order whose order.placed has not been processed yet', async () => {
+    await seats(system, 'LATE-1', 7);
+    const job = await system
+      .queue('seat-changes')
+      .getJobs(['delayed', 'waiting', 'active', 'failed']);
+    expect(job.length).toBeGreaterThan(0);
+    await place(system, 'LATE-1', 5);
+    const chain = await system.waitForChain('LATE-1', (c) => c.nextLicenses === 7, 20_000);
+    expect(chain.partials.map((p) => p.licenses)).toEqual([2]);
+  });
 });
 
 describe('marketplace, after an early renewal', () => {
@@ -290,6 +301,50 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     await system.promote('renewals', renewalJobId(chainIdOf('A-1.a1'), 2));
     const ended = await system.waitForChain('A-1', (c) => c.addOns[0]?.nextRenewalAt === null);
     expect(ended.addOns[0]?.history.at(-1)?.event).toBe('addon.stopped');
+  });
+
+  it('keeps a stopped add-on stopped: later totals go to the main chain', async () => {
+    await place(system, 'A-2', 5);
+    await seats(system, 'A-2', 8);
+    const bought = await system.waitForChain('A-2', (c) => c.addOns.length === 1);
+    clock.advance(60);
+    await seats(system, 'A-2', 5);
+    await system.waitForChain('A-2', (c) => c.addOns[0]?.nextLicenses === 0);
+    clock.set((bought.addOns[0]?.term.expiresAt ?? 0) - 7 * DAY);
+    await system.promote('renewals', renewalJobId(chainIdOf('A-2.a1'), 2));
+    await system.waitForChain('A-2', (c) => c.addOns[0]?.nextRenewalAt === null);
+
+    clock.advance(60);
+    await seats(system, 'A-2', 8);
+    const chain = await system.waitForChain('A-2', (c) => c.nextLicenses === 8);
+    expect(chain.addOns.map((a) => a.nextLicenses)).toEqual([0]);
+  });
+
+  it('gives an add-on bought while auto-renew is off its renewals once it is switched on', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'A-3', licenses: 2, autoRenew: false }));
+    await system.waitForChain('A-3', () => true);
+    await seats(system, 'A-3', 4);
+    await system.waitForChain('A-3', (c) => c.addOns.length === 1);
+    const addOnJob = renewalJobId(chainIdOf('A-3.a1'), 2);
+    expect(await system.queue('renewals').getJob(addOnJob)).toBeUndefined();
+    await system.ops('PUT', '/ops/chains/A-3/auto-renew', { enabled: true });
+    expect(await (await system.queue('renewals').getJob(addOnJob))?.getState()).toBe('delayed');
+  });
+
+  it('cancels the add-ons with their main chain, at the provider too', async () => {
+    await place(system, 'A-4', 3);
+    await seats(system, 'A-4', 5);
+    await system.waitForChain('A-4', (c) => c.addOns.length === 1);
+    await system.send('order.cancelled', { order: 'A-4.a1' });
+    const chain = await system.waitForChain('A-4', (c) => c.status === 'cancelled');
+    expect(chain.addOns[0]?.status).toBe('cancelled');
+    const partner = await partnerOf(system);
+    expect((await system.started.runtime.store.getOrder(partner, 'A-4.a1'))?.status).toBe(
+      'cancelled',
+    );
+    expect(
+      await system.queue('renewals').getJob(renewalJobId(chainIdOf('A-4.a1'), 2)),
+    ).toBeUndefined();
   });
 });
 
