@@ -3,6 +3,7 @@ import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chainIdOf } from '../../../src/chains/keys.js';
+import { ChainStore } from '../../../src/chains/store.js';
 import { systemClock } from '../../../src/clock.js';
 import { addTerms } from '../../../src/domain/periods.js';
 import { QUEUE_PREFIX } from '../../../src/queues.js';
@@ -148,5 +149,54 @@ describe('order.cancelled', () => {
       .suspendOrder({ id: 'CAN-1' })
       .catch((e: Error) => e);
     expect((refused as Error).message).toBe('order CAN-1 is cancelled');
+  });
+});
+
+describe('a renewal whose job ran out of attempts after sending its order', () => {
+  it('is restored by reconcile, which replays the stored intent: one order, recorded once', async () => {
+    const startsAt = now() - 25 * DAY;
+    await system.send('order.placed', orderPlaced({ order: 'LOST-1', startsAt, autoRenew: false }));
+    const placed = await system.waitForChain('LOST-1', () => true);
+
+    // What the failed job left: auto-renew on, its intent written, the order made at the provider.
+    const chains = new ChainStore(system.started.runtime.redis);
+    const token = 'failed-renewal-job';
+    const lock = await chains.lock(chainIdOf('LOST-1'), token);
+    if (lock.kind !== 'held' || !lock.chain) throw new Error('no chain');
+    const params = {
+      customer: placed.customer,
+      id: 'LOST-1.r2',
+      product: placed.product,
+      licenses: 5,
+      duration: placed.duration,
+      startsAt: placed.term.expiresAt,
+      parent: 'LOST-1',
+    };
+    await chains.save({
+      chainId: lock.chain.id,
+      token,
+      previous: lock.chain,
+      next: {
+        ...lock.chain,
+        autoRenew: true,
+        nextRenewalAt: now(),
+        intent: {
+          kind: 'renewal',
+          method: 'createOrder',
+          orderId: 'LOST-1.r2',
+          params,
+          jobId: 'failed',
+        },
+      },
+      release: true,
+    });
+    await system.started.provisioning.createOrder(params);
+
+    const reconcile = await system.queue('maintenance').add('reconcile now', {});
+    await expect.poll(async () => reconcile.getState(), { timeout: 10_000 }).toBe('completed');
+    const chain = await system.waitForChain('LOST-1', (c) => c.term.count === 2);
+    expect(chain.term.orderId).toBe('LOST-1.r2');
+    expect(chain.history.filter((h) => h.event === 'renewal.ordered')).toHaveLength(1);
+    expect(chain.history.at(-1)?.cause).toMatchObject({ jobId: 'failed', orderId: 'LOST-1.r2' });
   });
 });
