@@ -54,15 +54,18 @@ export async function delayJobUntil(
 }
 
 /**
- * The main chain an event names (by any order of its family). An unknown order is retried with
- * backoff, not failed: its `order.placed` may still be on its way through another queue.
+ * The chain an event names: the main chain of the order's family, or (`own`) the order's own
+ * chain, so cancelling an add-on bought by mistake leaves its main chain alone. An unknown order
+ * is retried with backoff, not failed: its `order.placed` may still be on its way.
  */
 export async function chainOfEvent(
   chains: ChainStore,
   type: string,
   order: string,
+  scope: 'family' | 'own' = 'family',
 ): Promise<string> {
-  const chainId = await mainChainIdOf(chains, order);
+  const chainId =
+    scope === 'family' ? await mainChainIdOf(chains, order) : await chains.chainIdOfOrder(order);
   if (chainId) return chainId;
   throw new TransientError(
     'order_unknown',

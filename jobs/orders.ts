@@ -180,7 +180,7 @@ async function cancelOrder(
   data: EventJobData,
 ) {
   const ev: OrderCancelledData = eventSchemas['order.cancelled'].parse(data.data);
-  const chainId = await chainOfEvent(deps.chains, data.type, ev.order);
+  const chainId = await chainOfEvent(deps.chains, data.type, ev.order, 'own');
   return withChainLock(deps.chains, job, jobToken, chainId, async ({ chain, token }) => {
     if (!chain) throw new UnrecoverableError(`order.cancelled names an unknown order: ${ev.order}`);
     if (chain.status === 'cancelled') return `already cancelled: ${chain.order}`;

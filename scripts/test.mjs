@@ -3,12 +3,16 @@
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { ensureBuilt } from './ensure-built.mjs';
 import { ensureDependencies, ensureRedisServer, run, runOrExit } from './setup.mjs';
 
 ensureRedisServer();
 ensureDependencies();
 runOrExit('npm', ['run', 'lint']);
 runOrExit('npm', ['run', 'typecheck']);
+// Built once here: several suites run the `billing` command, which would otherwise build dist/
+// from inside whichever test runs first, possibly two at once.
+ensureBuilt();
 
 // Extra arguments (`npm test -- test/unit`) narrow the vitest run. A JSON report beside the
 // usual output gives the plain closing line "N passed, N failed" that CI tools read.

@@ -335,7 +335,7 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     await place(system, 'A-4', 3);
     await seats(system, 'A-4', 5);
     await system.waitForChain('A-4', (c) => c.addOns.length === 1);
-    await system.send('order.cancelled', { order: 'A-4.a1' });
+    await system.send('order.cancelled', { order: 'A-4' });
     const chain = await system.waitForChain('A-4', (c) => c.status === 'cancelled');
     expect(chain.addOns[0]?.status).toBe('cancelled');
     const partner = await partnerOf(system);
