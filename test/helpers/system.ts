@@ -14,6 +14,7 @@ import type { Clock } from '../../src/clock.js';
 import { signWebhook } from '../../src/intake/sign.js';
 import { createLogger } from '../../src/logger.js';
 import { type Role, type Started, start } from '../../src/main.js';
+import type { Partner } from '../../src/provisioning/records.js';
 import { QUEUE_PREFIX, type QueueName } from '../../src/queues.js';
 import { startTestRedis, type TestRedis } from './redis-server.js';
 
@@ -43,6 +44,8 @@ export interface System {
     ready: (chain: ChainView) => boolean,
     timeoutMs?: number,
   ): Promise<ChainView>;
+  /** The partner account the workers act for (embedded mode). */
+  partner(): Promise<Partner>;
   /** A producer Queue on the system's Redis (closed with the system). */
   queue(name: QueueName): Queue;
   /** Fires a delayed job now, as if its time had come (pair with advancing a test clock). */
@@ -137,6 +140,13 @@ export async function startSystem(
         { timeout: timeoutMs, interval: 50 },
       );
       return last as ChainView;
+    },
+    async partner() {
+      const found = (await started.runtime.partners.list()).find(
+        (p) => p.name === settings.PARTNER_NAME,
+      );
+      if (!found) throw new Error(`no partner ${settings.PARTNER_NAME}`);
+      return found;
     },
     queue(name) {
       let queue = queues.get(name);

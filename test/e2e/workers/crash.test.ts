@@ -49,11 +49,7 @@ async function providerOrderIds(): Promise<string[]> {
 beforeAll(async () => {
   // The API role only: intake, ops and the provisioning core; the workers are child processes.
   system = await startSystem({ role: 'api' });
-  const found = (await system.started.runtime.partners.list()).find(
-    (p) => p.name === system.settings.PARTNER_NAME,
-  );
-  if (!found) throw new Error('workers partner missing');
-  partner = found;
+  partner = await system.partner();
 });
 
 afterAll(async () => {

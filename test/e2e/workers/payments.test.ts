@@ -9,14 +9,6 @@ import { webhookJobId } from '../../../src/intake/webhooks.js';
 import type { Partner } from '../../../src/provisioning/records.js';
 import { DAY, orderPlaced, type System, startSystem } from '../../helpers/system.js';
 
-async function partnerOf(system: System): Promise<Partner> {
-  const found = (await system.started.runtime.partners.list()).find(
-    (p) => p.name === system.settings.PARTNER_NAME,
-  );
-  if (!found) throw new Error('workers partner missing');
-  return found;
-}
-
 const lastEvent = (chain: ChainView) => chain.history.at(-1)?.event;
 
 async function providerStatus(system: System, partner: Partner, order: string) {
@@ -31,7 +23,7 @@ describe('marketplace, 3 days of grace', () => {
   beforeAll(async () => {
     clock = manualClock(systemClock.now());
     system = await startSystem({ clock, env: { PAYMENT_GRACE_DAYS: '3' } });
-    partner = await partnerOf(system);
+    partner = await system.partner();
   });
   afterAll(async () => system.close());
 
@@ -167,7 +159,7 @@ describe('marketplace with no grace', () => {
 
   beforeAll(async () => {
     system = await startSystem({ env: { PAYMENT_GRACE_DAYS: '0' } });
-    partner = await partnerOf(system);
+    partner = await system.partner();
   });
   afterAll(async () => system.close());
 
@@ -186,7 +178,7 @@ describe('the external variant', () => {
 
   beforeAll(async () => {
     system = await startSystem({ env: { PARTNER_VARIANT: 'external', PAYMENT_GRACE_DAYS: '0' } });
-    partner = await partnerOf(system);
+    partner = await system.partner();
   });
   afterAll(async () => system.close());
 

@@ -16,14 +16,6 @@ import { DAY, orderPlaced, type System, startSystem } from '../../helpers/system
 const run = promisify(execFile);
 const BIN = join(import.meta.dirname, '../../../bin/billing.js');
 
-async function partnerOf(system: System): Promise<Partner> {
-  const found = (await system.started.runtime.partners.list()).find(
-    (p) => p.name === system.settings.PARTNER_NAME,
-  );
-  if (!found) throw new Error('workers partner missing');
-  return found;
-}
-
 /** Places a chain and waits for it; its first term started `daysAgo` days ago. */
 async function place(system: System, order: string, licenses: number, daysAgo = 10) {
   const startsAt = system.started.runtime.clock.now() - daysAgo * DAY;
@@ -51,7 +43,7 @@ describe('marketplace, co-terminated partial orders (the default)', () => {
   beforeAll(async () => {
     clock = manualClock(systemClock.now());
     system = await startSystem({ clock });
-    partner = await partnerOf(system);
+    partner = await system.partner();
   });
   afterAll(async () => system.close());
 
@@ -167,7 +159,7 @@ describe('marketplace, after an early renewal', () => {
   beforeAll(async () => {
     clock = manualClock(systemClock.now());
     system = await startSystem({ clock });
-    partner = await partnerOf(system);
+    partner = await system.partner();
   });
   afterAll(async () => system.close());
 
@@ -338,7 +330,7 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     await system.send('order.cancelled', { order: 'A-4' });
     const chain = await system.waitForChain('A-4', (c) => c.status === 'cancelled');
     expect(chain.addOns[0]?.status).toBe('cancelled');
-    const partner = await partnerOf(system);
+    const partner = await system.partner();
     expect((await system.started.runtime.store.getOrder(partner, 'A-4.a1'))?.status).toBe(
       'cancelled',
     );
@@ -356,7 +348,7 @@ describe('the external variant (add-ons only)', () => {
   beforeAll(async () => {
     clock = manualClock(systemClock.now());
     system = await startSystem({ clock, env: { PARTNER_VARIANT: 'external' } });
-    partner = await partnerOf(system);
+    partner = await system.partner();
   });
   afterAll(async () => system.close());
 
