@@ -172,6 +172,7 @@ async function withChainOperations<T>(run: (ops: ChainOperations) => Promise<T>)
       const chains = new ChainStore(rt.redis);
       return await run(
         makeChainOperations({
+          variant: settings.PARTNER_VARIANT,
           chains,
           renewals,
           clock: rt.clock,

@@ -133,6 +133,7 @@ export async function start(
             clock: runtime.clock,
             token: secrets.opsToken.value,
             leadDays: settings.RENEWAL_LEAD_DAYS,
+            variant: provisioning.variant,
           },
           board: {
             queues: queueNames.map((name) => apiQueues[name]),

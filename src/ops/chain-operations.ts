@@ -18,6 +18,8 @@ export interface ChainOperationsDeps {
   renewals: Queue;
   clock: Clock;
   leadDays: number;
+  /** The variant the workers drive: only external chains are reactivated by hand. */
+  variant: 'marketplace' | 'external';
   /** Needed only to cancel. */
   provisioning?: ProvisioningClient;
 }
@@ -136,6 +138,12 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
           );
         }
         if (chain.status !== 'suspended' && !chain.needsReactivation) return chain;
+        if (deps.variant === 'marketplace') {
+          throw new RefusalError(
+            'not_external',
+            `chain ${chain.order} is a marketplace chain: it is unsuspended at the provider when payment.received arrives, not reactivated by hand`,
+          );
+        }
         const now = clock.now();
         const status = chain.term.expiresAt <= now ? 'expired' : 'active';
         return chains.save({

@@ -169,6 +169,12 @@ describe('marketplace with no grace', () => {
     await system.send('payment.overdue', { order: 'N-1' });
     await system.waitForChain('N-1', (c) => c.status === 'suspended');
     expect(await providerStatus(system, partner, 'N-1')).toBe('suspended');
+
+    // Marketplace chains come back with the payment (unsuspendOrder), not by hand.
+    const refused = await system.ops('POST', '/ops/chains/N-1/reactivated');
+    expect(refused.status).toBe(422);
+    expect(refused.body).toMatchObject({ error: 'not_external' });
+    expect((await system.chain('N-1')).status).toBe('suspended');
   });
 });
 
