@@ -38,10 +38,18 @@ const FOREIGN_INTENT_RETRY_S = 2;
 
 type Held = { chain: Chain; token: string };
 
-async function removeSuspensionJob(queue: Queue, chain: Chain): Promise<void> {
-  if (chain.overdueEpisode === 0) return;
+/**
+ * Removes the current episode's suspension job, and tells whether it may have suspended some
+ * orders already: a job that failed (or died) halfway leaves the chain `active` while some of
+ * its orders are suspended at the provider.
+ */
+async function removeSuspensionJob(queue: Queue, chain: Chain): Promise<{ partly: boolean }> {
+  if (chain.overdueEpisode === 0) return { partly: false };
   const job = await queue.getJob(suspensionJobId(chain.id, chain.overdueEpisode));
-  if (job && (await job.getState()) !== 'active') await job.remove();
+  if (!job) return { partly: false };
+  const state = await job.getState();
+  if (state !== 'active') await job.remove();
+  return { partly: state === 'failed' || state === 'active' };
 }
 
 async function addSuspensionJob(
@@ -122,9 +130,9 @@ async function markOverdue(
 async function markPaid(deps: WorkerDeps, job: Job, held: Held, data: EventJobData, now: number) {
   const { chain, token } = held;
   const cause = { webhookId: data.webhookId, jobId: job.id ?? '' };
-  await removeSuspensionJob(deps.queues['payment-signals'], chain);
+  const suspension = await removeSuspensionJob(deps.queues['payment-signals'], chain);
   const plan = planPaymentReceived({
-    suspended: chain.status === 'suspended',
+    suspended: chain.status === 'suspended' || suspension.partly,
     variant: deps.provisioning.variant,
   });
   const paid = {
