@@ -2,7 +2,7 @@
 import { Pool } from 'undici';
 import { ConfigError, RefusalError, TransientError } from '../errors.js';
 import type { Variant } from '../provisioning/schemas.js';
-import { clientOver, type Send } from './in-process.js';
+import { clientOver, type Send } from './client-over.js';
 import type { ProvisioningClient } from './provisioning-client.js';
 
 export interface HttpClientOptions {

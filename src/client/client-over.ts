@@ -1,0 +1,101 @@
+// The request shaping both provisioning clients share: params picked field by field, the
+// extensions sent only when on, and answers checked against the interface's shapes.
+import { z } from 'zod';
+import type { Variant } from '../provisioning/schemas.js';
+import { describeIssues } from '../validation.js';
+import {
+  type CustomerResponse,
+  customerResponse,
+  type OrderResponse,
+  orderResponse,
+  type ProvisioningClient,
+} from './provisioning-client.js';
+
+/**
+ * Carries one call `{method, params}` to a provisioning service and resolves with its decoded
+ * answer, or throws RefusalError, ConfigError or TransientError as ProvisioningClient documents.
+ */
+export type Send = (method: string, params: Record<string, unknown>) => Promise<unknown>;
+
+const done = z.literal(true);
+
+/** Drops undefined fields, as JSON.stringify does, so both transports pass the same params. */
+function defined(fields: Record<string, unknown>): Record<string, unknown> {
+  return Object.fromEntries(Object.entries(fields).filter(([, value]) => value !== undefined));
+}
+
+/** A malformed answer is a protocol error (neither the caller's fault nor worth a retry). */
+function parseAnswer<T>(schema: z.ZodType<T>, method: string, answer: unknown): T {
+  const parsed = schema.safeParse(answer, { reportInput: true });
+  if (!parsed.success) {
+    throw new Error(
+      `provisioning ${method} answered an unexpected shape: ${describeIssues(parsed.error, 'answer')}`,
+    );
+  }
+  return parsed.data;
+}
+
+/**
+ * A ProvisioningClient over any transport. Params are picked field by field, so an input object
+ * with extra properties never reaches the strict schemas of the service, and the extensions
+ * (`parent` on createOrder, `licenses` on createRenewalOrder) are sent only when `extensions` is
+ * on: a remote service that does not know them would refuse the unknown field.
+ */
+export function clientOver(opts: {
+  variant: Variant;
+  extensions: boolean;
+  send: Send;
+  close: () => Promise<void>;
+}): ProvisioningClient {
+  const { send, extensions } = opts;
+  const order = async (method: string, params: Record<string, unknown>): Promise<OrderResponse> =>
+    parseAnswer(orderResponse, method, await send(method, defined(params)));
+  const change = async (method: string, id: string): Promise<true> =>
+    parseAnswer(done, method, await send(method, { id }));
+
+  return {
+    variant: opts.variant,
+    extensions,
+    async createCustomer(p): Promise<CustomerResponse> {
+      const params = {
+        id: p.id,
+        name: p.name,
+        admin: defined({
+          email: p.admin.email,
+          phone: p.admin.phone,
+          displayName: p.admin.displayName,
+        }),
+      };
+      return parseAnswer(customerResponse, 'createCustomer', await send('createCustomer', params));
+    },
+    createOrder: (p) =>
+      order('createOrder', {
+        customer: p.customer,
+        id: p.id,
+        product: p.product,
+        licenses: p.licenses,
+        duration: p.duration,
+        startsAt: p.startsAt,
+        expiresAt: p.expiresAt,
+        parent: extensions ? p.parent : undefined,
+      }),
+    createFirstOrder: (p) =>
+      order('createFirstOrder', {
+        customer: p.customer,
+        id: p.id,
+        product: p.product,
+        licenses: p.licenses,
+        duration: p.duration,
+      }),
+    createRenewalOrder: (p) =>
+      order('createRenewalOrder', {
+        parent: p.parent,
+        id: p.id,
+        licenses: extensions ? p.licenses : undefined,
+      }),
+    cancelOrder: (p) => change('cancelOrder', p.id),
+    suspendOrder: (p) => change('suspendOrder', p.id),
+    unsuspendOrder: (p) => change('unsuspendOrder', p.id),
+    close: opts.close,
+  };
+}
