@@ -62,9 +62,11 @@ export interface CreateRenewalOrderInput {
 /**
  * One provisioning service, as the workers see it. Every method either resolves with the
  * service's answer or throws one of three kinds (src/errors.ts):
- * - RefusalError (code `provisioning_refused`): the service answered 400; `message` is its text.
- * - ConfigError (code `provisioning_unauthorized`): 401, the API key is wrong: no retry helps.
- * - TransientError: 5xx, 503, timeout, connection reset or refused: retry later.
+ * - RefusalError (code `provisioning_refused`): the service answered 400 (or another 4xx but
+ *   401, 408 and 429); `message` is its text.
+ * - ConfigError (code `provisioning_unauthorized`): 401, the API key is wrong. Jobs still retry
+ *   it with backoff, so a key fixed within the hour needs no retry by hand.
+ * - TransientError: 5xx, 408, 429, a timeout, a connection reset or refused: retry later.
  */
 export interface ProvisioningClient {
   readonly variant: Variant;
