@@ -149,21 +149,12 @@ export class ProvisioningStore {
     ids: { order: string; customer?: string | undefined; chain?: string | undefined },
   ): Promise<OrderContext> {
     const keys = partnerKeys(partner.id);
-    const pipeline = this.redis.pipeline();
-    pipeline.hget(keys.orders, ids.order);
-    pipeline.hget(keys.customers, ids.customer ?? '');
-    pipeline.hget(keys.chains, ids.chain ?? '');
-    pipeline.hget(keys.orders, ids.chain ?? '');
-    const replies = (await pipeline.exec()) ?? [];
-    const value = (i: number): string | null => {
-      const [error, reply] = replies[i] ?? [new Error('missing pipeline reply'), null];
-      if (error) throw error;
-      return (reply as string | null) ?? null;
-    };
-    const order = value(0);
-    const customer = ids.customer === undefined ? null : value(1);
-    const chain = ids.chain === undefined ? null : value(2);
-    const parentOrder = ids.chain === undefined ? null : value(3);
+    const [order, customer, chain, parentOrder] = (await callScript(
+      this.redis,
+      'loadOrderContext',
+      [keys.orders, keys.customers, keys.chains],
+      [ids.order, ids.customer ?? '', ids.chain ?? ''],
+    )) as [string, string, string, string];
     return {
       order: order ? parseStored(orderRecord, order, 'order') : null,
       customer: customer ? parseStored(customerRecord, customer, 'customer') : null,
