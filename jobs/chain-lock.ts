@@ -42,6 +42,18 @@ export async function withChainLock<T>(
   }
 }
 
+/** How soon a job looks again when another job's work is half done on its chain (seconds). */
+const OTHER_JOB_RETRY_SECONDS = 2;
+
+/** Puts the job back for a moment: a renewal's own job is finishing its intent on the chain. */
+export function waitForOtherJob(
+  job: Job,
+  jobToken: string | undefined,
+  now: number,
+): Promise<never> {
+  return delayJobUntil(job, jobToken, now + OTHER_JOB_RETRY_SECONDS, now);
+}
+
 /** Puts the job back in the delayed set until `until` (epoch seconds by the Clock). */
 export async function delayJobUntil(
   job: Job,

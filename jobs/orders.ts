@@ -10,7 +10,7 @@ import {
   newChainRecord,
 } from '../src/chains/records.js';
 import type { OrderResponse } from '../src/client/provisioning-client.js';
-import { nextRenewalAt } from '../src/domain/renewal.js';
+import { withNextRenewalAt } from '../src/domain/renewal.js';
 import { RefusalError } from '../src/errors.js';
 import {
   type EventJobData,
@@ -34,24 +34,11 @@ function causeOf(job: Job, data: EventJobData, orderId?: string) {
 /** The first order's params, fixed by the event, so a retry sends exactly the same request. */
 function firstOrderIntent(deps: WorkerDeps, ev: OrderPlacedData, jobId: string | null): Intent {
   const { order, customer } = ev;
-  if (deps.provisioning.variant === 'external') {
-    return {
-      kind: 'first_order',
-      method: 'createFirstOrder',
-      orderId: order.id,
-      params: {
-        customer: customer.id,
-        id: order.id,
-        product: order.product,
-        licenses: order.licenses,
-        duration: order.duration,
-      },
-      jobId,
-    };
-  }
+  const external = deps.provisioning.variant === 'external';
   return {
     kind: 'first_order',
-    method: 'createOrder',
+    // External first orders have no start date: createFirstOrder starts at once.
+    method: external ? 'createFirstOrder' : 'createOrder',
     orderId: order.id,
     params: {
       customer: customer.id,
@@ -59,7 +46,7 @@ function firstOrderIntent(deps: WorkerDeps, ev: OrderPlacedData, jobId: string |
       product: order.product,
       licenses: order.licenses,
       duration: order.duration,
-      ...(order.startsAt !== undefined ? { startsAt: order.startsAt } : {}),
+      ...(!external && order.startsAt !== undefined ? { startsAt: order.startsAt } : {}),
     },
     jobId,
   };
@@ -115,10 +102,7 @@ function newChain(
     createdAt: now,
     updatedAt: now,
   });
-  return {
-    ...chain,
-    nextRenewalAt: nextRenewalAt({ chain, now, leadDays: deps.settings.leadDays }),
-  };
+  return withNextRenewalAt(chain, now, deps.settings.leadDays);
 }
 
 async function placeOrder(

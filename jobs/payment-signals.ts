@@ -13,10 +13,10 @@ import {
 import { formatInstant } from '../src/format.js';
 import { type EventJobData, eventJobData, eventSchemas } from '../src/intake/events.js';
 import { defaultJobOptions } from '../src/queues.js';
-import { chainOfEvent, delayJobUntil, withChainLock } from './chain-lock.js';
+import { chainOfEvent, delayJobUntil, waitForOtherJob, withChainLock } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
 import { ensureFamilyRenewalJobs } from './renewals.js';
-import { finishSeatIntent } from './seat-purchases.js';
+import { finishPendingSeatPurchase } from './seat-purchases.js';
 
 export const schema = eventJobData;
 
@@ -33,8 +33,6 @@ export const suspendData = z.object({
 export function suspensionJobId(chainId: string, episode: number): string {
   return `suspend-${chainId}-${episode}`;
 }
-
-const FOREIGN_INTENT_RETRY_S = 2;
 
 type Held = { chain: Chain; token: string };
 
@@ -223,14 +221,9 @@ async function applyPaymentEvent(
     const { token } = held;
     if (!held.chain)
       throw new UnrecoverableError(`${data.type} names an unknown order: ${ev.order}`);
-    let chain = held.chain;
-    // A seat purchase a crashed job left half done is finished first; a renewal's own job
-    // finishes its intent, so this event waits a moment for it.
-    if (chain.intent && chain.intent.kind !== 'renewal') {
-      chain = await finishSeatIntent(deps, job, { chain, token });
-    }
+    const chain = await finishPendingSeatPurchase(deps, job, { chain: held.chain, token });
     const now = deps.clock.now();
-    if (chain.intent) return delayJobUntil(job, jobToken, now + FOREIGN_INTENT_RETRY_S, now);
+    if (chain.intent) return waitForOtherJob(job, jobToken, now);
     const cause = { webhookId: data.webhookId, jobId: job.id ?? '' };
     const ignore = async (detail: string): Promise<string> => {
       const entry: HistoryEntry = { at: now, event: `${data.type}.ignored`, detail, cause };

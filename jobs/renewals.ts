@@ -7,13 +7,13 @@ import type { ChainStore } from '../src/chains/store.js';
 import type { OrderResponse } from '../src/client/provisioning-client.js';
 import { queueTimeMs } from '../src/clock.js';
 import { renewalOrderId } from '../src/domain/ids.js';
-import { decideRenewal, nextRenewalAt, type RenewalView } from '../src/domain/renewal.js';
+import { decideRenewal, type RenewalView, withNextRenewalAt } from '../src/domain/renewal.js';
 import { RefusalError } from '../src/errors.js';
 import { defaultJobOptions } from '../src/queues.js';
 import { delayJobUntil, withChainLock } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
 import { describeTerm, sendIntent } from './intents.js';
-import { finishSeatIntent } from './seat-purchases.js';
+import { finishPendingSeatPurchase } from './seat-purchases.js';
 
 export const renewalJobData = z.object({
   chainId: z.string().min(1),
@@ -245,10 +245,7 @@ function renewedChain(
     flagged: null,
     updatedAt: now,
   };
-  return {
-    ...next,
-    nextRenewalAt: nextRenewalAt({ chain: next, now, leadDays: deps.settings.leadDays }),
-  };
+  return withNextRenewalAt(next, now, deps.settings.leadDays);
 }
 
 export function makeRenewalProcessor(deps: WorkerDeps) {
@@ -259,11 +256,7 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
     return withChainLock(chains, job, jobToken, data.chainId, async ({ chain, token }) => {
       if (!chain) return 'skipped: unknown chain';
       const now = clock.now();
-      let current = chain;
-      // A seat purchase a crashed job left half done is finished first, by whoever holds the chain.
-      if (current.intent && current.intent.kind !== 'renewal') {
-        current = await finishSeatIntent(deps, job, { chain: current, token });
-      }
+      let current = await finishPendingSeatPurchase(deps, job, { chain, token });
       let intent = current.intent;
       if (!intent) {
         const decision = decideRenewal({

@@ -8,13 +8,14 @@ import { planSeatChange } from '../src/domain/seats.js';
 import { formatInstant } from '../src/format.js';
 import { type EventJobData, eventJobData, eventSchemas } from '../src/intake/events.js';
 import { defaultJobOptions } from '../src/queues.js';
-import { chainOfEvent, delayJobUntil, withChainLock } from './chain-lock.js';
+import { chainOfEvent, delayJobUntil, waitForOtherJob, withChainLock } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
 import {
   addOnIntent,
   allocation,
   applied,
   describeAllocation,
+  finishPendingSeatPurchase,
   finishSeatIntent,
   paidInForce,
   partialIntent,
@@ -35,9 +36,6 @@ export const addOnDueData = z.object({
 export function addOnJobId(chainId: string): string {
   return `addon-${chainId}`;
 }
-
-/** How soon a seat job retries when another kind of work is half done on the chain (ms). */
-const FOREIGN_INTENT_RETRY_S = 2;
 
 /** Schedules (or moves) the chain's one waiting add-on job to the date its licenses are needed. */
 async function scheduleAddOnJob(deps: WorkerDeps, chain: Chain, startsAt: number, now: number) {
@@ -75,18 +73,9 @@ async function applySeatEvent(
   return withChainLock(deps.chains, job, jobToken, chainId, async (lock) => {
     if (!lock.chain)
       throw new UnrecoverableError(`seats.changed names an unknown order: ${ev.order}`);
-    let chain = lock.chain;
     const { token } = lock;
-    if (chain.intent && (chain.intent.kind === 'partial' || chain.intent.kind === 'addon')) {
-      chain = await finishSeatIntent(deps, job, { chain, token });
-    } else if (chain.intent) {
-      return delayJobUntil(
-        job,
-        jobToken,
-        deps.clock.now() + FOREIGN_INTENT_RETRY_S,
-        deps.clock.now(),
-      );
-    }
+    const chain = await finishPendingSeatPurchase(deps, job, { chain: lock.chain, token });
+    if (chain.intent) return waitForOtherJob(job, jobToken, deps.clock.now());
     if (chain.appliedSeatEvents.includes(data.webhookId)) {
       // A retry after a crash right after the save: the waiting add-on's job may be missing.
       if (chain.pendingAddOn) {
@@ -209,19 +198,10 @@ async function applySeatEvent(
 async function buyDueAddOn(deps: WorkerDeps, job: Job, jobToken: string | undefined) {
   const data = addOnDueData.parse(job.data);
   return withChainLock(deps.chains, job, jobToken, data.chainId, async (lock) => {
-    let chain = lock.chain;
-    if (!chain) return 'skipped: unknown chain';
+    if (!lock.chain) return 'skipped: unknown chain';
     const { token } = lock;
-    if (chain.intent?.kind === 'addon' || chain.intent?.kind === 'partial') {
-      chain = await finishSeatIntent(deps, job, { chain, token });
-    } else if (chain.intent) {
-      return delayJobUntil(
-        job,
-        jobToken,
-        deps.clock.now() + FOREIGN_INTENT_RETRY_S,
-        deps.clock.now(),
-      );
-    }
+    const chain = await finishPendingSeatPurchase(deps, job, { chain: lock.chain, token });
+    if (chain.intent) return waitForOtherJob(job, jobToken, deps.clock.now());
     const pending = chain.pendingAddOn;
     if (!pending) return 'skipped: no add-on waiting';
     const now = deps.clock.now();

@@ -5,7 +5,7 @@ import { createChain, governedNextRenewalAt } from '../src/chains/family.js';
 import { chainIdOf } from '../src/chains/keys.js';
 import { type Chain, type Intent, newChainRecord } from '../src/chains/records.js';
 import { addOnOrderId, partialOrderId } from '../src/domain/ids.js';
-import { nextRenewalAt } from '../src/domain/renewal.js';
+import { withNextRenewalAt } from '../src/domain/renewal.js';
 import { allocateNextLicenses } from '../src/domain/seats.js';
 import { RefusalError } from '../src/errors.js';
 import type { WorkerDeps } from './deps.js';
@@ -121,6 +121,20 @@ export function addOnIntent(
 }
 
 /**
+ * The chain, with a seat purchase a crashed job left half done finished first: whoever holds
+ * the chain next does it. A renewal's intent is left to its own job, which replays it.
+ */
+export async function finishPendingSeatPurchase(
+  deps: WorkerDeps,
+  job: Job,
+  held: { chain: Chain; token: string },
+): Promise<Chain> {
+  const kind = held.chain.intent?.kind;
+  if (kind !== 'partial' && kind !== 'addon') return held.chain;
+  return finishSeatIntent(deps, job, held);
+}
+
+/**
  * Sends a seat purchase written on the chain and records its outcome. Whoever holds the chain
  * next (a seat, renewal or payment job) finishes a purchase a crashed job left half done, so it
  * is made and recorded exactly once and never blocks the chain.
@@ -232,10 +246,7 @@ export async function finishSeatIntent(
         createdAt: now,
         updatedAt: now,
       });
-      return {
-        ...fresh,
-        nextRenewalAt: nextRenewalAt({ chain: fresh, now, leadDays: deps.settings.leadDays }),
-      };
+      return withNextRenewalAt(fresh, now, deps.settings.leadDays);
     })(),
     [
       {

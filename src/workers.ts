@@ -1,5 +1,5 @@
 // Starts the BullMQ workers of every queue that has a processor, with one shared hygiene.
-import { Queue as BullQueue, type Processor, type Queue, Worker } from 'bullmq';
+import { type Processor, Queue, Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { WorkerDeps } from '../jobs/deps.js';
 import {
@@ -22,7 +22,7 @@ export interface Workers {
 /** One producer Queue per name, on the given connection (not closed with the queues). */
 export function openQueues(connection: Redis): Record<QueueName, Queue> {
   return Object.fromEntries(
-    queueNames.map((name) => [name, new BullQueue(name, { connection, prefix: QUEUE_PREFIX })]),
+    queueNames.map((name) => [name, new Queue(name, { connection, prefix: QUEUE_PREFIX })]),
   ) as Record<QueueName, Queue>;
 }
 

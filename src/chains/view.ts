@@ -53,6 +53,5 @@ export function chainView(
   main: ChainWithHistory,
   addOns: readonly ChainWithHistory[] = [],
 ): ChainView {
-  const view = baseView(main);
-  return { ...view, addOns: addOns.map(baseView), history: view.history };
+  return { ...baseView(main), addOns: addOns.map(baseView) };
 }

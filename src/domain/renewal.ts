@@ -92,3 +92,12 @@ export function nextRenewalAt(input: {
   if (!chain.autoRenew || chain.status === 'cancelled' || chain.needsReactivation) return null;
   return Math.max(input.now, renewalDueAt(chain.term.expiresAt, input.leadDays));
 }
+
+/** The chain with `nextRenewalAt` derived from its state (see nextRenewalAt). */
+export function withNextRenewalAt<T extends RenewalView>(
+  chain: T,
+  now: number,
+  leadDays: number,
+): T & { nextRenewalAt: number | null } {
+  return { ...chain, nextRenewalAt: nextRenewalAt({ chain, now, leadDays }) };
+}

@@ -9,7 +9,7 @@ import { type ChainView, chainView } from '../chains/view.js';
 import type { ProvisioningClient } from '../client/provisioning-client.js';
 import type { Clock } from '../clock.js';
 import { SECONDS_PER_DAY } from '../domain/periods.js';
-import { nextRenewalAt } from '../domain/renewal.js';
+import { withNextRenewalAt } from '../domain/renewal.js';
 import { NotFoundError, RefusalError } from '../errors.js';
 import { withOperatorLock } from './operator-lock.js';
 
@@ -87,10 +87,6 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
     return view(saved);
   }
 
-  function withNextRenewal(chain: Chain, now: number): Chain {
-    return { ...chain, nextRenewalAt: nextRenewalAt({ chain, now, leadDays: deps.leadDays }) };
-  }
-
   return {
     show: async (order: string) => view(await find(order)),
 
@@ -102,7 +98,11 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
           chainId: chain.id,
           token,
           previous: chain,
-          next: withNextRenewal({ ...chain, autoRenew: enabled, updatedAt: now }, now),
+          next: withNextRenewalAt(
+            { ...chain, autoRenew: enabled, updatedAt: now },
+            now,
+            deps.leadDays,
+          ),
           history: [
             {
               at: now,
@@ -150,9 +150,10 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
           chainId: chain.id,
           token,
           previous: chain,
-          next: withNextRenewal(
+          next: withNextRenewalAt(
             { ...chain, status, needsReactivation: false, updatedAt: now },
             now,
+            deps.leadDays,
           ),
           history: [
             {
