@@ -48,15 +48,16 @@ export function makeProcessor(deps: WorkerDeps) {
       for (const chain of await deps.chains.getMany(ids)) {
         checked += 1;
         const now = deps.clock.now();
-        if (hasExpired(await governed(chain), now)) {
-          if (await markExpired(deps, chain, now, job.id ?? '')) expired += 1;
+        const schedule = await governed(chain);
+        if (hasExpired(schedule, now)) {
+          if (await markExpired(deps, chain, now, job.id ?? '', governed)) expired += 1;
           continue;
         }
         // A flagged chain's failed job waits for a person (Bull Board retry, or ops). A renewal
         // intent whose job ran out of attempts gets its job back, which replays the intent.
         const renewable = chain.intent === null || chain.intent.kind === 'renewal';
         if (renewable && chain.flagged === null) {
-          await ensureRenewalJob(deps.queues.renewals, await governed(chain), now);
+          await ensureRenewalJob(deps.queues.renewals, schedule, now);
         }
       }
     }
@@ -71,13 +72,15 @@ async function markExpired(
   seen: Chain,
   now: number,
   jobId: string,
+  governed: (chain: Chain) => Promise<Chain>,
 ): Promise<boolean> {
   const token = `reconcile/${jobId}/${seen.id}`;
   const lock = await deps.chains.lock(seen.id, token);
   if (lock.kind === 'locked') return false;
   try {
     const chain = lock.chain;
-    if (!chain || !hasExpired(chain, now)) return false;
+    // Checked again under the lock, with the add-on's schedule as its main chain governs it.
+    if (!chain || !hasExpired(await governed(chain), now)) return false;
     await deps.chains.save({
       chainId: chain.id,
       token,

@@ -323,6 +323,19 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     expect(await (await system.queue('renewals').getJob(addOnJob))?.getState()).toBe('delayed');
   });
 
+  it('lets reconcile expire an add-on whose main chain does not renew, once its term ended', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'A-5', licenses: 2, autoRenew: false }));
+    await system.waitForChain('A-5', () => true);
+    await seats(system, 'A-5', 3);
+    const bought = await system.waitForChain('A-5', (c) => c.addOns.length === 1);
+    clock.set((bought.addOns[0]?.term.expiresAt ?? 0) + DAY);
+    const reconcile = await system.queue('maintenance').add('reconcile now', {});
+    await expect.poll(async () => reconcile.getState(), { timeout: 10_000 }).toBe('completed');
+    const chain = await system.chain('A-5');
+    expect(chain.status).toBe('expired');
+    expect(chain.addOns[0]?.status).toBe('expired');
+  });
+
   it('cancels the add-ons with their main chain, at the provider too', async () => {
     await place(system, 'A-4', 3);
     await seats(system, 'A-4', 5);
