@@ -7,14 +7,14 @@ import { join } from 'node:path';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { request } from 'undici';
-import { vi } from 'vitest';
+import { afterAll, beforeAll, vi } from 'vitest';
 import { loadSettings, type Settings } from '../../config/settings.js';
 import type { ChainView } from '../../src/chains/view.js';
 import type { Clock } from '../../src/clock.js';
 import { signWebhook } from '../../src/intake/sign.js';
 import { createLogger } from '../../src/logger.js';
 import { type Role, type Started, start } from '../../src/main.js';
-import type { Partner } from '../../src/provisioning/records.js';
+import type { OrderRecord, Partner } from '../../src/provisioning/records.js';
 import { QUEUE_PREFIX, type QueueName } from '../../src/queues.js';
 import { startTestRedis, type TestRedis } from './redis-server.js';
 
@@ -46,11 +46,36 @@ export interface System {
   ): Promise<ChainView>;
   /** The partner account the workers act for (embedded mode). */
   partner(): Promise<Partner>;
+  /** An order as the embedded provider stores it for that partner (with its status). */
+  providerOrder(orderId: string): Promise<OrderRecord | null>;
   /** A producer Queue on the system's Redis (closed with the system). */
   queue(name: QueueName): Queue;
   /** Fires a delayed job now, as if its time had come (pair with advancing a test clock). */
   promote(name: QueueName, jobId: string): Promise<void>;
   close(): Promise<void>;
+}
+
+type SystemOptions = Parameters<typeof startSystem>[0];
+
+/**
+ * The system of one describe block: started in beforeAll, closed in afterAll. The returned
+ * object stands for the system started then, so tests use it like the System itself.
+ */
+export function useSystem(options: SystemOptions = {}): System {
+  let current: System | undefined;
+  beforeAll(async () => {
+    current = await startSystem(options);
+  });
+  afterAll(async () => {
+    await current?.close();
+  });
+  return new Proxy({} as System, {
+    get(_target, property) {
+      if (!current)
+        throw new Error('the system starts in beforeAll: use it inside tests and hooks');
+      return Reflect.get(current, property);
+    },
+  });
 }
 
 export async function startSystem(
@@ -147,6 +172,9 @@ export async function startSystem(
       );
       if (!found) throw new Error(`no partner ${settings.PARTNER_NAME}`);
       return found;
+    },
+    async providerOrder(orderId) {
+      return started.runtime.store.getOrder(await system.partner(), orderId);
     },
     queue(name) {
       let queue = queues.get(name);

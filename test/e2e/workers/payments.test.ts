@@ -1,31 +1,22 @@
 // Payment delays end to end: grace periods, suspension, payment, reactivation, waiting renewals.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { suspensionJobId } from '../../../jobs/payment-signals.js';
 import { renewalJobId } from '../../../jobs/renewals.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
 import type { ChainView } from '../../../src/chains/view.js';
-import { type ManualClock, manualClock, systemClock } from '../../../src/clock.js';
+import { manualClock, systemClock } from '../../../src/clock.js';
 import { webhookJobId } from '../../../src/intake/webhooks.js';
-import type { Partner } from '../../../src/provisioning/records.js';
-import { DAY, orderPlaced, type System, startSystem } from '../../helpers/system.js';
+import { DAY, orderPlaced, type System, useSystem } from '../../helpers/system.js';
 
 const lastEvent = (chain: ChainView) => chain.history.at(-1)?.event;
 
-async function providerStatus(system: System, partner: Partner, order: string) {
-  return (await system.started.runtime.store.getOrder(partner, order))?.status;
+async function providerStatus(system: System, order: string) {
+  return (await system.providerOrder(order))?.status;
 }
 
 describe('marketplace, 3 days of grace', () => {
-  let clock: ManualClock;
-  let system: System;
-  let partner: Partner;
-
-  beforeAll(async () => {
-    clock = manualClock(systemClock.now());
-    system = await startSystem({ clock, env: { PAYMENT_GRACE_DAYS: '3' } });
-    partner = await system.partner();
-  });
-  afterAll(async () => system.close());
+  const clock = manualClock(systemClock.now());
+  const system = useSystem({ clock, env: { PAYMENT_GRACE_DAYS: '3' } });
 
   it('does not suspend a chain paid inside the grace period', async () => {
     await system.send('order.placed', orderPlaced({ order: 'P-1' }));
@@ -43,7 +34,7 @@ describe('marketplace, 3 days of grace', () => {
     expect(
       await system.queue('payment-signals').getJob(suspensionJobId(chainIdOf('P-1'), 1)),
     ).toBeUndefined();
-    expect(await providerStatus(system, partner, 'P-1')).toBe('active');
+    expect(await providerStatus(system, 'P-1')).toBe('active');
   });
 
   it('suspends every order in force after the grace period, and unsuspends them when paid', async () => {
@@ -63,15 +54,15 @@ describe('marketplace, 3 days of grace', () => {
     await system.promote('payment-signals', suspensionJobId(chainIdOf('P-2'), 1));
     const suspended = await system.waitForChain('P-2', (c) => c.status === 'suspended');
     expect(lastEvent(suspended)).toBe('chain.suspended');
-    expect(await providerStatus(system, partner, 'P-2')).toBe('suspended');
-    expect(await providerStatus(system, partner, 'P-2.p1')).toBe('suspended');
+    expect(await providerStatus(system, 'P-2')).toBe('suspended');
+    expect(await providerStatus(system, 'P-2.p1')).toBe('suspended');
 
     await system.send('payment.received', { order: 'P-2.p1' });
     const restored = await system.waitForChain('P-2', (c) => c.status === 'active');
     expect(restored.payment).toBe('ok');
     expect(lastEvent(restored)).toBe('chain.unsuspended');
-    expect(await providerStatus(system, partner, 'P-2')).toBe('active');
-    expect(await providerStatus(system, partner, 'P-2.p1')).toBe('active');
+    expect(await providerStatus(system, 'P-2')).toBe('active');
+    expect(await providerStatus(system, 'P-2.p1')).toBe('active');
     expect(placed.term.count).toBe(1);
   });
 
@@ -154,21 +145,14 @@ describe('marketplace, 3 days of grace', () => {
 });
 
 describe('marketplace with no grace', () => {
-  let system: System;
-  let partner: Partner;
-
-  beforeAll(async () => {
-    system = await startSystem({ env: { PAYMENT_GRACE_DAYS: '0' } });
-    partner = await system.partner();
-  });
-  afterAll(async () => system.close());
+  const system = useSystem({ env: { PAYMENT_GRACE_DAYS: '0' } });
 
   it('suspends at once', async () => {
     await system.send('order.placed', orderPlaced({ order: 'N-1' }));
     await system.waitForChain('N-1', () => true);
     await system.send('payment.overdue', { order: 'N-1' });
     await system.waitForChain('N-1', (c) => c.status === 'suspended');
-    expect(await providerStatus(system, partner, 'N-1')).toBe('suspended');
+    expect(await providerStatus(system, 'N-1')).toBe('suspended');
 
     // Marketplace chains come back with the payment (unsuspendOrder), not by hand.
     const refused = await system.ops('POST', '/ops/chains/N-1/reactivated');
@@ -179,21 +163,14 @@ describe('marketplace with no grace', () => {
 });
 
 describe('the external variant', () => {
-  let system: System;
-  let partner: Partner;
-
-  beforeAll(async () => {
-    system = await startSystem({ env: { PARTNER_VARIANT: 'external', PAYMENT_GRACE_DAYS: '0' } });
-    partner = await system.partner();
-  });
-  afterAll(async () => system.close());
+  const system = useSystem({ env: { PARTNER_VARIANT: 'external', PAYMENT_GRACE_DAYS: '0' } });
 
   it('stays suspended after payment until an operator confirms the manual reactivation', async () => {
     await system.send('order.placed', orderPlaced({ order: 'X-1' }));
     await system.waitForChain('X-1', () => true);
     await system.send('payment.overdue', { order: 'X-1' });
     await system.waitForChain('X-1', (c) => c.status === 'suspended');
-    expect(await providerStatus(system, partner, 'X-1')).toBe('suspended');
+    expect(await providerStatus(system, 'X-1')).toBe('suspended');
 
     const paid = await system.send('payment.received', { order: 'X-1' });
     const chain = await system.waitForChain('X-1', (c) => c.needsReactivation);

@@ -2,16 +2,15 @@
 import { execFile } from 'node:child_process';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { renewalJobId } from '../../../jobs/renewals.js';
 import { addOnJobId } from '../../../jobs/seat-changes.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
 import { ChainStore } from '../../../src/chains/store.js';
 import type { ChainView } from '../../../src/chains/view.js';
-import { type ManualClock, manualClock, systemClock } from '../../../src/clock.js';
+import { manualClock, systemClock } from '../../../src/clock.js';
 import { addTerms } from '../../../src/domain/periods.js';
-import type { Partner } from '../../../src/provisioning/records.js';
-import { DAY, orderPlaced, type System, startSystem } from '../../helpers/system.js';
+import { DAY, orderPlaced, type System, useSystem } from '../../helpers/system.js';
 
 const run = promisify(execFile);
 const BIN = join(import.meta.dirname, '../../../bin/billing.js');
@@ -36,16 +35,8 @@ async function seats(
 const lastEvent = (chain: ChainView) => chain.history.at(-1)?.event;
 
 describe('marketplace, co-terminated partial orders (the default)', () => {
-  let clock: ManualClock;
-  let system: System;
-  let partner: Partner;
-
-  beforeAll(async () => {
-    clock = manualClock(systemClock.now());
-    system = await startSystem({ clock });
-    partner = await system.partner();
-  });
-  afterAll(async () => system.close());
+  const clock = manualClock(systemClock.now());
+  const system = useSystem({ clock });
 
   it('buys the added licenses from the date needed to the end of the term, and renews with the total', async () => {
     const placed = await place(system, 'S-1', 5);
@@ -56,7 +47,7 @@ describe('marketplace, co-terminated partial orders (the default)', () => {
       { orderId: 'S-1.p1', licenses: 3, startsAt: neededAt, expiresAt: placed.term.expiresAt },
     ]);
     expect(chain).toMatchObject({ licenses: 5, nextLicenses: 8 });
-    const partial = await system.started.runtime.store.getOrder(partner, 'S-1.p1');
+    const partial = await system.providerOrder('S-1.p1');
     expect(partial).toMatchObject({
       licenses: 3,
       duration: null,
@@ -69,7 +60,7 @@ describe('marketplace, co-terminated partial orders (the default)', () => {
     await system.promote('renewals', renewalJobId(chainIdOf('S-1'), 2));
     const renewed = await system.waitForChain('S-1', (c) => c.term.count === 2);
     expect(renewed.licenses).toBe(8);
-    expect((await system.started.runtime.store.getOrder(partner, 'S-1.r2'))?.licenses).toBe(8);
+    expect((await system.providerOrder('S-1.r2'))?.licenses).toBe(8);
   });
 
   it('buys nothing for a decrease, and then reuses the paid licenses before buying more', async () => {
@@ -134,7 +125,7 @@ describe('marketplace, co-terminated partial orders (the default)', () => {
     const bought = chain.partials.reduce((sum, p) => sum + p.licenses, 0);
     expect(bought).toBe(15 - 5);
     const atProvider = await Promise.all(
-      chain.partials.map((p) => system.started.runtime.store.getOrder(partner, p.orderId)),
+      chain.partials.map((p) => system.providerOrder(p.orderId)),
     );
     expect(atProvider.reduce((sum, o) => sum + (o?.licenses ?? 0), 0)).toBe(10);
   });
@@ -152,16 +143,8 @@ describe('marketplace, co-terminated partial orders (the default)', () => {
 });
 
 describe('marketplace, after an early renewal', () => {
-  let clock: ManualClock;
-  let system: System;
-  let partner: Partner;
-
-  beforeAll(async () => {
-    clock = manualClock(systemClock.now());
-    system = await startSystem({ clock });
-    partner = await system.partner();
-  });
-  afterAll(async () => system.close());
+  const clock = manualClock(systemClock.now());
+  const system = useSystem({ clock });
 
   it('counts what the next term already carries, and co-terminates with that term', async () => {
     const placed = await place(system, 'R-1', 10);
@@ -182,7 +165,7 @@ describe('marketplace, after an early renewal', () => {
       expiresAt: renewed.term.expiresAt,
     });
     expect(chain.nextLicenses).toBe(15);
-    expect((await system.started.runtime.store.getOrder(partner, 'R-1.p2'))?.licenses).toBe(3);
+    expect((await system.providerOrder('R-1.p2'))?.licenses).toBe(3);
   });
 
   it('finishes a purchase a crashed seat job left half done before renewing', async () => {
@@ -234,14 +217,8 @@ describe('marketplace, after an early renewal', () => {
 });
 
 describe('marketplace with SEAT_INCREASE=addon', () => {
-  let clock: ManualClock;
-  let system: System;
-
-  beforeAll(async () => {
-    clock = manualClock(systemClock.now());
-    system = await startSystem({ clock, env: { SEAT_INCREASE: 'addon' } });
-  });
-  afterAll(async () => system.close());
+  const clock = manualClock(systemClock.now());
+  const system = useSystem({ clock, env: { SEAT_INCREASE: 'addon' } });
 
   it('buys an add-on with its own term and renewals, and a decrease shrinks it first', async () => {
     await place(system, 'A-1', 5);
@@ -343,10 +320,7 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     await system.send('order.cancelled', { order: 'A-4' });
     const chain = await system.waitForChain('A-4', (c) => c.status === 'cancelled');
     expect(chain.addOns[0]?.status).toBe('cancelled');
-    const partner = await system.partner();
-    expect((await system.started.runtime.store.getOrder(partner, 'A-4.a1'))?.status).toBe(
-      'cancelled',
-    );
+    expect((await system.providerOrder('A-4.a1'))?.status).toBe('cancelled');
     expect(
       await system.queue('renewals').getJob(renewalJobId(chainIdOf('A-4.a1'), 2)),
     ).toBeUndefined();
@@ -354,16 +328,8 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
 });
 
 describe('the external variant (add-ons only)', () => {
-  let clock: ManualClock;
-  let system: System;
-  let partner: Partner;
-
-  beforeAll(async () => {
-    clock = manualClock(systemClock.now());
-    system = await startSystem({ clock, env: { PARTNER_VARIANT: 'external' } });
-    partner = await system.partner();
-  });
-  afterAll(async () => system.close());
+  const clock = manualClock(systemClock.now());
+  const system = useSystem({ clock, env: { PARTNER_VARIANT: 'external' } });
 
   it('orders an add-on on the date it is needed, with createFirstOrder', async () => {
     await system.send('order.placed', orderPlaced({ order: 'E-1', licenses: 5 }));
@@ -392,8 +358,8 @@ describe('the external variant (add-ons only)', () => {
       licenses: 4,
       term: { startsAt: neededAt },
     });
-    const order = await system.started.runtime.store.getOrder(partner, 'E-1.a1');
-    const first = await system.started.runtime.store.getOrder(partner, 'E-1');
+    const order = await system.providerOrder('E-1.a1');
+    const first = await system.providerOrder('E-1');
     expect(order?.instance).toBe(first?.instance);
   });
 
