@@ -290,8 +290,4 @@ export class ProvisioningStore {
     );
     return true;
   }
-
-  async getUserPasswordHash(partner: Partner, emailKey: string): Promise<string | null> {
-    return this.redis.hget(partnerKeys(partner.id).usersPassword, emailKey);
-  }
 }
