@@ -12,6 +12,7 @@ import type { Redis } from 'ioredis';
 import { Webhook } from 'standardwebhooks';
 import type { Clock, EpochSeconds } from '../clock.js';
 import { ConfigError } from '../errors.js';
+import { sendError } from '../http-errors.js';
 import { defaultJobOptions, type QueueName, queueForEvent } from '../queues.js';
 import { isRedisUnavailable } from '../redis/connection.js';
 import { describeIssues } from '../validation.js';
@@ -152,10 +153,6 @@ function parseEvent(json: unknown, timestamp: EpochSeconds, now: EpochSeconds) {
   return parsed;
 }
 
-function send(reply: FastifyReply, status: number, error: string, message: string) {
-  return reply.code(status).send({ error, message });
-}
-
 function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
@@ -199,7 +196,7 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
     app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
       const status = error.statusCode ?? 500;
       if (status === 413) {
-        return send(
+        return sendError(
           reply,
           413,
           'body_too_large',
@@ -207,9 +204,9 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
         );
       }
       if (status >= 400 && status < 500)
-        return send(reply, status, 'invalid_request', error.message);
+        return sendError(reply, status, 'invalid_request', error.message);
       request.log.error({ err: error }, 'webhook intake failed');
-      return send(reply, 500, 'internal', 'internal error');
+      return sendError(reply, 500, 'internal', 'internal error');
     });
 
     app.post(WEBHOOKS_PATH, async (request, reply) => {
@@ -218,7 +215,7 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
       const verified = verifySignature(webhook, request, body, now);
       if (verified.kind === 'rejected') {
         request.log.warn({ error: verified.error }, 'webhook rejected');
-        return send(reply, verified.status, verified.error, verified.message);
+        return sendError(reply, verified.status, verified.error, verified.message);
       }
       const webhookId = verified.id;
       const log = request.log.child({ webhookId });
@@ -230,12 +227,12 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
       });
       if (json === undefined) {
         log.warn({ error: 'invalid_json' }, 'webhook rejected');
-        return send(reply, 400, 'invalid_json', 'body must be a JSON object {"type", "data"}');
+        return sendError(reply, 400, 'invalid_json', 'body must be a JSON object {"type", "data"}');
       }
       const event = parseEvent(json.value, verified.timestamp, now);
       if (event.kind === 'rejected') {
         log.warn({ error: event.error }, 'webhook rejected');
-        return send(reply, event.status, event.error, event.message);
+        return sendError(reply, event.status, event.error, event.message);
       }
 
       const key = webhookDedupKey(webhookId);
@@ -250,7 +247,7 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
       } catch (error) {
         if (!isRedisUnavailable(error)) throw error;
         log.warn({ err: error }, 'webhook intake unavailable: redis');
-        return send(reply, 503, 'unavailable', 'storage unreachable, retry later');
+        return sendError(reply, 503, 'unavailable', 'storage unreachable, retry later');
       }
       if (claimed === null && holder === CLAIM_DONE) {
         log.info({ type: event.type }, 'webhook duplicate ignored');
@@ -258,7 +255,12 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
       }
       if (claimed === null) {
         log.info({ type: event.type }, 'webhook id being enqueued by another request');
-        return send(reply, 503, 'in_progress', 'this webhook id is being enqueued; retry shortly');
+        return sendError(
+          reply,
+          503,
+          'in_progress',
+          'this webhook id is being enqueued; retry shortly',
+        );
       }
 
       const jobId = webhookJobId(webhookId);
@@ -285,7 +287,7 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
           );
         });
         log.warn({ err: error, queue: queueName }, 'webhook intake unavailable: enqueue');
-        return send(reply, 503, 'unavailable', 'could not enqueue the event, retry later');
+        return sendError(reply, 503, 'unavailable', 'could not enqueue the event, retry later');
       }
       await deps.redis.set(key, CLAIM_DONE, 'EX', ttlSeconds).catch((error: unknown) => {
         // The job is enqueued; the pending claim lapses and a repeat finds the same job id.

@@ -1,6 +1,7 @@
 // The ops token guard: `Authorization: Bearer <token>`, or HTTP basic auth with it as password.
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import { sendError } from '../http-errors.js';
 
 const sha256 = (value: string) => createHash('sha256').update(value).digest();
 
@@ -27,12 +28,12 @@ export function requireOpsToken(token: string) {
   return async function opsAuth(request: FastifyRequest, reply: FastifyReply) {
     const given = presentedToken(request.headers.authorization);
     if (given !== null && sameToken(given, token)) return;
-    await reply
-      .code(401)
-      .header('www-authenticate', 'Basic realm="billing ops", charset="UTF-8"')
-      .send({
-        error: 'unauthorized',
-        message: 'missing or invalid ops token (Authorization: Bearer <OPS_TOKEN>)',
-      });
+    reply.header('www-authenticate', 'Basic realm="billing ops", charset="UTF-8"');
+    await sendError(
+      reply,
+      401,
+      'unauthorized',
+      'missing or invalid ops token (Authorization: Bearer <OPS_TOKEN>)',
+    );
   };
 }

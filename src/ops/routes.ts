@@ -1,8 +1,9 @@
 // The ops API (DESIGN §5): operators look at chains, switch auto-renewal, cancel, reactivate.
-import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyError, FastifyInstance, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import type { Cause } from '../chains/records.js';
 import { ConfigError, NotFoundError, RefusalError, TransientError } from '../errors.js';
+import { sendError } from '../http-errors.js';
 import { isRedisUnavailable } from '../redis/connection.js';
 import { describeIssues } from '../validation.js';
 import { requireOpsToken } from './auth.js';
@@ -35,10 +36,6 @@ function parse<T>(schema: z.ZodType<T>, value: unknown, where: string): T {
   if (!parsed.success)
     throw new InvalidRequest('invalid_request', describeIssues(parsed.error, where));
   return parsed.data;
-}
-
-function sendError(reply: FastifyReply, status: number, error: string, message: string) {
-  return reply.code(status).send({ error, message });
 }
 
 export function opsRoutes(deps: OpsDeps) {

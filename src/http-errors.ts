@@ -1,0 +1,7 @@
+// The error body of the ops API and webhook intake: `{ "error": code, "message": text }`.
+// (The provisioning endpoint answers JSON strings instead, as the interface fixes.)
+import type { FastifyReply } from 'fastify';
+
+export function sendError(reply: FastifyReply, status: number, error: string, message: string) {
+  return reply.code(status).send({ error, message });
+}
