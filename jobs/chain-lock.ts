@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto';
 import { DelayedError, type Job } from 'bullmq';
 import { mainChainIdOf } from '../src/chains/family.js';
 import type { Chain } from '../src/chains/records.js';
-import type { ChainStore } from '../src/chains/store.js';
+import type { ChainStore, ClaimResult } from '../src/chains/store.js';
 import { queueTimeMs } from '../src/clock.js';
 import { TransientError } from '../src/errors.js';
 
@@ -11,6 +11,8 @@ export interface HeldChain {
   chainId: string;
   token: string;
   chain: Chain | null;
+  /** Whether `take` also wrote the job's prepared intent (the renewal fast path). */
+  claimed: boolean;
 }
 
 /** How soon a job that found its chain locked looks again (ms), spread to avoid a herd. */
@@ -19,8 +21,9 @@ function lockedRetryDelayMs(): number {
 }
 
 /**
- * Takes the chain's lock, runs `work`, and releases the lock. When another job holds it, the job
- * moves itself back to the delayed set (without spending an attempt) and tries again shortly.
+ * Takes the chain's lock (with `take`, which may also claim a prepared intent), runs `work`, and
+ * releases the lock. When another job holds it, the job moves itself back to the delayed set
+ * (without spending an attempt) and tries again shortly.
  */
 export async function withChainLock<T>(
   chains: ChainStore,
@@ -28,15 +31,16 @@ export async function withChainLock<T>(
   jobToken: string | undefined,
   chainId: string,
   work: (held: HeldChain) => Promise<T>,
+  take: (token: string) => Promise<ClaimResult> = (token) => chains.lock(chainId, token),
 ): Promise<T> {
   const token = `${job.id}/${randomUUID()}`;
-  const lock = await chains.lock(chainId, token);
+  const lock = await take(token);
   if (lock.kind === 'locked') {
     await job.moveToDelayed(queueTimeMs() + lockedRetryDelayMs(), jobToken);
     throw new DelayedError();
   }
   try {
-    return await work({ chainId, token, chain: lock.chain });
+    return await work({ chainId, token, chain: lock.chain, claimed: lock.kind === 'claimed' });
   } finally {
     await chains.unlock(chainId, token);
   }

@@ -22,7 +22,7 @@ import {
 import { chainOfEvent, withChainLock } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
 import { describeTerm, sendIntent } from './intents.js';
-import { ensureFamilyRenewalJobs, ensureRenewalJob } from './renewals.js';
+import { ensureFamilyRenewalJobs, ensureRenewalJob, prepareRenewal } from './renewals.js';
 
 /** Jobs of this queue are webhook events (data: `eventJobData`), named by their type. */
 export const schema = eventJobData;
@@ -152,7 +152,9 @@ async function placeOrder(
       release: false,
     });
     deps.metrics.orders.inc({ kind: 'first' });
-    await ensureRenewalJob(deps.queues.renewals, saved, now);
+    await ensureRenewalJob(deps.queues.renewals, saved, now, {
+      prepared: prepareRenewal(deps, saved),
+    });
     return `placed: ${ev.order.id}`;
   });
 }

@@ -1,19 +1,41 @@
 // The `renewals` queue: one delayed job per term renews a chain on time, exactly once.
+import { isDeepStrictEqual } from 'node:util';
 import { type Job, type Queue, UnrecoverableError } from 'bullmq';
 import { z } from 'zod';
 import { governedNextRenewalAt } from '../src/chains/family.js';
-import type { Chain, HistoryEntry, Intent } from '../src/chains/records.js';
+import { type Chain, type HistoryEntry, type Intent, intentRecord } from '../src/chains/records.js';
 import type { ChainStore } from '../src/chains/store.js';
 import type { OrderResponse } from '../src/client/provisioning-client.js';
 import { queueTimeMs } from '../src/clock.js';
 import { renewalOrderId } from '../src/domain/ids.js';
-import { decideRenewal, type RenewalView, withNextRenewalAt } from '../src/domain/renewal.js';
+import {
+  decideRenewal,
+  type RenewalDecision,
+  type RenewalView,
+  renewalDueAt,
+  withNextRenewalAt,
+} from '../src/domain/renewal.js';
 import { RefusalError } from '../src/errors.js';
 import { defaultJobOptions } from '../src/queues.js';
 import { delayJobUntil, withChainLock } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
 import { describeTerm, sendIntent } from './intents.js';
 import { finishPendingSeatPurchase } from './seat-purchases.js';
+
+/**
+ * The renewal intent decided when the job was scheduled, from the chain at `version`: it holds for
+ * any time in [validFrom, validUntil) while the chain stays at that version and the workers keep
+ * the same `basis` (variant, extensions, lead). The job then claims it with the lock in one round
+ * trip (ChainStore.claimRenewal) instead of reading, deciding and writing the intent in two.
+ */
+export const preparedRenewal = z.object({
+  version: z.int().min(0),
+  basis: z.string(),
+  validFrom: z.int(),
+  validUntil: z.int(),
+  intent: intentRecord,
+});
+export type PreparedRenewal = z.infer<typeof preparedRenewal>;
 
 export const renewalJobData = z.object({
   chainId: z.string().min(1),
@@ -26,6 +48,7 @@ export const renewalJobData = z.object({
   dueAt: z.int(),
   /** Set when the job put itself off (payment overdue, provider window): reconcile keeps it. */
   deferredUntil: z.int().optional(),
+  prepared: preparedRenewal.optional(),
 });
 export type RenewalJobData = z.infer<typeof renewalJobData>;
 
@@ -34,7 +57,9 @@ export function renewalJobId(chainId: string, count: number): string {
   return `renew-${chainId}-${count}`;
 }
 
-function renewalJob(chain: Pick<Chain, 'id' | 'order' | 'customer' | 'term' | 'nextRenewalAt'>) {
+type Schedulable = Pick<Chain, 'id' | 'order' | 'customer' | 'term' | 'nextRenewalAt'>;
+
+function renewalJob(chain: Schedulable, prepared?: PreparedRenewal) {
   const count = chain.term.count + 1;
   const data: RenewalJobData = {
     chainId: chain.id,
@@ -42,8 +67,58 @@ function renewalJob(chain: Pick<Chain, 'id' | 'order' | 'customer' | 'term' | 'n
     customer: chain.customer,
     count,
     dueAt: chain.nextRenewalAt ?? 0,
+    ...(prepared ? { prepared } : {}),
   };
   return { id: renewalJobId(chain.id, count), name: `renew ${chain.order} term ${count}`, data };
+}
+
+/** What a prepared intent depends on besides the chain; a change of settings voids it. */
+function renewalBasis(deps: WorkerDeps): string {
+  const { variant, extensions } = deps.provisioning;
+  return `${variant}/${extensions ? 'extensions' : 'plain'}/lead ${deps.settings.leadDays}`;
+}
+
+/**
+ * The renewal intent of the chain's next term, decided now for when it falls due, or undefined
+ * when the job must decide when it fires (add-ons, which their main chain governs; a chain that
+ * will not renew as it stands; an intent already in flight).
+ */
+export function prepareRenewal(deps: WorkerDeps, chain: Chain): PreparedRenewal | undefined {
+  if (chain.mainChain !== null || chain.intent !== null || chain.nextRenewalAt === null) {
+    return undefined;
+  }
+  const validFrom = renewalDueAt(chain.term.expiresAt, deps.settings.leadDays);
+  const validUntil = chain.term.expiresAt;
+  if (validFrom >= validUntil) return undefined;
+  const count = chain.term.count + 1;
+  // Every `now` in [validFrom, validUntil) gives this same decision: due, and not expired.
+  const decision = renewableDecision(
+    deps,
+    chain,
+    decideRenewal({ chain, forCount: count, now: validFrom, leadDays: deps.settings.leadDays }),
+  );
+  if (!decision) return undefined;
+  return {
+    version: chain.version,
+    basis: renewalBasis(deps),
+    validFrom,
+    validUntil,
+    intent: renewalIntent(deps, chain, decision, renewalJobId(chain.id, count)),
+  };
+}
+
+/** A decision to renew that the job can send as it is (not a stop, not one for an operator). */
+function renewableDecision(deps: WorkerDeps, chain: Chain, decision: RenewalDecision) {
+  if (decision.kind !== 'renew' || decision.licenses === 0) return null;
+  const { provisioning } = deps;
+  if (
+    provisioning.variant === 'external' &&
+    !provisioning.extensions &&
+    decision.licenses !== chain.licenses
+  ) {
+    return null;
+  }
+  return decision;
 }
 
 /** How long a provider's window refusal waits before the renewal is tried again (seconds). */
@@ -58,9 +133,9 @@ export async function ensureRenewalJob(
   queue: Queue,
   chain: Chain,
   now: number,
-  options: { overrideDeferral?: boolean } = {},
+  options: { overrideDeferral?: boolean; prepared?: PreparedRenewal | undefined } = {},
 ): Promise<void> {
-  const { id, name, data } = renewalJob(chain);
+  const { id, name, data } = renewalJob(chain, options.prepared);
   const existing = await queue.getJob(id);
   if (chain.nextRenewalAt === null) {
     if (existing && ['delayed', 'waiting', 'prioritized'].includes(await existing.getState())) {
@@ -80,8 +155,11 @@ export async function ensureRenewalJob(
       const firesAt = await delayedFireTime(queue, id);
       if (firesAt === null || Math.abs(firesAt - wanted) > 1000)
         await existing.changeDelay(delayMs);
-      if (existing.data.dueAt !== data.dueAt || deferredUntil !== undefined) {
-        await existing.updateData(data);
+      const preparedChanged =
+        options.prepared !== undefined &&
+        existing.data.prepared?.version !== options.prepared.version;
+      if (existing.data.dueAt !== data.dueAt || deferredUntil !== undefined || preparedChanged) {
+        await existing.updateData({ ...data, prepared: data.prepared ?? existing.data.prepared });
       }
       return;
     }
@@ -130,11 +208,12 @@ export async function ensureFamilyRenewalJobs(
 /** The fast path after a renewal: the next term's job id has never been used, so just add it. */
 export async function addNextRenewalJob(
   queue: Queue,
-  chain: Pick<Chain, 'id' | 'order' | 'customer' | 'term' | 'nextRenewalAt'>,
+  chain: Schedulable,
   now: number,
+  prepared?: PreparedRenewal,
 ): Promise<void> {
   if (chain.nextRenewalAt === null) return;
-  const { id, name, data } = renewalJob(chain);
+  const { id, name, data } = renewalJob(chain, prepared);
   await queue.add(name, data, {
     ...defaultJobOptions,
     jobId: id,
@@ -253,83 +332,131 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
   return async function processRenewal(job: Job, jobToken?: string): Promise<string> {
     const data = renewalJobData.parse(job.data);
     const log = deps.log.child({ queue: 'renewals', jobId: job.id, chainId: data.chainId });
-    return withChainLock(chains, job, jobToken, data.chainId, async ({ chain, token }) => {
-      if (!chain) return 'skipped: unknown chain';
-      const now = clock.now();
-      let current = await finishPendingSeatPurchase(deps, job, { chain, token });
-      let intent = current.intent;
-      if (!intent) {
-        const decision = decideRenewal({
-          chain: await renewalView(deps, current),
-          forCount: data.count,
-          now,
-          leadDays: deps.settings.leadDays,
-        });
-        log.debug({ decision: decision.kind }, 'renewal decided');
-        if (decision.kind === 'skip') return `skipped: ${decision.reason}`;
-        if (decision.kind === 'wait') {
-          if (decision.reason !== 'not_due')
-            await job.updateData({ ...data, deferredUntil: decision.until });
-          return delayJobUntil(job, jobToken, decision.until, now);
+    const { prepared } = data;
+    const claim =
+      prepared && prepared.basis === renewalBasis(deps) && prepared.intent.jobId === job.id
+        ? (token: string) =>
+            chains.claimRenewal(data.chainId, token, { ...prepared, now: clock.now() })
+        : undefined;
+    return withChainLock(
+      chains,
+      job,
+      jobToken,
+      data.chainId,
+      async ({ chain, token, claimed }) => {
+        if (!chain) return 'skipped: unknown chain';
+        const now = clock.now();
+        let current = chain;
+        let intent = current.intent;
+        if (claimed && !(await confirmClaim(deps, current, data.count, now))) {
+          log.error({ intent: intent?.orderId }, 'a prepared renewal intent did not hold; cleared');
+          current = await chains.save({
+            chainId: current.id,
+            token,
+            previous: current,
+            next: { ...current, intent: null, updatedAt: now },
+            release: false,
+          });
+          intent = null;
+        } else if (!claimed) {
+          current = await finishPendingSeatPurchase(deps, job, { chain: current, token });
+          intent = current.intent;
         }
-        if (decision.licenses === 0) return stopAddOn(deps, job, { chain: current, token }, now);
-        if (
-          provisioning.variant === 'external' &&
-          !provisioning.extensions &&
-          decision.licenses !== current.licenses
-        ) {
-          return flagChain(
-            deps,
-            job,
-            { chain: current, token },
-            `the next term needs ${decision.licenses} licenses, but the remote service cannot change the count of an external renewal (no extensions): an operator must renew it`,
-          );
+        if (!intent) {
+          const decision = decideRenewal({
+            chain: await renewalView(deps, current),
+            forCount: data.count,
+            now,
+            leadDays: deps.settings.leadDays,
+          });
+          log.debug({ decision: decision.kind }, 'renewal decided');
+          if (decision.kind === 'skip') return `skipped: ${decision.reason}`;
+          if (decision.kind === 'wait') {
+            if (decision.reason !== 'not_due')
+              await job.updateData({ ...data, deferredUntil: decision.until });
+            return delayJobUntil(job, jobToken, decision.until, now);
+          }
+          if (decision.licenses === 0) return stopAddOn(deps, job, { chain: current, token }, now);
+          if (!renewableDecision(deps, current, decision)) {
+            return flagChain(
+              deps,
+              job,
+              { chain: current, token },
+              `the next term needs ${decision.licenses} licenses, but the remote service cannot change the count of an external renewal (no extensions): an operator must renew it`,
+            );
+          }
+          intent = renewalIntent(deps, current, decision, job.id ?? null);
+          current = await chains.save({
+            chainId: current.id,
+            token,
+            previous: current,
+            next: { ...current, intent, updatedAt: now },
+            release: false,
+          });
         }
-        intent = renewalIntent(deps, current, decision, job.id ?? null);
-        current = await chains.save({
-          chainId: current.id,
-          token,
-          previous: current,
-          next: { ...current, intent, updatedAt: now },
-          release: false,
-        });
-      }
 
-      let order: OrderResponse;
-      try {
-        order = await sendIntent(provisioning, intent);
-      } catch (error) {
-        if (!(error instanceof RefusalError)) throw error;
-        return handleRefusal(deps, job, jobToken, { chain: current, token }, intent, error);
-      }
-      const at = clock.now();
-      const next = renewedChain(deps, current, intent, order, at);
-      const entry: HistoryEntry = {
-        at,
-        event: 'renewal.ordered',
-        detail: `renewal ${intent.orderId}: ${describeTerm(order)}`,
-        cause: { jobId: intent.jobId ?? job.id ?? '', orderId: intent.orderId },
-      };
-      // Recorded and scheduled in one go: if the record fails, the retry records it and its add
-      // of the same job id is ignored; a next-term job that fires before the record skips.
-      await Promise.all([
-        chains.save({
-          chainId: chain.id,
-          token,
-          previous: current,
-          next,
-          history: [entry],
-          orderIds: [intent.orderId],
-          release: true,
-        }),
-        addNextRenewalJob(deps.queues.renewals, next, at),
-      ]);
-      deps.metrics.renewals.inc({ variant: provisioning.variant });
-      deps.metrics.orders.inc({ kind: 'renewal' });
-      log.info({ order: intent.orderId, expiresAt: order.expiresAt }, 'renewal ordered');
-      return `renewed: ${intent.orderId}`;
-    });
+        let order: OrderResponse;
+        try {
+          order = await sendIntent(provisioning, intent);
+        } catch (error) {
+          if (!(error instanceof RefusalError)) throw error;
+          return handleRefusal(deps, job, jobToken, { chain: current, token }, intent, error);
+        }
+        const at = clock.now();
+        const next = renewedChain(deps, current, intent, order, at);
+        const entry: HistoryEntry = {
+          at,
+          event: 'renewal.ordered',
+          detail: `renewal ${intent.orderId}: ${describeTerm(order)}`,
+          cause: { jobId: intent.jobId ?? job.id ?? '', orderId: intent.orderId },
+        };
+        // Recorded and scheduled in one go: if the record fails, the retry records it and its add
+        // of the same job id is ignored; a next-term job that fires before the record skips.
+        await Promise.all([
+          chains.save({
+            chainId: chain.id,
+            token,
+            previous: current,
+            next,
+            history: [entry],
+            orderIds: [intent.orderId],
+            release: true,
+          }),
+          addNextRenewalJob(
+            deps.queues.renewals,
+            next,
+            at,
+            prepareRenewal(deps, { ...next, version: current.version + 1 }),
+          ),
+        ]);
+        deps.metrics.renewals.inc({ variant: provisioning.variant });
+        deps.metrics.orders.inc({ kind: 'renewal' });
+        log.info({ order: intent.orderId, expiresAt: order.expiresAt }, 'renewal ordered');
+        return `renewed: ${intent.orderId}`;
+      },
+      claim,
+    );
   };
+}
+
+/**
+ * Whether a claimed intent is the one the job would decide now: it always is, unless the code
+ * that prepares intents and the code that decides them disagree, which this guards against.
+ */
+async function confirmClaim(deps: WorkerDeps, chain: Chain, forCount: number, now: number) {
+  const decision = renewableDecision(
+    deps,
+    chain,
+    decideRenewal({
+      chain: await renewalView(deps, chain),
+      forCount,
+      now,
+      leadDays: deps.settings.leadDays,
+    }),
+  );
+  if (!decision || chain.intent === null) return false;
+  const wanted = renewalIntent(deps, chain, decision, chain.intent.jobId);
+  return isDeepStrictEqual(wanted, chain.intent);
 }
 
 /**

@@ -1,6 +1,6 @@
 // Builds dist/ when the sources changed since the last build, and copies the Lua scripts beside it.
 
-import { copyFileSync, mkdirSync, readdirSync, statSync, utimesSync } from 'node:fs';
+import { copyFileSync, mkdirSync, readdirSync, rmSync, statSync, utimesSync } from 'node:fs';
 import path from 'node:path';
 import { projectRoot, runOrExit } from './setup.mjs';
 
@@ -40,8 +40,17 @@ function firstNewerSource(builtAt) {
   return candidates.find((file) => (mtimeMs(file) ?? 0) > builtAt) ?? null;
 }
 
+/**
+ * Mirrors the Lua scripts into dist/: copies new and changed ones and removes those whose source
+ * is gone, since scripts are loaded by folder and a stale one would shadow its renamed successor.
+ */
 function copyLuaScripts() {
-  for (const source of LUA_DIRS.flatMap((dir) => listFiles(dir, /\.lua$/))) {
+  const sources = LUA_DIRS.flatMap((dir) => listFiles(dir, /\.lua$/));
+  const wanted = new Set(sources.map((source) => path.relative(projectRoot, source)));
+  for (const built of LUA_DIRS.flatMap((dir) => listFiles(path.join('dist', dir), /\.lua$/))) {
+    if (!wanted.has(path.relative(path.join(projectRoot, 'dist'), built))) rmSync(built);
+  }
+  for (const source of sources) {
     const target = path.join(projectRoot, 'dist', path.relative(projectRoot, source));
     const sourceStat = statSync(source);
     const targetTime = mtimeMs(target);

@@ -17,8 +17,10 @@ export function chainIdOf(parentOrderId: string): string {
 export function chainKeys(chainId: string) {
   const scope = `${ROOT}:chain:${chainId}`;
   return {
-    /** STRING the chain record JSON */
+    /** STRING `<version>|<record JSON>`: scripts read the version without decoding the JSON */
     chain: scope,
+    /** STRING the intent JSON (the order about to be sent), absent when there is none */
+    intent: `${scope}:intent`,
     /** LIST history entries JSON, oldest first */
     history: `${scope}:history`,
     /** STRING lock token, with a lease (PX) */

@@ -3,7 +3,13 @@ import type { Redis } from 'ioredis';
 import { TransientError } from '../errors.js';
 import { callScript, defineScripts, readScripts } from '../redis/lua-scripts.js';
 import { chainKeys, customerChainsKey, indexKeys } from './keys.js';
-import { type Chain, chainRecord, type HistoryEntry, historyEntry } from './records.js';
+import {
+  type Chain,
+  chainRecord,
+  type HistoryEntry,
+  historyEntry,
+  type Intent,
+} from './records.js';
 
 const scripts = readScripts(new URL('./scripts/', import.meta.url));
 
@@ -11,6 +17,18 @@ const scripts = readScripts(new URL('./scripts/', import.meta.url));
 export const LOCK_LEASE_MS = 60_000;
 
 export type LockResult = { kind: 'held'; chain: Chain | null } | { kind: 'locked' };
+
+/** A renewal intent prepared when its job was scheduled, from the chain at `version`. */
+export interface RenewalClaim {
+  version: number;
+  now: number;
+  /** The intent holds for any `now` in [validFrom, validUntil). */
+  validFrom: number;
+  validUntil: number;
+  intent: Intent;
+}
+
+export type ClaimResult = LockResult | { kind: 'claimed'; chain: Chain };
 
 export interface SaveInput {
   chainId: string;
@@ -25,8 +43,23 @@ export interface SaveInput {
   release: boolean;
 }
 
-function parseChain(json: string): Chain {
-  return chainRecord.parse(JSON.parse(json));
+/**
+ * A chain as stored: `<version>|<JSON without version and intent>`. The prefix lets scripts check
+ * the version without decoding the JSON; the intent has a key of its own, so the renewal fast
+ * path writes it without rewriting the record.
+ */
+function encodeChain(chain: Chain): string {
+  const { version, intent: _intent, ...fields } = chain;
+  return `${version}|${JSON.stringify(fields)}`;
+}
+
+function decodeChain(stored: string, intentJson: string | null): Chain {
+  const bar = stored.indexOf('|');
+  return chainRecord.parse({
+    ...JSON.parse(stored.slice(bar + 1)),
+    version: Number(stored.slice(0, bar)),
+    intent: intentJson ? JSON.parse(intentJson) : null,
+  });
 }
 
 export class ChainStore {
@@ -45,14 +78,42 @@ export class ChainStore {
   /** Takes the chain's lock and reads it in one round trip. */
   async lock(chainId: string, token: string, leaseMs = this.leaseMs): Promise<LockResult> {
     const keys = chainKeys(chainId);
-    const [held, json] = (await callScript(
+    const reply = (await callScript(
       this.redis,
       'lockChain',
-      [keys.lock, keys.chain],
+      [keys.lock, keys.chain, keys.intent],
       [token, leaseMs],
-    )) as [number, string];
-    if (held !== 1) return { kind: 'locked' };
-    return { kind: 'held', chain: json === '' ? null : parseChain(json) };
+    )) as [number, string?, string?];
+    return heldOrLocked(reply);
+  }
+
+  /**
+   * Takes the chain's lock and, when the chain is still at `claim.version` and `claim.now` falls
+   * in the claim's range, writes its intent: lock, read and intent in one round trip. Otherwise
+   * it is `lock`, and the caller decides from the chain it read.
+   */
+  async claimRenewal(chainId: string, token: string, claim: RenewalClaim): Promise<ClaimResult> {
+    const keys = chainKeys(chainId);
+    const reply = (await callScript(
+      this.redis,
+      'claimRenewal',
+      [keys.lock, keys.chain, keys.intent],
+      [
+        token,
+        this.leaseMs,
+        claim.version,
+        claim.now,
+        claim.validFrom,
+        claim.validUntil,
+        JSON.stringify(claim.intent),
+      ],
+    )) as [number, string?, string?];
+    if (reply[0] === 2)
+      return {
+        kind: 'claimed',
+        chain: { ...decodeChain(reply[1] ?? '', null), intent: claim.intent },
+      };
+    return heldOrLocked(reply);
   }
 
   /**
@@ -84,6 +145,7 @@ export class ChainStore {
       [
         keys.lock,
         keys.chain,
+        keys.intent,
         keys.history,
         indexKeys.orders,
         indexKeys.due,
@@ -93,7 +155,8 @@ export class ChainStore {
       [
         input.token,
         expected,
-        JSON.stringify(chain),
+        encodeChain(chain),
+        chain.intent ? JSON.stringify(chain.intent) : '',
         input.chainId,
         chain.nextRenewalAt ?? '',
         chain.createdAt,
@@ -118,8 +181,7 @@ export class ChainStore {
   }
 
   async get(chainId: string): Promise<Chain | null> {
-    const json = await this.redis.get(chainKeys(chainId).chain);
-    return json ? parseChain(json) : null;
+    return (await this.getMany([chainId]))[0] ?? null;
   }
 
   /** The chain that any of its order ids (first order, renewal, partial, add-on) belongs to. */
@@ -139,8 +201,14 @@ export class ChainStore {
 
   async getMany(chainIds: readonly string[]): Promise<Chain[]> {
     if (chainIds.length === 0) return [];
-    const values = await this.redis.mget(chainIds.map((id) => chainKeys(id).chain));
-    return values.filter((v): v is string => v !== null).map(parseChain);
+    const keys = chainIds.flatMap((id) => [chainKeys(id).chain, chainKeys(id).intent]);
+    const values = await this.redis.mget(keys);
+    const chains: Chain[] = [];
+    for (let i = 0; i < values.length; i += 2) {
+      const stored = values[i];
+      if (stored) chains.push(decodeChain(stored, values[i + 1] ?? null));
+    }
+    return chains;
   }
 
   async listByCustomer(customerId: string): Promise<Chain[]> {
@@ -174,4 +242,9 @@ export class ChainStore {
   async markCustomerKnown(customerId: string): Promise<void> {
     await this.redis.hset(indexKeys.knownCustomers, customerId, '1');
   }
+}
+
+function heldOrLocked([held, stored, intent]: [number, string?, string?]): LockResult {
+  if (held === 0) return { kind: 'locked' };
+  return { kind: 'held', chain: stored ? decodeChain(stored, intent || null) : null };
 }

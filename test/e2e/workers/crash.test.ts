@@ -4,6 +4,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { chainIdOf } from '../../../src/chains/keys.js';
+import { ChainStore } from '../../../src/chains/store.js';
 import { systemClock } from '../../../src/clock.js';
 import { partnerKeys } from '../../../src/provisioning/keys.js';
 import type { Partner } from '../../../src/provisioning/records.js';
@@ -14,6 +15,7 @@ const WORKER = join(import.meta.dirname, 'worker-main.ts');
 
 let system: System;
 let partner: Partner;
+let chains: ChainStore;
 const children: ChildProcess[] = [];
 
 function spawnWorker(): Promise<ChildProcess> {
@@ -50,6 +52,7 @@ beforeAll(async () => {
   // The API role only: intake, ops and the provisioning core; the workers are child processes.
   system = await startSystem({ role: 'api' });
   partner = await system.partner();
+  chains = new ChainStore(system.started.runtime.redis);
 });
 
 afterAll(async () => {
@@ -83,9 +86,9 @@ describe('a worker killed in the middle of renewing due chains', () => {
     await spawnWorker();
     await vi.waitFor(
       async () => {
-        const renewed = (
-          await system.started.runtime.redis.mget(orders.map((o) => `bc:chain:${chainIdOf(o)}`))
-        ).filter((json) => json !== null && JSON.parse(json).term.count === 2).length;
+        const renewed = (await chains.getMany(orders.map(chainIdOf))).filter(
+          (chain) => chain.term.count === 2,
+        ).length;
         if (renewed < CHAINS) throw new Error(`${renewed} of ${CHAINS} chains renewed`);
       },
       { timeout: 120_000, interval: 200 },

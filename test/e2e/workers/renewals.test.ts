@@ -2,7 +2,14 @@
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { WorkerDeps } from '../../../jobs/deps.js';
+import {
+  type PreparedRenewal,
+  prepareRenewal,
+  type RenewalJobData,
+} from '../../../jobs/renewals.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
+import type { Chain } from '../../../src/chains/records.js';
 import { ChainStore } from '../../../src/chains/store.js';
 import { systemClock } from '../../../src/clock.js';
 import { addTerms } from '../../../src/domain/periods.js';
@@ -198,5 +205,108 @@ describe('a renewal whose job ran out of attempts after sending its order', () =
     expect(chain.term.orderId).toBe('LOST-1.r2');
     expect(chain.history.filter((h) => h.event === 'renewal.ordered')).toHaveLength(1);
     expect(chain.history.at(-1)?.cause).toMatchObject({ jobId: 'failed', orderId: 'LOST-1.r2' });
+  });
+});
+
+describe('a renewal job carrying the intent prepared when it was scheduled', () => {
+  const chains = () => new ChainStore(system.started.runtime.redis);
+  const deps = () =>
+    ({ provisioning: system.started.provisioning, settings: { leadDays: 7 } }) as WorkerDeps;
+
+  /** A due chain with no renewal job yet, at the version `change` leaves it. */
+  async function dueChain(order: string, change: (chain: Chain) => Partial<Chain> = () => ({})) {
+    await system.send(
+      'order.placed',
+      orderPlaced({ order, startsAt: now() - 25 * DAY, autoRenew: false }),
+    );
+    await system.waitForChain(order, () => true);
+    const token = `test-${order}`;
+    const lock = await chains().lock(chainIdOf(order), token);
+    if (lock.kind !== 'held' || !lock.chain) throw new Error(`no chain ${order}`);
+    const on = { ...lock.chain, autoRenew: true, nextRenewalAt: now() };
+    return chains().save({
+      chainId: on.id,
+      token,
+      previous: lock.chain,
+      next: { ...on, ...change(on) },
+      release: true,
+    });
+  }
+
+  /** Adds the chain's term-2 renewal job with `prepared`, as a scheduler would have. */
+  async function addJob(chain: Chain, prepared: PreparedRenewal | undefined) {
+    if (!prepared) throw new Error(`nothing prepared for ${chain.order}`);
+    const data: RenewalJobData = {
+      chainId: chain.id,
+      order: chain.order,
+      customer: chain.customer,
+      count: 2,
+      dueAt: now(),
+      prepared,
+    };
+    await renewals.add('renew', data, { jobId: `renew-${chain.id}-2` });
+  }
+
+  async function renewedOrder(order: string) {
+    const chain = await system.waitForChain(order, (c) => c.term.count === 2);
+    expect(chain.history.filter((h) => h.event === 'renewal.ordered')).toHaveLength(1);
+    return system.providerOrder(`${order}.r2`);
+  }
+
+  it('renews with the prepared intent when the chain did not change', async () => {
+    const chain = await dueChain('PREP-1');
+    const prepared = prepareRenewal(deps(), chain);
+    expect(prepared).toMatchObject({
+      version: chain.version,
+      validFrom: chain.term.expiresAt - 7 * DAY,
+      validUntil: chain.term.expiresAt,
+      intent: { orderId: 'PREP-1.r2', params: { licenses: 5, startsAt: chain.term.expiresAt } },
+    });
+    await addJob(chain, prepared);
+    expect(await renewedOrder('PREP-1')).toMatchObject({
+      licenses: 5,
+      startsAt: chain.term.expiresAt,
+    });
+  });
+
+  it('ignores it when the chain changed after the job was scheduled', async () => {
+    const before = await dueChain('PREP-2');
+    const prepared = prepareRenewal(deps(), before);
+    const token = 'seat-decrease';
+    const lock = await chains().lock(before.id, token);
+    if (lock.kind !== 'held' || !lock.chain) throw new Error('no chain');
+    await chains().save({
+      chainId: before.id,
+      token,
+      previous: lock.chain,
+      next: { ...lock.chain, nextLicenses: 3 },
+      release: true,
+    });
+    await addJob(before, prepared);
+    expect((await renewedOrder('PREP-2'))?.licenses).toBe(3);
+  });
+
+  it('clears it, and renews as decided now, when it disagrees with the decision', async () => {
+    const chain = await dueChain('PREP-3', () => ({ nextLicenses: 4 }));
+    const prepared = prepareRenewal(deps(), chain);
+    if (!prepared) throw new Error('nothing prepared');
+    const wrong = {
+      ...prepared,
+      intent: { ...prepared.intent, params: { ...prepared.intent.params, licenses: 99 } },
+    };
+    await addJob(chain, wrong);
+    expect((await renewedOrder('PREP-3'))?.licenses).toBe(4);
+  });
+
+  it('ignores it when the workers run with other settings than it was prepared with', async () => {
+    const chain = await dueChain('PREP-4');
+    const prepared = prepareRenewal({ ...deps(), settings: { leadDays: 3 } } as WorkerDeps, chain);
+    if (!prepared) throw new Error('nothing prepared');
+    // Prepared for a 3-day lead with the wrong licenses: were it used, the order would carry 99.
+    await addJob(chain, {
+      ...prepared,
+      intent: { ...prepared.intent, params: { ...prepared.intent.params, licenses: 99 } },
+    });
+    expect((await renewedOrder('PREP-4'))?.licenses).toBe(5);
   });
 });

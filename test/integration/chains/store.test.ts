@@ -6,6 +6,7 @@ import {
   type Chain,
   chainRecord,
   type HistoryEntry,
+  type Intent,
   newChainRecord,
 } from '../../../src/chains/records.js';
 import { ChainStore } from '../../../src/chains/store.js';
@@ -134,6 +135,92 @@ describe('ChainStore lock', () => {
     await store.unlock(chainId, 'b');
     expect((await store.lock(chainId, 'b')).kind).toBe('locked');
     expect(await redis.get(chainKeys(chainId).lock)).toBe('a');
+  });
+});
+
+describe('ChainStore claimRenewal', () => {
+  const intent: Intent = {
+    kind: 'renewal',
+    method: 'createOrder',
+    orderId: 'ord-claim.r2',
+    params: { id: 'ord-claim.r2', licenses: 10 },
+    jobId: 'renew-x-2',
+  };
+  const claim = (version: number, now = NOW + 25 * DAY) => ({
+    version,
+    now,
+    validFrom: NOW + 24 * DAY,
+    validUntil: NOW + 31 * DAY,
+    intent,
+  });
+
+  it('takes the lock and writes the prepared intent when the chain is at its version', async () => {
+    const saved = await create(chainFor('ord-claim'));
+    const result = await store.claimRenewal(saved.id, 'a', claim(saved.version));
+    expect(result).toEqual({ kind: 'claimed', chain: { ...saved, intent } });
+    expect(await store.get(saved.id)).toEqual({ ...saved, intent });
+    expect((await store.lock(saved.id, 'b')).kind).toBe('locked');
+  });
+
+  it('only takes the lock when the chain changed since the intent was prepared', async () => {
+    const saved = await create(chainFor('ord-claim'));
+    expect(await store.claimRenewal(saved.id, 'a', claim(saved.version + 1))).toEqual({
+      kind: 'held',
+      chain: saved,
+    });
+    expect((await store.get(saved.id))?.intent).toBeNull();
+  });
+
+  it.each([
+    ['before its range', NOW + 24 * DAY - 1],
+    ['at the end of its range', NOW + 31 * DAY],
+  ])('only takes the lock when now is %s', async (_, now) => {
+    const saved = await create(chainFor('ord-claim'));
+    expect(await store.claimRenewal(saved.id, 'a', claim(saved.version, now))).toEqual({
+      kind: 'held',
+      chain: saved,
+    });
+    expect((await store.get(saved.id))?.intent).toBeNull();
+  });
+
+  it('keeps an intent already in flight and hands it back', async () => {
+    const other: Intent = { ...intent, kind: 'partial', orderId: 'ord-claim.p1' };
+    const saved = await create(chainFor('ord-claim', { intent: other }));
+    expect(await store.claimRenewal(saved.id, 'a', claim(saved.version))).toEqual({
+      kind: 'held',
+      chain: saved,
+    });
+    expect((await store.get(saved.id))?.intent).toEqual(other);
+  });
+
+  it('writes nothing for a chain that does not exist', async () => {
+    const chainId = chainIdOf('ord-none');
+    expect(await store.claimRenewal(chainId, 'a', claim(0))).toEqual({ kind: 'held', chain: null });
+    expect(await redis.exists(chainKeys(chainId).intent)).toBe(0);
+  });
+
+  it('writes nothing while another job holds the lock', async () => {
+    const saved = await create(chainFor('ord-claim'));
+    await store.lock(saved.id, 'other');
+    expect(await store.claimRenewal(saved.id, 'a', claim(saved.version))).toEqual({
+      kind: 'locked',
+    });
+    expect((await store.get(saved.id))?.intent).toBeNull();
+  });
+
+  it('lets a later save clear the claimed intent', async () => {
+    const saved = await create(chainFor('ord-claim'));
+    const result = await store.claimRenewal(saved.id, 'a', claim(saved.version));
+    if (result.kind !== 'claimed') throw new Error(`expected a claim, got ${result.kind}`);
+    await store.save({
+      chainId: saved.id,
+      token: 'a',
+      previous: result.chain,
+      next: { ...result.chain, intent: null },
+      release: true,
+    });
+    expect((await store.get(saved.id))?.intent).toBeNull();
+    expect(await redis.exists(chainKeys(saved.id).intent)).toBe(0);
   });
 });
 
