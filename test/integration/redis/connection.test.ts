@@ -1,0 +1,85 @@
+// The workers' connections against a real redis-server: commands sent in one burst of callbacks
+// leave in one socket write, also after a reconnect; BullMQ's worker connections are left alone.
+import type { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type ConnectionRole, connectRedis } from '../../../src/redis/connection.js';
+import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
+
+const BURST = 200;
+
+let server: TestRedis;
+let admin: Redis;
+const clients: Redis[] = [];
+
+beforeAll(async () => {
+  server = await startTestRedis();
+  admin = await connectRedis(server.url, 'worker');
+});
+
+afterAll(async () => {
+  for (const client of [...clients, admin]) client.disconnect();
+  await server?.stop();
+});
+
+async function open(role: ConnectionRole): Promise<Redis> {
+  const redis = await connectRedis(server.url, role);
+  clients.push(redis);
+  return redis;
+}
+
+type Writes = { _write: (...a: unknown[]) => void; _writev?: (...a: unknown[]) => void };
+
+/**
+ * How many writes the socket handed to the operating system for a burst of BURST commands sent
+ * in one go: each call of the stream's `_write` or `_writev` is one. (Redis' own read counter
+ * cannot tell: the kernel joins small writes that arrive faster than Redis reads them.)
+ */
+async function writesForBurst(redis: Redis): Promise<number> {
+  const socket = redis.stream as unknown as Writes;
+  let writes = 0;
+  const { _write: write, _writev: writev } = socket;
+  socket._write = (...args) => {
+    writes += 1;
+    write.apply(socket, args);
+  };
+  if (writev) {
+    socket._writev = (...args) => {
+      writes += 1;
+      writev.apply(socket, args);
+    };
+  }
+  try {
+    const replies = await Promise.all(
+      Array.from({ length: BURST }, (_, i) => redis.echo(`burst-${i}`)),
+    );
+    expect(replies).toEqual(Array.from({ length: BURST }, (_, i) => `burst-${i}`));
+    return writes;
+  } finally {
+    socket._write = write;
+    if (writev) socket._writev = writev;
+  }
+}
+
+describe('connectRedis', () => {
+  it.each(['store', 'request'] as const)(
+    'sends a burst of commands on a %s connection in one write',
+    async (role) => {
+      const redis = await open(role);
+      expect(await writesForBurst(redis)).toBe(1);
+    },
+  );
+
+  it('keeps coalescing after the connection is dropped and comes back', async () => {
+    const redis = await open('store');
+    const id = await redis.client('ID');
+    const reconnected = new Promise((resolve) => redis.once('ready', resolve));
+    await admin.client('KILL', 'ID', String(id));
+    await reconnected;
+    expect(await writesForBurst(redis)).toBe(1);
+  });
+
+  it('leaves the worker connections that BullMQ drives as they are', async () => {
+    const redis = await open('worker');
+    expect(await writesForBurst(redis)).toBeGreaterThan(BURST / 2);
+  });
+});
