@@ -159,7 +159,7 @@ export async function ensureRenewalJob(
         options.prepared !== undefined &&
         existing.data.prepared?.version !== options.prepared.version;
       if (existing.data.dueAt !== data.dueAt || deferredUntil !== undefined || preparedChanged) {
-        await existing.updateData({ ...data, prepared: data.prepared ?? existing.data.prepared });
+        await existing.updateData(data);
       }
       return;
     }
