@@ -3,8 +3,8 @@ import { isDeepStrictEqual } from 'node:util';
 import { type Job, type Queue, UnrecoverableError } from 'bullmq';
 import { z } from 'zod';
 import { governedNextRenewalAt } from '../src/chains/family.js';
-import { type Chain, type HistoryEntry, type Intent, intentRecord } from '../src/chains/records.js';
-import type { ChainStore } from '../src/chains/store.js';
+import { type Chain, type Intent, intentRecord } from '../src/chains/records.js';
+import type { ChainStore, SaveInput } from '../src/chains/store.js';
 import type { OrderResponse } from '../src/client/provisioning-client.js';
 import { queueTimeMs } from '../src/clock.js';
 import { renewalOrderId } from '../src/domain/ids.js';
@@ -303,14 +303,53 @@ function renewalIntent(
   };
 }
 
+/** What the workers read from a renewal order: the answer's, or the plan's in embedded mode. */
+type RenewedOrder = Pick<OrderResponse, 'product' | 'licenses' | 'startsAt' | 'expiresAt'>;
+
+/** A renewal's record: the chain after it, and the save that writes it (releasing the lock). */
+interface Renewal {
+  at: number;
+  next: Chain;
+  save: SaveInput;
+}
+
+type Sent = { order: OrderResponse } | { recorded: Renewal };
+
+/**
+ * Sends the renewal intent. The embedded core writes the order and its record in one script
+ * (`recorded`: nothing is left to do but schedule the next term); otherwise, or when the order
+ * was made before (a replay), the caller records the order it gets back.
+ */
+async function sendRenewal(
+  deps: WorkerDeps,
+  intent: Intent,
+  renewed: (order: RenewedOrder) => Renewal,
+): Promise<Sent> {
+  const { provisioning, chains } = deps;
+  const { method } = intent;
+  if (!provisioning.createRecorded || (method !== 'createOrder' && method !== 'createRenewalOrder'))
+    return { order: await sendIntent(provisioning, intent) };
+  let renewal: Renewal | undefined;
+  const outcome = await provisioning.createRecorded(method, intent.params, (order) => {
+    // Called once per plan: the core re-plans when its chain moved, so the last one is written.
+    renewal = renewed(order);
+    return chains.saveWrite(renewal.save).write;
+  });
+  if (outcome.kind === 'unrecorded') return { order: outcome.order };
+  if (!renewal) throw new Error(`the core wrote ${intent.orderId} without asking for its record`);
+  if (outcome.kind === 'companion_refused') chains.refuseSave(renewal.save, outcome.code);
+  chains.saved(renewal.save);
+  return { recorded: renewal };
+}
+
 /** The chain after its renewal order came back. */
 function renewedChain(
   deps: WorkerDeps,
   chain: Chain,
   intent: Intent,
-  order: OrderResponse,
+  order: RenewedOrder,
   now: number,
-) {
+): Chain {
   const count = chain.term.count + 1;
   const inForce = chain.term.expiresAt > now;
   const next: Chain = {
@@ -395,33 +434,43 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
           });
         }
 
-        let order: OrderResponse;
+        const renewed = (order: RenewedOrder): Renewal => {
+          const at = clock.now();
+          const next = renewedChain(deps, current, intent, order, at);
+          return {
+            at,
+            next,
+            save: {
+              chainId: chain.id,
+              token,
+              previous: current,
+              next,
+              history: [
+                {
+                  at,
+                  event: 'renewal.ordered',
+                  detail: `renewal ${intent.orderId}: ${describeTerm(order)}`,
+                  cause: { jobId: intent.jobId ?? job.id ?? '', orderId: intent.orderId },
+                },
+              ],
+              orderIds: [intent.orderId],
+              release: true,
+            },
+          };
+        };
+        let sent: Sent;
         try {
-          order = await sendIntent(provisioning, intent);
+          sent = await sendRenewal(deps, intent, renewed);
         } catch (error) {
           if (!(error instanceof RefusalError)) throw error;
           return handleRefusal(deps, job, jobToken, { chain: current, token }, intent, error);
         }
-        const at = clock.now();
-        const next = renewedChain(deps, current, intent, order, at);
-        const entry: HistoryEntry = {
-          at,
-          event: 'renewal.ordered',
-          detail: `renewal ${intent.orderId}: ${describeTerm(order)}`,
-          cause: { jobId: intent.jobId ?? job.id ?? '', orderId: intent.orderId },
-        };
+        const renewal = 'recorded' in sent ? sent.recorded : renewed(sent.order);
+        const { next, at } = renewal;
         // Recorded and scheduled in one go: if the record fails, the retry records it and its add
         // of the same job id is ignored; a next-term job that fires before the record skips.
         await Promise.all([
-          chains.save({
-            chainId: chain.id,
-            token,
-            previous: current,
-            next,
-            history: [entry],
-            orderIds: [intent.orderId],
-            release: true,
-          }),
+          'recorded' in sent ? undefined : chains.save(renewal.save),
           addNextRenewalJob(
             deps.queues.renewals,
             next,
@@ -431,7 +480,7 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
         ]);
         deps.metrics.renewals.inc({ variant: provisioning.variant });
         deps.metrics.orders.inc({ kind: 'renewal' });
-        log.info({ order: intent.orderId, expiresAt: order.expiresAt }, 'renewal ordered');
+        log.info({ order: intent.orderId, expiresAt: next.term.expiresAt }, 'renewal ordered');
         return `renewed: ${intent.orderId}`;
       },
       claim,

@@ -30,6 +30,12 @@ export interface RenewalClaim {
 
 export type ClaimResult = LockResult | { kind: 'claimed'; chain: Chain };
 
+/** What a chain save sends to Redis (see `ChainStore.saveWrite`). */
+export interface ChainSaveWrite {
+  readonly keys: readonly string[];
+  readonly args: readonly (string | number)[];
+}
+
 export interface SaveInput {
   chainId: string;
   token: string;
@@ -136,13 +142,24 @@ export class ChainStore {
    * lock's lease ran out or another writer changed the chain: the job retries from fresh state.
    */
   async save(input: SaveInput): Promise<Chain> {
+    const { write, chain } = this.saveWrite(input);
+    const code = (await callScript(this.redis, 'saveChain', write.keys, write.args)) as number;
+    if (code !== 0) this.refuseSave(input, code);
+    this.saved(input);
+    return chain;
+  }
+
+  /**
+   * The keys and args of `save` (scripts/includes/save-chain.lua), for a script that commits the
+   * save with another write (the embedded core's createOrderAndSaveChain). The caller reports
+   * its outcome back: `saved` when written, `refuseSave` with the refusal code.
+   */
+  saveWrite(input: SaveInput): { write: ChainSaveWrite; chain: Chain } {
     const keys = chainKeys(input.chainId);
     const expected = input.previous?.version ?? -1;
     const chain: Chain = { ...input.next, version: expected + 1 } as Chain;
-    const code = (await callScript(
-      this.redis,
-      'saveChain',
-      [
+    const write = {
+      keys: [
         keys.lock,
         keys.chain,
         keys.intent,
@@ -152,7 +169,7 @@ export class ChainStore {
         indexKeys.all,
         customerChainsKey(chain.customer),
       ],
-      [
+      args: [
         input.token,
         expected,
         encodeChain(chain),
@@ -165,19 +182,29 @@ export class ChainStore {
         this.leaseMs,
         ...(input.history ?? []).map((entry) => JSON.stringify(entry)),
       ],
-    )) as number;
+    };
+    return { write, chain };
+  }
+
+  /** After a save written: a released lock needs no unlock. */
+  saved(input: SaveInput): void {
+    if (input.release) this.released.add(input.token);
+  }
+
+  /** A refused save (-1: the lock is not ours; -2: the chain changed) as the job's retry. */
+  refuseSave(input: SaveInput, code: number): never {
+    const { chainId } = input;
     if (code === -1) {
-      throw new TransientError('chain_lock_lost', `lost the lock of chain ${chain.order}`, {
-        chainId: input.chainId,
+      throw new TransientError('chain_lock_lost', `lost the lock of chain ${input.next.order}`, {
+        chainId,
       });
     }
     if (code === -2) {
-      throw new TransientError('chain_changed', `chain ${chain.order} changed concurrently`, {
-        chainId: input.chainId,
+      throw new TransientError('chain_changed', `chain ${input.next.order} changed concurrently`, {
+        chainId,
       });
     }
-    if (input.release) this.released.add(input.token);
-    return chain;
+    throw new Error(`saveChain answered an unknown code ${code} for chain ${chainId}`);
   }
 
   async get(chainId: string): Promise<Chain | null> {

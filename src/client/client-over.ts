@@ -25,7 +25,7 @@ function defined(fields: Record<string, unknown>): Record<string, unknown> {
 }
 
 /** A malformed answer is a protocol error (neither the caller's fault nor worth a retry). */
-function parseAnswer<T>(schema: z.ZodType<T>, method: string, answer: unknown): T {
+export function parseAnswer<T>(schema: z.ZodType<T>, method: string, answer: unknown): T {
   const parsed = schema.safeParse(answer, { reportInput: true });
   if (!parsed.success) {
     throw new Error(

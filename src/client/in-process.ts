@@ -4,8 +4,8 @@ import { RefusalError, TransientError } from '../errors.js';
 import type { ProvisioningCore } from '../provisioning/operations.js';
 import type { Partner } from '../provisioning/records.js';
 import { isRedisUnavailable } from '../redis/connection.js';
-import { clientOver, type Send } from './client-over.js';
-import type { ProvisioningClient } from './provisioning-client.js';
+import { clientOver, parseAnswer, type Send } from './client-over.js';
+import { orderResponse, type ProvisioningClient } from './provisioning-client.js';
 
 /**
  * The embedded core, called in the same process as the partner `partner`. Failures are
@@ -19,30 +19,50 @@ export function inProcessClient(opts: {
   extensions?: boolean;
 }): ProvisioningClient {
   const { core, partner } = opts;
-  const send: Send = async (method, params) => {
-    try {
-      return await core.invoke(partner, method, params);
-    } catch (error) {
-      if (error instanceof RefusalError) {
-        throw new RefusalError('provisioning_refused', error.message, { method }, { cause: error });
-      }
-      if (error instanceof TransientError || isRedisUnavailable(error)) {
-        const reason = error instanceof Error ? error.message : String(error);
-        throw new TransientError(
-          'provisioning_unavailable',
-          `provisioning ${method} unavailable: ${reason}`,
-          { method },
-          { cause: error },
-        );
-      }
-      throw error;
-    }
-  };
-  return clientOver({
+  const send: Send = (method, params) =>
+    classified(method, () => core.invoke(partner, method, params));
+  const client = clientOver({
     variant: partner.variant,
     extensions: opts.extensions ?? true,
     send,
     // The core and its Redis connection belong to whoever built them.
     close: async () => {},
   });
+  return {
+    ...client,
+    async createRecorded(method, params, companion) {
+      const outcome = await classified(method, () =>
+        core.createRecorded(partner, method, params, companion),
+      );
+      if (outcome.kind === 'companion_refused') return outcome;
+      return {
+        kind: outcome.kind === 'created' ? 'recorded' : 'unrecorded',
+        order: parseAnswer(orderResponse, method, outcome.order),
+      };
+    },
+  };
+}
+
+/**
+ * Failures classified exactly as the HTTP client classifies the endpoint's statuses (400
+ * refusal, 503 transient).
+ */
+async function classified<T>(method: string, call: () => Promise<T>): Promise<T> {
+  try {
+    return await call();
+  } catch (error) {
+    if (error instanceof RefusalError) {
+      throw new RefusalError('provisioning_refused', error.message, { method }, { cause: error });
+    }
+    if (error instanceof TransientError || isRedisUnavailable(error)) {
+      const reason = error instanceof Error ? error.message : String(error);
+      throw new TransientError(
+        'provisioning_unavailable',
+        `provisioning ${method} unavailable: ${reason}`,
+        { method },
+        { cause: error },
+      );
+    }
+    throw error;
+  }
 }

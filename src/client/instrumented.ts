@@ -3,7 +3,10 @@ import { ConfigError, RefusalError } from '../errors.js';
 import type { Metrics } from '../metrics.js';
 import type { ProvisioningClient } from './provisioning-client.js';
 
-type Method = Exclude<keyof ProvisioningClient, 'variant' | 'extensions' | 'close'>;
+type Method = Exclude<
+  keyof ProvisioningClient,
+  'variant' | 'extensions' | 'close' | 'createRecorded'
+>;
 const methods: readonly Method[] = [
   'createCustomer',
   'createOrder',
@@ -21,23 +24,32 @@ function outcomeOf(error: unknown): string {
 }
 
 export function instrumentClient(client: ProvisioningClient, metrics: Metrics): ProvisioningClient {
+  const counted = async <T>(method: string, call: () => Promise<T>): Promise<T> => {
+    try {
+      const result = await call();
+      metrics.provisioningCalls.inc({ method, status: 'ok' });
+      return result;
+    } catch (error) {
+      metrics.provisioningCalls.inc({ method, status: outcomeOf(error) });
+      throw error;
+    }
+  };
   const wrapped = Object.fromEntries(
     methods.map((method) => [
       method,
-      async (params: never) => {
-        try {
-          const result = await (client[method] as (p: never) => Promise<unknown>)(params);
-          metrics.provisioningCalls.inc({ method, status: 'ok' });
-          return result;
-        } catch (error) {
-          metrics.provisioningCalls.inc({ method, status: outcomeOf(error) });
-          throw error;
-        }
-      },
+      (params: never) =>
+        counted(method, () => (client[method] as (p: never) => Promise<unknown>)(params)),
     ]),
   );
+  const { createRecorded } = client;
   return {
     ...(wrapped as unknown as ProvisioningClient),
+    ...(createRecorded
+      ? {
+          createRecorded: (method, params, companion) =>
+            counted(method, () => createRecorded.call(client, method, params, companion)),
+        }
+      : {}),
     variant: client.variant,
     extensions: client.extensions,
     close: () => client.close(),

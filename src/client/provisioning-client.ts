@@ -1,5 +1,6 @@
 // What the workers need from a provisioning service, whether embedded (in-process) or remote (HTTP).
 import { z } from 'zod';
+import type { Companion } from '../provisioning/order-operations.js';
 import type { Variant } from '../provisioning/schemas.js';
 
 /** An order as the provisioning interface answers it (both variants). */
@@ -83,5 +84,21 @@ export interface ProvisioningClient {
   suspendOrder(params: { id: string }): Promise<true>;
   /** Marketplace only. */
   unsuspendOrder(params: { id: string }): Promise<true>;
+  /**
+   * Embedded mode only (the in-process client): a renewal order and the workers' record of it
+   * (`companion`, built from the planned order) written in one atomic script, or neither.
+   * `recorded` means both were written; `unrecorded` that the order existed already (a replay:
+   * nothing was written, the caller records it as usual); `companion_refused` that the record
+   * could not be written (its lock or version), so the order was not made either.
+   */
+  createRecorded?(
+    method: 'createOrder' | 'createRenewalOrder',
+    params: Record<string, unknown>,
+    companion: Companion,
+  ): Promise<RecordedOrder>;
   close(): Promise<void>;
 }
+
+export type RecordedOrder =
+  | { kind: 'recorded' | 'unrecorded'; order: OrderResponse }
+  | { kind: 'companion_refused'; code: number };

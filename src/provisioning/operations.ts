@@ -7,7 +7,7 @@ import type { Clock } from '../clock.js';
 import { NotFoundError, RefusalError } from '../errors.js';
 import { describeIssues } from '../validation.js';
 import { fingerprint } from './fingerprint.js';
-import { makeOrderOperations } from './order-operations.js';
+import { type Companion, makeOrderOperations, type WriteOutcome } from './order-operations.js';
 import { hashPassword } from './passwords.js';
 import type { CustomerRecord, Partner } from './records.js';
 import {
@@ -22,7 +22,7 @@ import {
   type Variant,
 } from './schemas.js';
 import type { ProvisioningStore } from './store.js';
-import { customerView, userCreateView, userReadView } from './views.js';
+import { customerView, orderView, userCreateView, userReadView } from './views.js';
 
 export interface ProvisioningDeps {
   store: ProvisioningStore;
@@ -160,6 +160,35 @@ export function makeProvisioningCore(deps: ProvisioningDeps) {
    * validated by that operation's schema. Refusals throw RefusalError with the caller's message.
    */
   async function invoke(partner: Partner, method: string, params: unknown): Promise<unknown> {
+    const handler = handlerOf(partner, method);
+    return handler(partner, parseParams(partner, method, params) as never);
+  }
+
+  /**
+   * A renewal order (createOrder, createRenewalOrder) written with `companion`'s write in one
+   * script, as `invoke` would make it otherwise: the workers' in-process client uses this to
+   * commit a renewal and their record of it together (CompanionWrite).
+   */
+  async function createRecorded(
+    partner: Partner,
+    method: 'createOrder' | 'createRenewalOrder',
+    params: unknown,
+    companion: Companion,
+  ): Promise<
+    { kind: 'created' | 'exists'; order: unknown } | { kind: 'companion_refused'; code: number }
+  > {
+    handlerOf(partner, method);
+    const parsed = parseParams(partner, method, params) as never;
+    const outcome: WriteOutcome =
+      method === 'createOrder'
+        ? await orders.createOrderWith(partner, parsed, companion)
+        : await orders.createRenewalOrderWith(partner, parsed, companion);
+    if (outcome.kind === 'companion_refused') return outcome;
+    return { kind: outcome.kind, order: orderView(outcome.record, partner.variant) };
+  }
+
+  /** The handler of `method` when the partner's variant offers it; otherwise the refusal. */
+  function handlerOf(partner: Partner, method: string) {
     const variantSchemas: Record<string, z.ZodType> = schemas[partner.variant];
     const handler = Object.hasOwn(handlers[partner.variant], method)
       ? handlers[partner.variant][method]
@@ -174,15 +203,21 @@ export function makeProvisioningCore(deps: ProvisioningDeps) {
           : `unknown method: ${JSON.stringify(method)}`,
       );
     }
+    return handler;
+  }
+
+  function parseParams(partner: Partner, method: string, params: unknown): unknown {
+    const schema = (schemas[partner.variant] as Record<string, z.ZodType>)[method] as z.ZodType;
     const parsed = schema.safeParse(params ?? {}, { reportInput: true });
     if (!parsed.success) {
       throw new RefusalError('invalid_params', describeIssues(parsed.error, 'params'), { method });
     }
-    return handler(partner, parsed.data as never);
+    return parsed.data;
   }
 
   return {
     invoke,
+    createRecorded,
     methods: { marketplace: Object.keys(marketplace), external: Object.keys(external) },
   };
 }

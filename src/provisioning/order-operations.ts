@@ -10,8 +10,22 @@ import type {
   CreateRenewalOrderParams,
   OrderIdParams,
 } from './schemas.js';
-import { type ProvisioningStore, StatusCode } from './store.js';
+import { type CompanionWrite, type ProvisioningStore, StatusCode } from './store.js';
 import { orderView } from './views.js';
+
+/** The order a plan writes, as a companion write sees it (before the store allocates its id). */
+export type PlannedOrder = Pick<
+  OrderRecord,
+  'remoteId' | 'product' | 'licenses' | 'startsAt' | 'expiresAt'
+>;
+
+/** Builds the write that commits with the planned order (embedded mode; see CompanionWrite). */
+export type Companion = (order: PlannedOrder) => CompanionWrite;
+
+/** How a write ended: created (with its companion, when given), a replay, or nothing written. */
+export type WriteOutcome =
+  | { kind: 'created' | 'exists'; record: OrderRecord }
+  | { kind: 'companion_refused'; code: number };
 
 /** How often an order write re-plans when a concurrent renewal moved its chain on. */
 const MAX_CHAIN_RETRIES = 5;
@@ -68,7 +82,10 @@ export function makeOrderOperations(deps: {
     );
   }
 
-  /** Writes the order; a concurrent change of its chain makes `attempt` plan again from fresh state. */
+  /**
+   * Writes the order (with `companion`'s write, when given); a concurrent change of its chain
+   * makes `attempt` plan again from fresh state.
+   */
   async function writeOrder(
     partner: Partner,
     attempt: () => Promise<
@@ -80,18 +97,20 @@ export function makeOrderOperations(deps: {
           instanceRule: 'keep' | 'external';
         }
     >,
-  ): Promise<OrderRecord> {
+    companion?: Companion,
+  ): Promise<WriteOutcome> {
     for (let i = 0; i < MAX_CHAIN_RETRIES; i += 1) {
       const plan = await attempt();
-      if ('done' in plan) return plan.done;
-      const result = await store.insertOrder(partner, plan);
+      if ('done' in plan) return { kind: 'exists', record: plan.done };
+      const result = await store.insertOrder(partner, plan, companion?.(plan.record));
+      if (result.kind === 'companion_refused') return result;
       if (result.kind === 'customer_missing') {
         throw new NotFoundError(
           'customer_not_found',
           `customer not found: ${plan.record.customerRemoteId}`,
         );
       }
-      if (result.kind === 'created') return result.record;
+      if (result.kind === 'created') return result;
       if (result.kind === 'exists') {
         if (result.record.fingerprint !== plan.record.fingerprint) {
           throw new RefusalError(
@@ -99,7 +118,7 @@ export function makeOrderOperations(deps: {
             `order ${plan.record.remoteId} already exists with other params`,
           );
         }
-        return result.record;
+        return result;
       }
     }
     throw new RefusalError('chain_busy', 'the chain changed concurrently too often; retry');
@@ -237,80 +256,93 @@ export function makeOrderOperations(deps: {
     };
   }
 
-  async function createOrder(partner: Partner, p: CreateOrderParams) {
+  /** The record a write without a companion made or found (it cannot be refused). */
+  function writtenRecord(outcome: WriteOutcome): OrderRecord {
+    if (outcome.kind === 'companion_refused') throw new Error('a write without companion refused');
+    return outcome.record;
+  }
+
+  function createOrderWith(partner: Partner, p: CreateOrderParams, companion?: Companion) {
     const print = fingerprint('createOrder', p);
-    const order = await writeOrder(partner, async () => {
-      const ctx = await store.loadOrderContext(partner, {
-        order: p.id,
-        customer: p.customer,
-        chain: p.parent,
-      });
-      const replay = replayOf(ctx.order, print, p.id);
-      if (replay) return { done: replay };
-      const customer = requireCustomer(ctx.customer, p.customer);
-      const at = now(partner);
-
-      if (p.parent !== undefined) {
-        const { chain, parentOrder } = requireChain(ctx, p.parent);
-        if (chain.customerRemoteId !== p.customer) {
-          throw new RefusalError(
-            'parent_mismatch',
-            `order ${p.parent} belongs to another customer`,
-          );
-        }
-        if (chain.product !== p.product || chain.duration !== p.duration) {
-          throw new RefusalError(
-            'parent_mismatch',
-            `order ${p.id} must have the product and duration of its parent ${p.parent} (${chain.product}, ${chain.duration}), got ${p.product}, ${p.duration}`,
-          );
-        }
-        return renewalOf({
-          partner,
-          chain,
-          parentOrder,
-          customer,
-          id: p.id,
-          licenses: p.licenses,
-          requestedStartsAt: p.startsAt,
-          print,
-          at,
+    return writeOrder(
+      partner,
+      async () => {
+        const ctx = await store.loadOrderContext(partner, {
+          order: p.id,
+          customer: p.customer,
+          chain: p.parent,
         });
-      }
+        const replay = replayOf(ctx.order, print, p.id);
+        if (replay) return { done: replay };
+        const customer = requireCustomer(ctx.customer, p.customer);
+        const at = now(partner);
 
-      if (p.duration === undefined) {
-        // Partial order: its own dates, no term, no chain (the schema guarantees both dates).
-        const record = newOrder(
-          {
-            remoteId: p.id,
-            product: p.product,
+        if (p.parent !== undefined) {
+          const { chain, parentOrder } = requireChain(ctx, p.parent);
+          if (chain.customerRemoteId !== p.customer) {
+            throw new RefusalError(
+              'parent_mismatch',
+              `order ${p.parent} belongs to another customer`,
+            );
+          }
+          if (chain.product !== p.product || chain.duration !== p.duration) {
+            throw new RefusalError(
+              'parent_mismatch',
+              `order ${p.id} must have the product and duration of its parent ${p.parent} (${chain.product}, ${chain.duration}), got ${p.product}, ${p.duration}`,
+            );
+          }
+          return renewalOf({
+            partner,
+            chain,
+            parentOrder,
+            customer,
+            id: p.id,
             licenses: p.licenses,
-            duration: null,
-            count: 1,
-            startsAt: p.startsAt ?? at,
-            expiresAt: p.expiresAt ?? at,
-            parent: null,
-            fingerprint: print,
-          },
+            requestedStartsAt: p.startsAt,
+            print,
+            at,
+          });
+        }
+
+        if (p.duration === undefined) {
+          // Partial order: its own dates, no term, no chain (the schema guarantees both dates).
+          const record = newOrder(
+            {
+              remoteId: p.id,
+              product: p.product,
+              licenses: p.licenses,
+              duration: null,
+              count: 1,
+              startsAt: p.startsAt ?? at,
+              expiresAt: p.expiresAt ?? at,
+              parent: null,
+              fingerprint: print,
+            },
+            customer,
+            at,
+            null,
+          );
+          return { record, chain: null, plannedFromCount: 0, instanceRule: 'keep' as const };
+        }
+
+        return firstOrderPlan({
+          p,
+          duration: p.duration,
+          startsAt: p.startsAt ?? at,
           customer,
           at,
-          null,
-        );
-        return { record, chain: null, plannedFromCount: 0, instanceRule: 'keep' as const };
-      }
+          print,
+          // Marketplace instances belong to the customer from its creation.
+          instance: customer.instance,
+          instanceRule: 'keep',
+        });
+      },
+      companion,
+    );
+  }
 
-      return firstOrderPlan({
-        p,
-        duration: p.duration,
-        startsAt: p.startsAt ?? at,
-        customer,
-        at,
-        print,
-        // Marketplace instances belong to the customer from its creation.
-        instance: customer.instance,
-        instanceRule: 'keep',
-      });
-    });
-    return orderView(order, partner.variant);
+  async function createOrder(partner: Partner, p: CreateOrderParams) {
+    return orderView(writtenRecord(await createOrderWith(partner, p)), partner.variant);
   }
 
   async function createFirstOrder(partner: Partner, p: CreateFirstOrderParams) {
@@ -333,32 +365,43 @@ export function makeOrderOperations(deps: {
         instanceRule: 'external',
       });
     });
-    return orderView(order, partner.variant);
+    return orderView(writtenRecord(order), partner.variant);
+  }
+
+  function createRenewalOrderWith(
+    partner: Partner,
+    p: CreateRenewalOrderParams,
+    companion?: Companion,
+  ) {
+    const print = fingerprint('createRenewalOrder', p);
+    return writeOrder(
+      partner,
+      async () => {
+        const ctx = await store.loadOrderContext(partner, { order: p.id, chain: p.parent });
+        const replay = replayOf(ctx.order, print, p.id);
+        if (replay) return { done: replay };
+        const { chain, parentOrder } = requireChain(ctx, p.parent);
+        const customer = requireCustomer(
+          await store.getCustomer(partner, chain.customerRemoteId),
+          chain.customerRemoteId,
+        );
+        return renewalOf({
+          partner,
+          chain,
+          parentOrder,
+          customer,
+          id: p.id,
+          licenses: p.licenses ?? chain.licenses,
+          print,
+          at: now(partner),
+        });
+      },
+      companion,
+    );
   }
 
   async function createRenewalOrder(partner: Partner, p: CreateRenewalOrderParams) {
-    const print = fingerprint('createRenewalOrder', p);
-    const order = await writeOrder(partner, async () => {
-      const ctx = await store.loadOrderContext(partner, { order: p.id, chain: p.parent });
-      const replay = replayOf(ctx.order, print, p.id);
-      if (replay) return { done: replay };
-      const { chain, parentOrder } = requireChain(ctx, p.parent);
-      const customer = requireCustomer(
-        await store.getCustomer(partner, chain.customerRemoteId),
-        chain.customerRemoteId,
-      );
-      return renewalOf({
-        partner,
-        chain,
-        parentOrder,
-        customer,
-        id: p.id,
-        licenses: p.licenses ?? chain.licenses,
-        print,
-        at: now(partner),
-      });
-    });
-    return orderView(order, partner.variant);
+    return orderView(writtenRecord(await createRenewalOrderWith(partner, p)), partner.variant);
   }
 
   /** Marketplace: the order named. External: the whole chain, named by its first order. */
@@ -384,5 +427,12 @@ export function makeOrderOperations(deps: {
     }
   }
 
-  return { createOrder, createFirstOrder, createRenewalOrder, changeStatus };
+  return {
+    createOrder,
+    createFirstOrder,
+    createRenewalOrder,
+    createOrderWith,
+    createRenewalOrderWith,
+    changeStatus,
+  };
 }

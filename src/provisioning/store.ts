@@ -1,7 +1,7 @@
 // The provisioning core's Redis store: every read and atomic write the operations need.
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { callScript, defineScripts, readScripts } from '../redis/lua-scripts.js';
+import { callScript, defineScripts, readScripts, type ScriptArg } from '../redis/lua-scripts.js';
 import { partnerKeys, registryKeys } from './keys.js';
 import {
   type ChainRecord,
@@ -26,6 +26,7 @@ export enum ScriptCode {
   Done = 0,
   ChainMoved = -1,
   CustomerMissing = -2,
+  CompanionRefused = -3,
 }
 
 export enum StatusCode {
@@ -40,7 +41,18 @@ export type WriteResult<T> = { kind: 'created'; record: T } | { kind: 'exists'; 
 export type OrderInsertResult =
   | WriteResult<OrderRecord>
   | { kind: 'chain_moved' }
-  | { kind: 'customer_missing' };
+  | { kind: 'customer_missing' }
+  | { kind: 'companion_refused'; code: number };
+
+/**
+ * Embedded mode: the workers' chain save (src/chains/scripts/includes/save-chain.lua) that
+ * commits in the same script as an order, so the order and their record of it are written
+ * together or not at all.
+ */
+export interface CompanionWrite {
+  readonly keys: readonly string[];
+  readonly args: readonly ScriptArg[];
+}
 
 export interface OrderContext {
   order: OrderRecord | null;
@@ -165,7 +177,8 @@ export class ProvisioningStore {
 
   /**
    * Stores an order, and the chain state it leads to, unless its caller id exists or the chain
-   * moved on since `plannedFromCount` was read.
+   * moved on since `plannedFromCount` was read. With a `companion`, that write commits in the
+   * same script, and nothing is written unless both may be.
    */
   async insertOrder(
     partner: Partner,
@@ -175,28 +188,35 @@ export class ProvisioningStore {
       plannedFromCount: number;
       instanceRule: 'keep' | 'external';
     },
+    companion?: CompanionWrite,
   ): Promise<OrderInsertResult> {
     const keys = partnerKeys(partner.id);
     const { record, chain } = input;
-    const [code, json] = (await callScript(
-      this.redis,
-      'createOrder',
-      [keys.orders, keys.chains, keys.customers, keys.sequences, keys.instances],
-      [
-        record.remoteId,
-        JSON.stringify(record),
-        chain ? chain.parent : '',
-        input.plannedFromCount,
-        chain ? JSON.stringify(chain) : '',
-        record.customerRemoteId,
-        input.instanceRule,
-      ],
-    )) as [number, string];
+    const orderKeys = [keys.orders, keys.chains, keys.customers, keys.sequences, keys.instances];
+    const orderArgs = [
+      record.remoteId,
+      JSON.stringify(record),
+      chain ? chain.parent : '',
+      input.plannedFromCount,
+      chain ? JSON.stringify(chain) : '',
+      record.customerRemoteId,
+      input.instanceRule,
+    ];
+    const [code, json] = (await (companion
+      ? callScript(
+          this.redis,
+          'createOrderAndSaveChain',
+          [...orderKeys, ...companion.keys],
+          [...orderArgs, ...companion.args],
+        )
+      : callScript(this.redis, 'createOrder', orderKeys, orderArgs))) as [number, string];
     switch (code) {
       case ScriptCode.ChainMoved:
         return { kind: 'chain_moved' };
       case ScriptCode.CustomerMissing:
         return { kind: 'customer_missing' };
+      case ScriptCode.CompanionRefused:
+        return { kind: 'companion_refused', code: Number(json) };
       default:
         return {
           kind: code === ScriptCode.Replay ? 'exists' : 'created',

@@ -1,7 +1,9 @@
 // Loads a folder of Lua scripts and registers each as an ioredis command.
 //
 // A file is named `<command>-<numberOfKeys>.lua` (BullMQ's convention), so its key count is read
-// from the name and a script cannot be called with the wrong split between KEYS and ARGV.
+// from the name and a script cannot be called with the wrong split between KEYS and ARGV. A line
+// `--- @include "<path>"` is replaced by that file (relative to the script), as in BullMQ, so two
+// scripts can share the checks and writes that one atomic step needs.
 import { readdirSync, readFileSync } from 'node:fs';
 import type { Redis } from 'ioredis';
 
@@ -14,6 +16,17 @@ export interface LuaScript {
 }
 
 const FILE_NAME = /^([A-Za-z][A-Za-z0-9]*)-(\d+)\.lua$/;
+const INCLUDE = /^--- @include "([^"]+)"$/gm;
+
+/** The script at `file` with its includes inlined (each include may include others). */
+function readWithIncludes(file: URL, seen: readonly string[] = []): string {
+  if (seen.includes(file.href)) {
+    throw new Error(`Lua include cycle: ${[...seen, file.href].join(' -> ')}`);
+  }
+  return readFileSync(file, 'utf8').replace(INCLUDE, (_line, target: string) =>
+    readWithIncludes(new URL(target, file), [...seen, file.href]),
+  );
+}
 
 /** Reads every `<name>-<keys>.lua` in `folder` once; call at start, not per request. */
 export function readScripts(folder: URL): readonly LuaScript[] {
@@ -23,7 +36,7 @@ export function readScripts(folder: URL): readonly LuaScript[] {
     .map(({ file, match }) => ({
       name: match[1] as string,
       numberOfKeys: Number(match[2]),
-      lua: readFileSync(new URL(file, folder), 'utf8'),
+      lua: readWithIncludes(new URL(file, folder)),
     }));
 }
 

@@ -1,4 +1,5 @@
 // Auto-renewal end to end: signed webhooks in, real workers, the embedded core, the ops API out.
+import { createHash } from 'node:crypto';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -14,6 +15,7 @@ import { ChainStore } from '../../../src/chains/store.js';
 import { systemClock } from '../../../src/clock.js';
 import { addTerms } from '../../../src/domain/periods.js';
 import { QUEUE_PREFIX } from '../../../src/queues.js';
+import { readScripts } from '../../../src/redis/lua-scripts.js';
 import { DAY, orderPlaced, type System, startSystem } from '../../helpers/system.js';
 
 let system: System;
@@ -74,6 +76,22 @@ describe('a monthly marketplace chain whose first term started 25 days ago', () 
       dueAt: chain.nextRenewalAt,
       expiresAt: chain.term.expiresAt,
     });
+  });
+});
+
+describe('an embedded renewal', () => {
+  it('writes the order and its record in one script (createOrderAndSaveChain)', async () => {
+    const scripts = readScripts(new URL('../../../src/provisioning/scripts/', import.meta.url));
+    const fused = scripts.find((script) => script.name === 'createOrderAndSaveChain');
+    const sha = createHash('sha1')
+      .update(fused?.lua ?? '')
+      .digest('hex');
+    // Every client reloads a flushed script on its next call (NOSCRIPT, then EVAL).
+    await redis.script('FLUSH');
+    expect(await redis.script('EXISTS', sha)).toEqual([0]);
+    await system.send('order.placed', orderPlaced({ order: 'ONE-1', startsAt: now() - 25 * DAY }));
+    await system.waitForChain('ONE-1', (c) => c.term.count === 2);
+    expect(await redis.script('EXISTS', sha)).toEqual([1]);
   });
 });
 
