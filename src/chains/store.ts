@@ -1,7 +1,7 @@
 // The chain store: each chain's record, history and lock, and the indexes the ops API reads.
 import type { Redis } from 'ioredis';
 import { TransientError } from '../errors.js';
-import { callScript, defineScripts, readScripts } from '../redis/lua-scripts.js';
+import { callScript, defineScripts, readScripts, type ScriptCall } from '../redis/lua-scripts.js';
 import { chainKeys, customerChainsKey, indexKeys } from './keys.js';
 import {
   type Chain,
@@ -29,12 +29,6 @@ export interface RenewalClaim {
 }
 
 export type ClaimResult = LockResult | { kind: 'claimed'; chain: Chain };
-
-/** What a chain save sends to Redis (see `ChainStore.saveWrite`). */
-export interface ChainSaveWrite {
-  readonly keys: readonly string[];
-  readonly args: readonly (string | number)[];
-}
 
 export interface SaveInput {
   chainId: string;
@@ -154,7 +148,7 @@ export class ChainStore {
    * save with another write (the embedded core's createOrderAndSaveChain). The caller reports
    * its outcome back: `saved` when written, `refuseSave` with the refusal code.
    */
-  saveWrite(input: SaveInput): { write: ChainSaveWrite; chain: Chain } {
+  saveWrite(input: SaveInput): { write: ScriptCall; chain: Chain } {
     const keys = chainKeys(input.chainId);
     const expected = input.previous?.version ?? -1;
     const chain: Chain = { ...input.next, version: expected + 1 } as Chain;

@@ -1,7 +1,7 @@
 // The provisioning core's Redis store: every read and atomic write the operations need.
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { callScript, defineScripts, readScripts, type ScriptArg } from '../redis/lua-scripts.js';
+import { callScript, defineScripts, readScripts, type ScriptCall } from '../redis/lua-scripts.js';
 import { partnerKeys, registryKeys } from './keys.js';
 import {
   type ChainRecord,
@@ -49,10 +49,7 @@ export type OrderInsertResult =
  * commits in the same script as an order, so the order and their record of it are written
  * together or not at all.
  */
-export interface CompanionWrite {
-  readonly keys: readonly string[];
-  readonly args: readonly ScriptArg[];
-}
+export type CompanionWrite = ScriptCall;
 
 export interface OrderContext {
   order: OrderRecord | null;

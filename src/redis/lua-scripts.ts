@@ -9,6 +9,12 @@ import type { Redis } from 'ioredis';
 
 export type ScriptArg = string | number;
 
+/** The keys and args of one script call, for a caller that composes it into another script. */
+export interface ScriptCall {
+  readonly keys: readonly string[];
+  readonly args: readonly ScriptArg[];
+}
+
 export interface LuaScript {
   readonly name: string;
   readonly numberOfKeys: number;

@@ -9,8 +9,8 @@
 ]]
 --- @include "includes/create-order.lua"
 
-local refusal = orderInsertRefusal(KEYS, ARGV)
+local refusal, customerJson = orderInsertRefusal(KEYS, ARGV)
 if refusal then
   return refusal
 end
-return {0, writeNewOrder(KEYS, ARGV)}
+return {0, writeNewOrder(KEYS, ARGV, customerJson)}

@@ -29,7 +29,7 @@ for i = 8, #ARGV do
   chainArgs[i - 7] = ARGV[i]
 end
 
-local refusal = orderInsertRefusal(orderKeys, orderArgs)
+local refusal, customerJson = orderInsertRefusal(orderKeys, orderArgs)
 if refusal then
   return refusal
 end
@@ -37,6 +37,6 @@ local chainRefusal = chainSaveRefusal(chainKeys, chainArgs)
 if chainRefusal then
   return {-3, tostring(chainRefusal)}
 end
-local stored = writeNewOrder(orderKeys, orderArgs)
+local stored = writeNewOrder(orderKeys, orderArgs, customerJson)
 writeChainSave(chainKeys, chainArgs)
 return {0, stored}

@@ -20,7 +20,7 @@
           instance, created on its first order)
 ]]
 
---- The reply when the order must not be written now, or nil when it may:
+--- The reply when the order must not be written now, or nil and the customer's JSON when it may:
 --- {1, stored JSON} when the caller id exists (a replay: the caller compares params),
 --- {-1, ""} when the chain moved on since the caller read it (re-plan and retry),
 --- {-2, ""} when the customer is unknown.
@@ -29,7 +29,8 @@ local function orderInsertRefusal(keys, args)
   if existing then
     return {1, existing}
   end
-  if redis.call('HEXISTS', keys[3], args[6]) == 0 then
+  local customerJson = redis.call('HGET', keys[3], args[6])
+  if not customerJson then
     return {-2, ''}
   end
   if args[3] ~= '' then
@@ -42,16 +43,16 @@ local function orderInsertRefusal(keys, args)
       return {-1, ''}
     end
   end
-  return nil
+  return nil, customerJson
 end
 
 --- Stores the order (and its chain) and returns the stored order JSON.
-local function writeNewOrder(keys, args)
+local function writeNewOrder(keys, args, customerJson)
   local record = cjson.decode(args[2])
   record['id'] = 'ord-' .. redis.call('HINCRBY', keys[4], 'order', 1)
 
   if args[7] == 'external' then
-    local customer = cjson.decode(redis.call('HGET', keys[3], args[6]))
+    local customer = cjson.decode(customerJson)
     if customer['instance'] == cjson.null or customer['instance'] == nil then
       local instanceId = redis.call('HINCRBY', keys[4], 'instance', 1)
       customer['instance'] = instanceId
