@@ -1,5 +1,4 @@
 // The `renewals` queue: one delayed job per term renews a chain on time, exactly once.
-import { isDeepStrictEqual } from 'node:util';
 import { type Job, type Queue, UnrecoverableError } from 'bullmq';
 import { z } from 'zod';
 import { governedNextRenewalAt } from '../src/chains/family.js';
@@ -368,9 +367,11 @@ function renewedChain(
 
 export function makeRenewalProcessor(deps: WorkerDeps) {
   const { chains, clock, provisioning } = deps;
+  // Bound once per worker: a child logger per job costs more than the renewal's own log line.
+  const log = deps.log.child({ queue: 'renewals' });
   return async function processRenewal(job: Job, jobToken?: string): Promise<string> {
     const data = renewalJobData.parse(job.data);
-    const log = deps.log.child({ queue: 'renewals', jobId: job.id, chainId: data.chainId });
+    const about = { jobId: job.id, chainId: data.chainId };
     const { prepared } = data;
     const claim =
       prepared && prepared.basis === renewalBasis(deps) && prepared.intent.jobId === job.id
@@ -388,7 +389,10 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
         let current = chain;
         let intent = current.intent;
         if (claimed && !(await confirmClaim(deps, current, data.count, now))) {
-          log.error({ intent: intent?.orderId }, 'a prepared renewal intent did not hold; cleared');
+          log.error(
+            { ...about, intent: intent?.orderId },
+            'a prepared renewal intent did not hold; cleared',
+          );
           current = await chains.save({
             chainId: current.id,
             token,
@@ -408,7 +412,7 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
             now,
             leadDays: deps.settings.leadDays,
           });
-          log.debug({ decision: decision.kind }, 'renewal decided');
+          log.debug({ ...about, decision: decision.kind }, 'renewal decided');
           if (decision.kind === 'skip') return `skipped: ${decision.reason}`;
           if (decision.kind === 'wait') {
             if (decision.reason !== 'not_due')
@@ -480,7 +484,10 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
         ]);
         deps.metrics.renewals.inc({ variant: provisioning.variant });
         deps.metrics.orders.inc({ kind: 'renewal' });
-        log.info({ order: intent.orderId, expiresAt: next.term.expiresAt }, 'renewal ordered');
+        log.info(
+          { ...about, order: intent.orderId, expiresAt: next.term.expiresAt },
+          'renewal ordered',
+        );
         return `renewed: ${intent.orderId}`;
       },
       claim,
@@ -504,8 +511,20 @@ async function confirmClaim(deps: WorkerDeps, chain: Chain, forCount: number, no
     }),
   );
   if (!decision || chain.intent === null) return false;
-  const wanted = renewalIntent(deps, chain, decision, chain.intent.jobId);
-  return isDeepStrictEqual(wanted, chain.intent);
+  return sameRenewalIntent(renewalIntent(deps, chain, decision, chain.intent.jobId), chain.intent);
+}
+
+/**
+ * Whether two renewal intents are the same. Their params are flat (ids, counts, instants), so
+ * comparing them key by key is exact; params holding objects compare unequal, which only sends
+ * the job down the path that decides afresh.
+ */
+function sameRenewalIntent(a: Intent, b: Intent): boolean {
+  if (a.kind !== b.kind || a.method !== b.method || a.orderId !== b.orderId) return false;
+  if (a.jobId !== b.jobId || a.event !== undefined || b.event !== undefined) return false;
+  const keys = Object.keys(a.params);
+  if (keys.length !== Object.keys(b.params).length) return false;
+  return keys.every((key) => Object.hasOwn(b.params, key) && a.params[key] === b.params[key]);
 }
 
 /**

@@ -34,11 +34,8 @@ export function inProcessClient(opts: {
       const outcome = await classified(method, () =>
         core.createRecorded(partner, method, params, companion),
       );
-      if (outcome.kind === 'companion_refused') return outcome;
-      return {
-        kind: outcome.kind === 'created' ? 'recorded' : 'unrecorded',
-        order: parseAnswer(orderResponse, method, outcome.order),
-      };
+      if (outcome.kind !== 'exists') return outcome;
+      return { kind: 'unrecorded', order: parseAnswer(orderResponse, method, outcome.order) };
     },
   };
 }

@@ -87,7 +87,8 @@ export interface ProvisioningClient {
   /**
    * Embedded mode only (the in-process client): a renewal order and the workers' record of it
    * (`companion`, built from the planned order) written in one atomic script, or neither.
-   * `recorded` means both were written; `unrecorded` that the order existed already (a replay:
+   * `recorded` means both were written (with the service's id of the order, whose terms the
+   * companion already has); `unrecorded` that the order existed already (a replay:
    * nothing was written, the caller records it as usual); `companion_refused` that the record
    * could not be written (its lock or version), so the order was not made either.
    */
@@ -100,5 +101,6 @@ export interface ProvisioningClient {
 }
 
 export type RecordedOrder =
-  | { kind: 'recorded' | 'unrecorded'; order: OrderResponse }
+  | { kind: 'recorded'; id: string }
+  | { kind: 'unrecorded'; order: OrderResponse }
   | { kind: 'companion_refused'; code: number };

@@ -175,7 +175,9 @@ export function makeProvisioningCore(deps: ProvisioningDeps) {
     params: unknown,
     companion: Companion,
   ): Promise<
-    { kind: 'created' | 'exists'; order: unknown } | { kind: 'companion_refused'; code: number }
+    | { kind: 'recorded'; id: string }
+    | { kind: 'exists'; order: unknown }
+    | { kind: 'companion_refused'; code: number }
   > {
     handlerOf(partner, method);
     const parsed = parseParams(partner, method, params) as never;
@@ -183,8 +185,11 @@ export function makeProvisioningCore(deps: ProvisioningDeps) {
       method === 'createOrder'
         ? await orders.createOrderWith(partner, parsed, companion)
         : await orders.createRenewalOrderWith(partner, parsed, companion);
-    if (outcome.kind === 'companion_refused') return outcome;
-    return { kind: outcome.kind, order: orderView(outcome.record, partner.variant) };
+    if (outcome.kind === 'exists') {
+      return { kind: 'exists', order: orderView(outcome.record, partner.variant) };
+    }
+    if (outcome.kind === 'created') throw new Error('a write with a companion ended created');
+    return outcome;
   }
 
   /** The handler of `method` when the partner's variant offers it; otherwise the refusal. */

@@ -22,9 +22,14 @@ export type PlannedOrder = Pick<
 /** Builds the write that commits with the planned order (embedded mode; see CompanionWrite). */
 export type Companion = (order: PlannedOrder) => CompanionWrite;
 
-/** How a write ended: created (with its companion, when given), a replay, or nothing written. */
+/**
+ * How a write ended: created; recorded (created with its companion, whose caller planned the
+ * order and needs only its id); a replay; or nothing written (the companion refused).
+ */
 export type WriteOutcome =
-  | { kind: 'created' | 'exists'; record: OrderRecord }
+  | { kind: 'created'; record: OrderRecord }
+  | { kind: 'exists'; record: OrderRecord }
+  | { kind: 'recorded'; id: string }
   | { kind: 'companion_refused'; code: number };
 
 /** How often an order write re-plans when a concurrent renewal moved its chain on. */
@@ -103,7 +108,7 @@ export function makeOrderOperations(deps: {
       const plan = await attempt();
       if ('done' in plan) return { kind: 'exists', record: plan.done };
       const result = await store.insertOrder(partner, plan, companion?.(plan.record));
-      if (result.kind === 'companion_refused') return result;
+      if (result.kind === 'companion_refused' || result.kind === 'recorded') return result;
       if (result.kind === 'customer_missing') {
         throw new NotFoundError(
           'customer_not_found',
@@ -256,9 +261,9 @@ export function makeOrderOperations(deps: {
     };
   }
 
-  /** The record a write without a companion made or found (it cannot be refused). */
+  /** The record a write without a companion made or found (only companions refuse or record). */
   function writtenRecord(outcome: WriteOutcome): OrderRecord {
-    if (outcome.kind === 'companion_refused') throw new Error('a write without companion refused');
+    if (!('record' in outcome)) throw new Error(`a write without companion ended ${outcome.kind}`);
     return outcome.record;
   }
 

@@ -40,6 +40,8 @@ export type WriteResult<T> = { kind: 'created'; record: T } | { kind: 'exists'; 
 
 export type OrderInsertResult =
   | WriteResult<OrderRecord>
+  /** Written with its companion: only the id, since the caller planned the rest. */
+  | { kind: 'recorded'; id: string }
   | { kind: 'chain_moved' }
   | { kind: 'customer_missing' }
   | { kind: 'companion_refused'; code: number };
@@ -214,11 +216,11 @@ export class ProvisioningStore {
         return { kind: 'customer_missing' };
       case ScriptCode.CompanionRefused:
         return { kind: 'companion_refused', code: Number(json) };
+      case ScriptCode.Done:
+        if (companion) return { kind: 'recorded', id: json };
+        return { kind: 'created', record: parseStored(orderRecord, json, 'order') };
       default:
-        return {
-          kind: code === ScriptCode.Replay ? 'exists' : 'created',
-          record: parseStored(orderRecord, json, 'order'),
-        };
+        return { kind: 'exists', record: parseStored(orderRecord, json, 'order') };
     }
   }
 

@@ -13,4 +13,5 @@ local refusal, customerJson = orderInsertRefusal(KEYS, ARGV)
 if refusal then
   return refusal
 end
-return {0, writeNewOrder(KEYS, ARGV, customerJson)}
+local stored = writeNewOrder(KEYS, ARGV, customerJson)
+return {0, stored}

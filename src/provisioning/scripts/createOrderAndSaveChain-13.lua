@@ -8,9 +8,9 @@
   ARGV[1..7]  the order's args
   ARGV[8..]   the chain save's args (ending with its history entries)
 
-  Returns what createOrder returns, with nothing written unless it is {0, new JSON}; and
-          {-3, code} when the chain save is refused (code -1: the lock is not ours; -2: the chain
-          changed), with nothing written either.
+  Returns {0, new order's id} when both were written; otherwise what createOrder returns when it
+          writes nothing, or {-3, code} when the chain save is refused (code -1: the lock is not
+          ours; -2: the chain changed), with nothing written either.
 ]]
 --- @include "includes/create-order.lua"
 --- @include "../../chains/scripts/includes/save-chain.lua"
@@ -37,6 +37,6 @@ local chainRefusal = chainSaveRefusal(chainKeys, chainArgs)
 if chainRefusal then
   return {-3, tostring(chainRefusal)}
 end
-local stored = writeNewOrder(orderKeys, orderArgs, customerJson)
+local _, id = writeNewOrder(orderKeys, orderArgs, customerJson)
 writeChainSave(chainKeys, chainArgs)
-return {0, stored}
+return {0, id}

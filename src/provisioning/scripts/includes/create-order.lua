@@ -46,12 +46,13 @@ local function orderInsertRefusal(keys, args)
   return nil, customerJson
 end
 
---- Stores the order (and its chain) and returns the stored order JSON.
+--- Stores the order (and its chain); returns the stored order JSON and the order's id.
 local function writeNewOrder(keys, args, customerJson)
-  local record = cjson.decode(args[2])
-  record['id'] = 'ord-' .. redis.call('HINCRBY', keys[4], 'order', 1)
-
+  local id = 'ord-' .. redis.call('HINCRBY', keys[4], 'order', 1)
+  local stored
   if args[7] == 'external' then
+    local record = cjson.decode(args[2])
+    record['id'] = id
     local customer = cjson.decode(customerJson)
     if customer['instance'] == cjson.null or customer['instance'] == nil then
       local instanceId = redis.call('HINCRBY', keys[4], 'instance', 1)
@@ -60,12 +61,16 @@ local function writeNewOrder(keys, args, customerJson)
       redis.call('HSET', keys[3], args[6], cjson.encode(customer))
     end
     record['instance'] = customer['instance']
+    stored = cjson.encode(record)
+  else
+    -- The id goes in front of the record's own fields: no decoding and encoding of the JSON
+    -- (args[2] is a non-empty object without "id").
+    stored = '{"id":"' .. id .. '",' .. string.sub(args[2], 2)
   end
 
-  local stored = cjson.encode(record)
   redis.call('HSET', keys[1], args[1], stored)
   if args[3] ~= '' then
     redis.call('HSET', keys[2], args[3], args[5])
   end
-  return stored
+  return stored, id
 end
