@@ -35,15 +35,21 @@ export async function withChainLock<T>(
 ): Promise<T> {
   const token = `${job.id}/${randomUUID()}`;
   const lock = await take(token);
-  if (lock.kind === 'locked') {
-    await job.moveToDelayed(queueTimeMs() + lockedRetryDelayMs(), jobToken);
-    throw new DelayedError();
-  }
+  if (lock.kind === 'locked') return waitForLock(job, jobToken);
   try {
     return await work({ chainId, token, chain: lock.chain, claimed: lock.kind === 'claimed' });
   } finally {
     await chains.unlock(chainId, token);
   }
+}
+
+/**
+ * Puts the job back for a moment because another job holds its chain's lock: moved to the
+ * delayed set, it tries again shortly without spending an attempt.
+ */
+export async function waitForLock(job: Job, jobToken: string | undefined): Promise<never> {
+  await job.moveToDelayed(queueTimeMs() + lockedRetryDelayMs(), jobToken);
+  throw new DelayedError();
 }
 
 /** How soon a job looks again when another job's work is half done on its chain (seconds). */

@@ -2,7 +2,7 @@
 import { type Job, type Queue, UnrecoverableError } from 'bullmq';
 import { z } from 'zod';
 import { governedNextRenewalAt } from '../src/chains/family.js';
-import { type Chain, type Intent, intentRecord } from '../src/chains/records.js';
+import { type Chain, chainRecord, type Intent, intentRecord } from '../src/chains/records.js';
 import type { ChainStore, SaveInput } from '../src/chains/store.js';
 import type { OrderResponse } from '../src/client/provisioning-client.js';
 import { queueTimeMs } from '../src/clock.js';
@@ -14,9 +14,9 @@ import {
   renewalDueAt,
   withNextRenewalAt,
 } from '../src/domain/renewal.js';
-import { RefusalError } from '../src/errors.js';
+import { RefusalError, TransientError } from '../src/errors.js';
 import { defaultJobOptions } from '../src/queues.js';
-import { delayJobUntil, withChainLock } from './chain-lock.js';
+import { delayJobUntil, waitForLock, withChainLock } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
 import { describeTerm, sendIntent } from './intents.js';
 import { finishPendingSeatPurchase } from './seat-purchases.js';
@@ -26,6 +26,10 @@ import { finishPendingSeatPurchase } from './seat-purchases.js';
  * any time in [validFrom, validUntil) while the chain stays at that version and the workers keep
  * the same `basis` (variant, extensions, lead). The job then claims it with the lock in one round
  * trip (ChainStore.claimRenewal) instead of reading, deciding and writing the intent in two.
+ *
+ * In embedded mode it also carries the chain itself at that version (`chain`), so the job needs
+ * no claim at all: the order and its record are written in one script that checks the chain is
+ * still at that version, unlocked and without a pending intent (renewFromSnapshot).
  */
 export const preparedRenewal = z.object({
   version: z.int().min(0),
@@ -33,6 +37,7 @@ export const preparedRenewal = z.object({
   validFrom: z.int(),
   validUntil: z.int(),
   intent: intentRecord,
+  chain: chainRecord.optional(),
 });
 export type PreparedRenewal = z.infer<typeof preparedRenewal>;
 
@@ -103,6 +108,8 @@ export function prepareRenewal(deps: WorkerDeps, chain: Chain): PreparedRenewal 
     validFrom,
     validUntil,
     intent: renewalIntent(deps, chain, decision, renewalJobId(chain.id, count)),
+    // Only a client that commits an order with its record can use it (embedded mode).
+    ...(deps.provisioning.createRecorded ? { chain } : {}),
   };
 }
 
@@ -312,12 +319,16 @@ interface Renewal {
   save: SaveInput;
 }
 
-type Sent = { order: OrderResponse } | { recorded: Renewal };
+/** A sent renewal and whether its record was written with the order (else the caller saves it). */
+interface Sent {
+  renewal: Renewal;
+  recorded: boolean;
+}
 
 /**
  * Sends the renewal intent. The embedded core writes the order and its record in one script
  * (`recorded`: nothing is left to do but schedule the next term); otherwise, or when the order
- * was made before (a replay), the caller records the order it gets back.
+ * was made before (a replay), the caller saves the record of the order it got back.
  */
 async function sendRenewal(
   deps: WorkerDeps,
@@ -327,18 +338,117 @@ async function sendRenewal(
   const { provisioning, chains } = deps;
   const { method } = intent;
   if (!provisioning.createRecorded || (method !== 'createOrder' && method !== 'createRenewalOrder'))
-    return { order: await sendIntent(provisioning, intent) };
+    return { renewal: renewed(await sendIntent(provisioning, intent)), recorded: false };
   let renewal: Renewal | undefined;
   const outcome = await provisioning.createRecorded(method, intent.params, (order) => {
     // Called once per plan: the core re-plans when its chain moved, so the last one is written.
     renewal = renewed(order);
     return chains.saveWrite(renewal.save).write;
   });
-  if (outcome.kind === 'unrecorded') return { order: outcome.order };
+  if (outcome.kind === 'unrecorded') return { renewal: renewed(outcome.order), recorded: false };
   if (!renewal) throw new Error(`the core wrote ${intent.orderId} without asking for its record`);
   if (outcome.kind === 'companion_refused') chains.refuseSave(renewal.save, outcome.code);
   chains.saved(renewal.save);
-  return { recorded: renewal };
+  return { renewal, recorded: true };
+}
+
+/**
+ * The record of a renewal order: the chain after it and its history entry, saved over `held`
+ * (with its lock token, or none for the one-step renewal), releasing the lock.
+ */
+function renewalRecord(
+  deps: WorkerDeps,
+  job: Job,
+  held: { chain: Chain; token: string | null },
+  intent: Intent,
+  order: RenewedOrder,
+): Renewal {
+  const at = deps.clock.now();
+  const next = renewedChain(deps, held.chain, intent, order, at);
+  return {
+    at,
+    next,
+    save: {
+      chainId: held.chain.id,
+      token: held.token,
+      previous: held.chain,
+      next,
+      history: [
+        {
+          at,
+          event: 'renewal.ordered',
+          detail: `renewal ${intent.orderId}: ${describeTerm(order)}`,
+          cause: { jobId: intent.jobId ?? job.id ?? '', orderId: intent.orderId },
+        },
+      ],
+      orderIds: [intent.orderId],
+      release: true,
+    },
+  };
+}
+
+/** What a renewal logs its lines with: the worker's logger and the job's fields. */
+interface JobLog {
+  log: WorkerDeps['log'];
+  about: { jobId: string | undefined; chainId: string };
+}
+
+/** After the order: its record (unless written with it), the next term's job, counters, log. */
+async function finishRenewal(
+  deps: WorkerDeps,
+  { log, about }: JobLog,
+  intent: Intent,
+  { renewal, recorded }: Sent,
+): Promise<string> {
+  const { next, at, save } = renewal;
+  const version = (save.previous?.version ?? -1) + 1;
+  // Recorded and scheduled in one go: if the record fails, the retry records it and its add of
+  // the same job id is ignored; a next-term job that fires before the record skips.
+  await Promise.all([
+    recorded ? undefined : deps.chains.save(save),
+    addNextRenewalJob(deps.queues.renewals, next, at, prepareRenewal(deps, { ...next, version })),
+  ]);
+  deps.metrics.renewals.inc({ variant: deps.provisioning.variant });
+  deps.metrics.orders.inc({ kind: 'renewal' });
+  log.info({ ...about, order: intent.orderId, expiresAt: next.term.expiresAt }, 'renewal ordered');
+  return `renewed: ${intent.orderId}`;
+}
+
+/**
+ * The renewal in one step (embedded mode): the job carries the chain as it was when the intent
+ * was prepared, so nothing is read or locked first. The core writes the order and its record in
+ * one script, which checks that the chain is still at that version, that no job holds its lock
+ * and that no intent is pending; a chain at that version is the chain the intent was decided
+ * from. Answers undefined when the job must take the locked path instead: the chain moved on,
+ * the intent does not hold, the order was made before, or the provider refused it (the locked
+ * path records, re-decides or handles each, as for any job).
+ */
+async function renewFromSnapshot(
+  deps: WorkerDeps,
+  job: Job,
+  jobToken: string | undefined,
+  jobLog: JobLog,
+  input: { snapshot: Chain; intent: Intent; forCount: number; now: number },
+): Promise<string | undefined> {
+  const { snapshot, intent } = input;
+  if (!(await confirmClaim(deps, { ...snapshot, intent }, input.forCount, input.now))) {
+    return undefined;
+  }
+  let sent: Sent;
+  try {
+    sent = await sendRenewal(deps, intent, (order) =>
+      renewalRecord(deps, job, { chain: snapshot, token: null }, intent, order),
+    );
+  } catch (error) {
+    if (error instanceof TransientError && error.code === 'chain_lock_lost') {
+      return waitForLock(job, jobToken);
+    }
+    if (error instanceof RefusalError) return undefined;
+    if (error instanceof TransientError && error.code === 'chain_changed') return undefined;
+    throw error;
+  }
+  if (!sent.recorded) return undefined;
+  return finishRenewal(deps, jobLog, intent, sent);
 }
 
 /** The chain after its renewal order came back. */
@@ -371,13 +481,28 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
   const log = deps.log.child({ queue: 'renewals' });
   return async function processRenewal(job: Job, jobToken?: string): Promise<string> {
     const data = renewalJobData.parse(job.data);
-    const about = { jobId: job.id, chainId: data.chainId };
-    const { prepared } = data;
-    const claim =
-      prepared && prepared.basis === renewalBasis(deps) && prepared.intent.jobId === job.id
-        ? (token: string) =>
-            chains.claimRenewal(data.chainId, token, { ...prepared, now: clock.now() })
+    const jobLog: JobLog = { log, about: { jobId: job.id, chainId: data.chainId } };
+    const { about } = jobLog;
+    const prepared =
+      data.prepared?.basis === renewalBasis(deps) && data.prepared.intent.jobId === job.id
+        ? data.prepared
         : undefined;
+    if (prepared?.chain && provisioning.createRecorded) {
+      const now = clock.now();
+      if (now >= prepared.validFrom && now < prepared.validUntil) {
+        const renewed = await renewFromSnapshot(deps, job, jobToken, jobLog, {
+          snapshot: prepared.chain,
+          intent: prepared.intent,
+          forCount: data.count,
+          now,
+        });
+        if (renewed !== undefined) return renewed;
+      }
+    }
+    const claim = prepared
+      ? (token: string) =>
+          chains.claimRenewal(data.chainId, token, { ...prepared, now: clock.now() })
+      : undefined;
     return withChainLock(
       chains,
       job,
@@ -438,57 +563,18 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
           });
         }
 
-        const renewed = (order: RenewedOrder): Renewal => {
-          const at = clock.now();
-          const next = renewedChain(deps, current, intent, order, at);
-          return {
-            at,
-            next,
-            save: {
-              chainId: chain.id,
-              token,
-              previous: current,
-              next,
-              history: [
-                {
-                  at,
-                  event: 'renewal.ordered',
-                  detail: `renewal ${intent.orderId}: ${describeTerm(order)}`,
-                  cause: { jobId: intent.jobId ?? job.id ?? '', orderId: intent.orderId },
-                },
-              ],
-              orderIds: [intent.orderId],
-              release: true,
-            },
-          };
-        };
+        const held = { chain: current, token };
+        const sending = intent;
         let sent: Sent;
         try {
-          sent = await sendRenewal(deps, intent, renewed);
+          sent = await sendRenewal(deps, sending, (order) =>
+            renewalRecord(deps, job, held, sending, order),
+          );
         } catch (error) {
           if (!(error instanceof RefusalError)) throw error;
-          return handleRefusal(deps, job, jobToken, { chain: current, token }, intent, error);
+          return handleRefusal(deps, job, jobToken, held, sending, error);
         }
-        const renewal = 'recorded' in sent ? sent.recorded : renewed(sent.order);
-        const { next, at } = renewal;
-        // Recorded and scheduled in one go: if the record fails, the retry records it and its add
-        // of the same job id is ignored; a next-term job that fires before the record skips.
-        await Promise.all([
-          'recorded' in sent ? undefined : chains.save(renewal.save),
-          addNextRenewalJob(
-            deps.queues.renewals,
-            next,
-            at,
-            prepareRenewal(deps, { ...next, version: current.version + 1 }),
-          ),
-        ]);
-        deps.metrics.renewals.inc({ variant: provisioning.variant });
-        deps.metrics.orders.inc({ kind: 'renewal' });
-        log.info(
-          { ...about, order: intent.orderId, expiresAt: next.term.expiresAt },
-          'renewal ordered',
-        );
-        return `renewed: ${intent.orderId}`;
+        return finishRenewal(deps, jobLog, sending, sent);
       },
       claim,
     );

@@ -32,7 +32,12 @@ export type ClaimResult = LockResult | { kind: 'claimed'; chain: Chain };
 
 export interface SaveInput {
   chainId: string;
-  token: string;
+  /**
+   * The lock token the caller holds; null for a save that takes no lock because its caller's
+   * read, decision and write are one atomic step (a prepared renewal committed with its order):
+   * it is refused while any job holds the lock or an intent is pending.
+   */
+  token: string | null;
   /** The chain as it is now stored, or null when this write creates it. */
   previous: Chain | null;
   /** The new state; its version is set here. */
@@ -164,7 +169,7 @@ export class ChainStore {
         customerChainsKey(chain.customer),
       ],
       args: [
-        input.token,
+        input.token ?? '',
         expected,
         encodeChain(chain),
         chain.intent ? JSON.stringify(chain.intent) : '',
@@ -182,10 +187,13 @@ export class ChainStore {
 
   /** After a save written: a released lock needs no unlock. */
   saved(input: SaveInput): void {
-    if (input.release) this.released.add(input.token);
+    if (input.release && input.token !== null) this.released.add(input.token);
   }
 
-  /** A refused save (-1: the lock is not ours; -2: the chain changed) as the job's retry. */
+  /**
+   * A refused save (-1: the lock is not ours, or held by a job when the save takes none; -2: the
+   * chain changed, or has a pending intent when the save takes no lock) as the job's retry.
+   */
   refuseSave(input: SaveInput, code: number): never {
     const { chainId } = input;
     if (code === -1) {

@@ -79,19 +79,25 @@ describe('a monthly marketplace chain whose first term started 25 days ago', () 
   });
 });
 
+/** The SHA1 of a script in `dir` (relative to this file), as Redis names it. */
+function scriptSha(dir: string, name: string): string {
+  const script = readScripts(new URL(dir, import.meta.url)).find((s) => s.name === name);
+  if (!script) throw new Error(`no script ${name} in ${dir}`);
+  return createHash('sha1').update(script.lua).digest('hex');
+}
+
 describe('an embedded renewal', () => {
-  it('writes the order and its record in one script (createOrderAndSaveChain)', async () => {
-    const scripts = readScripts(new URL('../../../src/provisioning/scripts/', import.meta.url));
-    const fused = scripts.find((script) => script.name === 'createOrderAndSaveChain');
-    const sha = createHash('sha1')
-      .update(fused?.lua ?? '')
-      .digest('hex');
+  it('writes the order and its record in one script, taking no lock first', async () => {
+    const fused = scriptSha('../../../src/provisioning/scripts/', 'createOrderAndSaveChain');
+    const claim = scriptSha('../../../src/chains/scripts/', 'claimRenewal');
+    const lock = scriptSha('../../../src/chains/scripts/', 'lockChain');
     // Every client reloads a flushed script on its next call (NOSCRIPT, then EVAL).
     await redis.script('FLUSH');
-    expect(await redis.script('EXISTS', sha)).toEqual([0]);
+    expect(await redis.script('EXISTS', fused, claim)).toEqual([0, 0]);
     await system.send('order.placed', orderPlaced({ order: 'ONE-1', startsAt: now() - 25 * DAY }));
     await system.waitForChain('ONE-1', (c) => c.term.count === 2);
-    expect(await redis.script('EXISTS', sha)).toEqual([1]);
+    // The order placement took the chain's lock (lockChain); the renewal job claimed nothing.
+    expect(await redis.script('EXISTS', fused, lock, claim)).toEqual([1, 1, 0]);
   });
 });
 
@@ -314,6 +320,30 @@ describe('a renewal job carrying the intent prepared when it was scheduled', () 
     };
     await addJob(chain, wrong);
     expect((await renewedOrder('PREP-3'))?.licenses).toBe(4);
+  });
+
+  it('waits while another job holds the chain, then renews in one step', async () => {
+    const chain = await dueChain('PREP-5');
+    const prepared = prepareRenewal(deps(), chain);
+    expect(prepared?.chain).toEqual(chain);
+    const other = 'seat-change-job';
+    expect((await chains().lock(chain.id, other)).kind).toBe('held');
+    await addJob(chain, prepared);
+    // The job tries, finds the lock held and puts itself back (250..1000 ms), more than once.
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    expect((await system.chain('PREP-5'))?.term.count).toBe(1);
+    expect(await system.providerOrder('PREP-5.r2')).toBeNull();
+    await chains().unlock(chain.id, other);
+    expect((await renewedOrder('PREP-5'))?.licenses).toBe(5);
+  });
+
+  it('takes the lock and claims it when the job carries no chain (remote mode, older jobs)', async () => {
+    const chain = await dueChain('PREP-6', () => ({ nextLicenses: 6 }));
+    const prepared = prepareRenewal(deps(), chain);
+    if (!prepared) throw new Error('nothing prepared');
+    const { chain: _snapshot, ...withoutChain } = prepared;
+    await addJob(chain, withoutChain);
+    expect((await renewedOrder('PREP-6'))?.licenses).toBe(6);
   });
 
   it('ignores it when the workers run with other settings than it was prepared with', async () => {

@@ -372,6 +372,75 @@ describe('ChainStore save', () => {
       expect(await redis.get(chainKeys(first.id).lock)).toBe('fast');
     });
   });
+
+  describe('without a lock token (a read, decision and write in one step)', () => {
+    const renewal = (first: Chain) => ({
+      chainId: first.id,
+      token: null,
+      previous: first,
+      next: { ...first, licenses: 12 },
+      history: [entry('renewal.ordered')],
+      orderIds: ['ord-1.r2'],
+      release: true,
+    });
+
+    it('writes the chain when no job holds its lock and no intent is pending', async () => {
+      const first = await create(chainFor('ord-1'));
+      expect(await store.save(renewal(first))).toMatchObject({ version: 1, licenses: 12 });
+      expect(await store.get(first.id)).toMatchObject({ version: 1, licenses: 12 });
+      expect(await store.chainIdOfOrder('ord-1.r2')).toBe(first.id);
+      expect(await redis.exists(chainKeys(first.id).lock)).toBe(0);
+    });
+
+    it("refuses while a job holds the lock, and leaves that job's lock alone", async () => {
+      const first = await create(chainFor('ord-1'));
+      expect((await store.lock(first.id, 'seat-change')).kind).toBe('held');
+      await expect(store.save(renewal(first))).rejects.toMatchObject({
+        name: 'TransientError',
+        code: 'chain_lock_lost',
+      });
+      expect(await store.get(first.id)).toEqual(first);
+      expect(await store.history(first.id)).toEqual([]);
+      expect(await redis.get(chainKeys(first.id).lock)).toBe('seat-change');
+    });
+
+    it('refuses while an intent is pending, though the version did not move', async () => {
+      const first = await create(chainFor('ord-1'));
+      const claimed = await store.claimRenewal(first.id, 'renewal-job', {
+        version: first.version,
+        now: NOW,
+        validFrom: NOW - DAY,
+        validUntil: NOW + DAY,
+        intent: {
+          kind: 'renewal',
+          method: 'createOrder',
+          orderId: 'ord-1.r2',
+          params: { id: 'ord-1.r2', licenses: 10 },
+          jobId: 'renewal-job',
+        },
+      });
+      expect(claimed.kind).toBe('claimed');
+      await store.unlock(first.id, 'renewal-job');
+      await expect(store.save(renewal(first))).rejects.toMatchObject({
+        name: 'TransientError',
+        code: 'chain_changed',
+      });
+      expect(await store.get(first.id)).toMatchObject({ version: 0, licenses: 10 });
+    });
+
+    it('refuses when the chain moved on since it was read', async () => {
+      const first = await create(chainFor('ord-1'), { token: 't', release: false });
+      await store.save({
+        chainId: first.id,
+        token: 't',
+        previous: first,
+        next: first,
+        release: true,
+      });
+      await expect(store.save(renewal(first))).rejects.toMatchObject({ code: 'chain_changed' });
+      expect(await store.get(first.id)).toMatchObject({ version: 1, licenses: 10 });
+    });
+  });
 });
 
 describe('ChainStore indexes', () => {

@@ -4,6 +4,11 @@
   It refuses when the lock is no longer ours (the lease ran out and another job may be changing
   the chain) or the stored version is not the one the caller read (a write it did not see).
 
+  A save without a lock token is one whose caller read, decided and now writes in this one
+  script's step (a prepared renewal committed with its order): it refuses while any job holds
+  the lock or an intent is pending, since either means a change in progress that the stored
+  version does not show yet.
+
   keys[1] lock key
   keys[2] chain key (`<version>|<JSON>`)
   keys[3] intent key
@@ -13,7 +18,7 @@
   keys[7] all-chains zset (chain id -> createdAt)
   keys[8] the customer's chains set
 
-  args[1] lock token
+  args[1] lock token ("" for a save that takes no lock)
   args[2] expected stored version ("-1": the chain must not exist yet)
   args[3] the chain to store, `<args[2] + 1>|<JSON>`
   args[4] intent JSON ("" when the chain has none)
@@ -27,9 +32,17 @@
   args[11..] history entries (JSON), appended in order
 ]]
 
---- -1 when the lock is not ours, -2 on a version mismatch, nil when the save may go ahead.
+--- -1 when the lock is not ours (or, without a token, held at all), -2 on a version mismatch (or,
+--- without a token, a pending intent), nil when the save may go ahead.
 local function chainSaveRefusal(keys, args)
-  if redis.call('GET', keys[1]) ~= args[1] then
+  if args[1] == '' then
+    if redis.call('EXISTS', keys[1]) == 1 then
+      return -1
+    end
+    if redis.call('EXISTS', keys[3]) == 1 then
+      return -2
+    end
+  elseif redis.call('GET', keys[1]) ~= args[1] then
     return -1
   end
   local stored = redis.call('GET', keys[2])
@@ -65,6 +78,10 @@ local function writeChainSave(keys, args)
   end
   redis.call('ZADD', keys[7], 'NX', args[7], args[5])
   redis.call('SADD', keys[8], args[5])
+  if args[1] == '' then
+    -- A save without a token holds no lock to release or extend.
+    return
+  end
   if args[8] == '1' then
     redis.call('DEL', keys[1])
   else
