@@ -153,7 +153,7 @@ async function placeOrder(
     });
     deps.metrics.orders.inc({ kind: 'first' });
     await ensureRenewalJob(deps.queues.renewals, saved, now, {
-      prepared: prepareRenewal(deps, saved),
+      prepared: prepareRenewal(deps, saved, { stored: true }),
     });
     return `placed: ${ev.order.id}`;
   });

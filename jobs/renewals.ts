@@ -37,7 +37,8 @@ export const preparedRenewal = z.object({
   validFrom: z.int(),
   validUntil: z.int(),
   intent: intentRecord,
-  chain: chainRecord.optional(),
+  // A copy this code can no longer read (an older record shape) only loses the one-step path.
+  chain: chainRecord.optional().catch(undefined),
 });
 export type PreparedRenewal = z.infer<typeof preparedRenewal>;
 
@@ -55,6 +56,16 @@ export const renewalJobData = z.object({
   prepared: preparedRenewal.optional(),
 });
 export type RenewalJobData = z.infer<typeof renewalJobData>;
+
+/**
+ * The data of a job that puts itself off until `until`. Its prepared intent goes: it was decided
+ * from a chain that has changed since or would have renewed, and when the job fires again it
+ * decides afresh, so carrying it would only send it down the one-step path to be refused.
+ */
+function deferredJobData(data: RenewalJobData, until: number): RenewalJobData {
+  const { prepared: _stale, ...rest } = data;
+  return { ...rest, deferredUntil: until };
+}
 
 /** Deterministic per chain and term, so scheduling twice collapses into one job. */
 export function renewalJobId(chainId: string, count: number): string {
@@ -86,8 +97,16 @@ function renewalBasis(deps: WorkerDeps): string {
  * The renewal intent of the chain's next term, decided now for when it falls due, or undefined
  * when the job must decide when it fires (add-ons, which their main chain governs; a chain that
  * will not renew as it stands; an intent already in flight).
+ *
+ * `stored` says that `chain` is the record a save that succeeded wrote at its version. Only then
+ * may the job carry it for the one-step renewal, whose commit trusts "same version, same record":
+ * a copy of a save that was refused could meet another write that reached the same version.
  */
-export function prepareRenewal(deps: WorkerDeps, chain: Chain): PreparedRenewal | undefined {
+export function prepareRenewal(
+  deps: WorkerDeps,
+  chain: Chain,
+  { stored }: { stored: boolean },
+): PreparedRenewal | undefined {
   if (chain.mainChain !== null || chain.intent !== null || chain.nextRenewalAt === null) {
     return undefined;
   }
@@ -109,7 +128,7 @@ export function prepareRenewal(deps: WorkerDeps, chain: Chain): PreparedRenewal 
     validUntil,
     intent: renewalIntent(deps, chain, decision, renewalJobId(chain.id, count)),
     // Only a client that commits an order with its record can use it (embedded mode).
-    ...(deps.provisioning.createRecorded ? { chain } : {}),
+    ...(stored && deps.provisioning.createRecorded ? { chain } : {}),
   };
 }
 
@@ -403,10 +422,12 @@ async function finishRenewal(
   const { next, at, save } = renewal;
   const version = (save.previous?.version ?? -1) + 1;
   // Recorded and scheduled in one go: if the record fails, the retry records it and its add of
-  // the same job id is ignored; a next-term job that fires before the record skips.
+  // the same job id is ignored; a next-term job that fires before the record skips. Only a
+  // record already written goes with the job (prepareRenewal's `stored`).
+  const prepared = prepareRenewal(deps, { ...next, version }, { stored: recorded });
   await Promise.all([
     recorded ? undefined : deps.chains.save(save),
-    addNextRenewalJob(deps.queues.renewals, next, at, prepareRenewal(deps, { ...next, version })),
+    addNextRenewalJob(deps.queues.renewals, next, at, prepared),
   ]);
   deps.metrics.renewals.inc({ variant: deps.provisioning.variant });
   deps.metrics.orders.inc({ kind: 'renewal' });
@@ -541,7 +562,7 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
           if (decision.kind === 'skip') return `skipped: ${decision.reason}`;
           if (decision.kind === 'wait') {
             if (decision.reason !== 'not_due')
-              await job.updateData({ ...data, deferredUntil: decision.until });
+              await job.updateData(deferredJobData(data, decision.until));
             return delayJobUntil(job, jobToken, decision.until, now);
           }
           if (decision.licenses === 0) return stopAddOn(deps, job, { chain: current, token }, now);
@@ -602,8 +623,8 @@ async function confirmClaim(deps: WorkerDeps, chain: Chain, forCount: number, no
 
 /**
  * Whether two renewal intents are the same. Their params are flat (ids, counts, instants), so
- * comparing them key by key is exact; params holding objects compare unequal, which only sends
- * the job down the path that decides afresh.
+ * comparing them key by key is exact; params holding objects would compare unequal, which only
+ * costs a needless fresh decision (and, on the claimed path, clearing the claimed intent).
  */
 function sameRenewalIntent(a: Intent, b: Intent): boolean {
   if (a.kind !== b.kind || a.method !== b.method || a.orderId !== b.orderId) return false;
@@ -646,7 +667,7 @@ async function handleRefusal(
       release: false,
     });
     const retryAt = Math.min(now + WINDOW_RETRY_SECONDS, chain.term.expiresAt);
-    await job.updateData({ ...renewalJobData.parse(job.data), deferredUntil: retryAt });
+    await job.updateData(deferredJobData(renewalJobData.parse(job.data), retryAt));
     return delayJobUntil(job, jobToken, retryAt, now);
   }
   return flagChain(deps, job, held, `the provider refused ${intent.orderId}: ${error.message}`);

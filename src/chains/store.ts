@@ -197,9 +197,11 @@ export class ChainStore {
   refuseSave(input: SaveInput, code: number): never {
     const { chainId } = input;
     if (code === -1) {
-      throw new TransientError('chain_lock_lost', `lost the lock of chain ${input.next.order}`, {
-        chainId,
-      });
+      const message =
+        input.token === null
+          ? `chain ${input.next.order} is locked by another job`
+          : `lost the lock of chain ${input.next.order}`;
+      throw new TransientError('chain_lock_lost', message, { chainId });
     }
     if (code === -2) {
       throw new TransientError('chain_changed', `chain ${input.next.order} changed concurrently`, {

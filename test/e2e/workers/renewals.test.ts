@@ -2,7 +2,7 @@
 import { createHash } from 'node:crypto';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { WorkerDeps } from '../../../jobs/deps.js';
 import {
   type PreparedRenewal,
@@ -257,6 +257,19 @@ describe('a renewal job carrying the intent prepared when it was scheduled', () 
     });
   }
 
+  /** Counts every lock and claim the workers take on `chainId` from now on. */
+  function watchLocks(chainId: string) {
+    const lock = vi.spyOn(ChainStore.prototype, 'lock');
+    const claim = vi.spyOn(ChainStore.prototype, 'claimRenewal');
+    const on = (spy: typeof lock | typeof claim) =>
+      spy.mock.calls.filter(([id]) => id === chainId).length;
+    return { locks: () => on(lock), claims: () => on(claim) };
+  }
+
+  afterEach(() => {
+    vi.restoreAllMocks();
+  });
+
   /** Adds the chain's term-2 renewal job with `prepared`, as a scheduler would have. */
   async function addJob(chain: Chain, prepared: PreparedRenewal | undefined) {
     if (!prepared) throw new Error(`nothing prepared for ${chain.order}`);
@@ -279,7 +292,7 @@ describe('a renewal job carrying the intent prepared when it was scheduled', () 
 
   it('renews with the prepared intent when the chain did not change', async () => {
     const chain = await dueChain('PREP-1');
-    const prepared = prepareRenewal(deps(), chain);
+    const prepared = prepareRenewal(deps(), chain, { stored: true });
     expect(prepared).toMatchObject({
       version: chain.version,
       validFrom: chain.term.expiresAt - 7 * DAY,
@@ -295,7 +308,7 @@ describe('a renewal job carrying the intent prepared when it was scheduled', () 
 
   it('ignores it when the chain changed after the job was scheduled', async () => {
     const before = await dueChain('PREP-2');
-    const prepared = prepareRenewal(deps(), before);
+    const prepared = prepareRenewal(deps(), before, { stored: true });
     const token = 'seat-decrease';
     const lock = await chains().lock(before.id, token);
     if (lock.kind !== 'held' || !lock.chain) throw new Error('no chain');
@@ -312,7 +325,7 @@ describe('a renewal job carrying the intent prepared when it was scheduled', () 
 
   it('clears it, and renews as decided now, when it disagrees with the decision', async () => {
     const chain = await dueChain('PREP-3', () => ({ nextLicenses: 4 }));
-    const prepared = prepareRenewal(deps(), chain);
+    const prepared = prepareRenewal(deps(), chain, { stored: true });
     if (!prepared) throw new Error('nothing prepared');
     const wrong = {
       ...prepared,
@@ -324,10 +337,11 @@ describe('a renewal job carrying the intent prepared when it was scheduled', () 
 
   it('waits while another job holds the chain, then renews in one step', async () => {
     const chain = await dueChain('PREP-5');
-    const prepared = prepareRenewal(deps(), chain);
+    const prepared = prepareRenewal(deps(), chain, { stored: true });
     expect(prepared?.chain).toEqual(chain);
     const other = 'seat-change-job';
     expect((await chains().lock(chain.id, other)).kind).toBe('held');
+    const watched = watchLocks(chain.id);
     await addJob(chain, prepared);
     // The job tries, finds the lock held and puts itself back (250..1000 ms), more than once.
     await new Promise((resolve) => setTimeout(resolve, 1_500));
@@ -335,20 +349,51 @@ describe('a renewal job carrying the intent prepared when it was scheduled', () 
     expect(await system.providerOrder('PREP-5.r2')).toBeNull();
     await chains().unlock(chain.id, other);
     expect((await renewedOrder('PREP-5'))?.licenses).toBe(5);
+    // Neither waiting nor renewing took the lock: the commit script checked it each time.
+    expect({ locks: watched.locks(), claims: watched.claims() }).toEqual({ locks: 0, claims: 0 });
+  });
+
+  it('records an order the provider made before, taking the lock (a replay)', async () => {
+    const chain = await dueChain('PREP-7');
+    const prepared = prepareRenewal(deps(), chain, { stored: true });
+    if (!prepared?.chain) throw new Error('nothing prepared');
+    // Made, but not recorded: as after a crash between a remote call and its record.
+    const made = await system.started.provisioning.createOrder(prepared.intent.params as never);
+    const watched = watchLocks(chain.id);
+    await addJob(chain, prepared);
+    expect(await renewedOrder('PREP-7')).toMatchObject({ id: made.id, licenses: 5 });
+    expect(watched.claims()).toBe(1);
+  });
+
+  it('leaves a provider refusal to the locked path, which flags the chain', async () => {
+    const chain = await dueChain('PREP-8');
+    const prepared = prepareRenewal(deps(), chain, { stored: true });
+    if (!prepared?.chain) throw new Error('nothing prepared');
+    // Cancelled at the provider behind the workers' back: the core refuses its renewal.
+    await system.started.provisioning.cancelOrder({ id: 'PREP-8' });
+    await addJob(chain, prepared);
+    const flagged = await system.waitForChain('PREP-8', (c) => c.flagged !== null);
+    expect(flagged.flagged).toMatch(/refused PREP-8\.r2: order PREP-8 is cancelled/);
+    expect(flagged.term.count).toBe(1);
+    expect(await system.providerOrder('PREP-8.r2')).toBeNull();
   });
 
   it('takes the lock and claims it when the job carries no chain (remote mode, older jobs)', async () => {
     const chain = await dueChain('PREP-6', () => ({ nextLicenses: 6 }));
-    const prepared = prepareRenewal(deps(), chain);
+    const prepared = prepareRenewal(deps(), chain, { stored: true });
     if (!prepared) throw new Error('nothing prepared');
     const { chain: _snapshot, ...withoutChain } = prepared;
+    const watched = watchLocks(chain.id);
     await addJob(chain, withoutChain);
     expect((await renewedOrder('PREP-6'))?.licenses).toBe(6);
+    expect(watched.claims()).toBe(1);
   });
 
   it('ignores it when the workers run with other settings than it was prepared with', async () => {
     const chain = await dueChain('PREP-4');
-    const prepared = prepareRenewal({ ...deps(), settings: { leadDays: 3 } } as WorkerDeps, chain);
+    const prepared = prepareRenewal({ ...deps(), settings: { leadDays: 3 } } as WorkerDeps, chain, {
+      stored: true,
+    });
     if (!prepared) throw new Error('nothing prepared');
     // Prepared for a 3-day lead with the wrong licenses: were it used, the order would carry 99.
     await addJob(chain, {

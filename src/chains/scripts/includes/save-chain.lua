@@ -7,7 +7,9 @@
   A save without a lock token is one whose caller read, decided and now writes in this one
   script's step (a prepared renewal committed with its order): it refuses while any job holds
   the lock or an intent is pending, since either means a change in progress that the stored
-  version does not show yet.
+  version does not show yet. It relies on "same version, same record": every write of the
+  record goes through here and bumps the version by one from the version its writer read, so
+  each version is written once (an intent has a key of its own and moves no version).
 
   keys[1] lock key
   keys[2] chain key (`<version>|<JSON>`)
