@@ -87,7 +87,7 @@ function scriptSha(dir: string, name: string): string {
 }
 
 describe('an embedded renewal', () => {
-  it('writes the order and its record in one script, taking no lock first', async () => {
+  it('writes the order and its record in one script, from the chain its job carries', async () => {
     const fused = scriptSha('../../../src/provisioning/scripts/', 'createOrderAndSaveChain');
     const claim = scriptSha('../../../src/chains/scripts/', 'claimRenewal');
     const lock = scriptSha('../../../src/chains/scripts/', 'lockChain');
@@ -98,6 +98,9 @@ describe('an embedded renewal', () => {
     await system.waitForChain('ONE-1', (c) => c.term.count === 2);
     // The order placement took the chain's lock (lockChain); the renewal job claimed nothing.
     expect(await redis.script('EXISTS', fused, lock, claim)).toEqual([1, 1, 0]);
+    // It was scheduled with the chain its intent was decided from (the one-step path).
+    const job = await renewalJob('ONE-1', 2);
+    expect(job?.data.prepared?.chain).toMatchObject({ order: 'ONE-1', term: { count: 1 } });
   });
 });
 
