@@ -142,7 +142,8 @@ async function start(bin: string, dir: string, opts: PrivateRedisOptions): Promi
   }
 }
 
-async function findFreePort(): Promise<number> {
+/** A TCP port free on 127.0.0.1 a moment ago (another process may take it before we do). */
+export async function findFreePort(): Promise<number> {
   const server = net.createServer();
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);

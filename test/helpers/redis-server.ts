@@ -2,7 +2,7 @@
 
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import net from 'node:net';
+import { findFreePort } from '../../src/redis/private-redis.js';
 
 const READY_LINE = 'Ready to accept connections';
 const READY_TIMEOUT_MS = 10_000;
@@ -35,20 +35,6 @@ export async function startTestRedis(): Promise<TestRedis> {
       await exited;
     },
   };
-}
-
-async function findFreePort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', resolve);
-  });
-  const address = server.address();
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  if (address === null || typeof address === 'string') {
-    throw new Error(`expected a TCP address from a probe server, got ${String(address)}`);
-  }
-  return address.port;
 }
 
 function waitForReady(child: ChildProcess, port: number): Promise<void> {
