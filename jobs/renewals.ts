@@ -58,9 +58,9 @@ export const renewalJobData = z.object({
 export type RenewalJobData = z.infer<typeof renewalJobData>;
 
 /**
- * The data of a job that puts itself off until `until`. Its prepared intent goes: it was decided
- * from a chain that has changed since or would have renewed, and when the job fires again it
- * decides afresh, so carrying it would only send it down the one-step path to be refused.
+ * The data of a job that puts itself off until `until`, without its prepared intent: the job
+ * decides afresh when it fires again, and an intent prepared before whatever made it wait (an
+ * overdue payment, a provider's window) would only be tried and refused first.
  */
 function deferredJobData(data: RenewalJobData, until: number): RenewalJobData {
   const { prepared: _stale, ...rest } = data;
