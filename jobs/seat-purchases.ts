@@ -3,7 +3,7 @@
 import { type Job, UnrecoverableError } from 'bullmq';
 import { createChain, governedNextRenewalAt } from '../src/chains/family.js';
 import { chainIdOf } from '../src/chains/keys.js';
-import { type Chain, type Intent, newChainRecord } from '../src/chains/records.js';
+import { type Cause, type Chain, type Intent, newChainRecord } from '../src/chains/records.js';
 import { addOnOrderId, partialOrderId } from '../src/domain/ids.js';
 import { withNextRenewalAt } from '../src/domain/renewal.js';
 import { allocateNextLicenses } from '../src/domain/seats.js';
@@ -121,6 +121,50 @@ export function addOnIntent(
 }
 
 /**
+ * Saves the main chain after a seat purchase was made: its event applied, its intent cleared,
+ * `change` made, the next license counts shared again over `addOns`, and one history entry whose
+ * detail ends with that sharing. The lock stays held.
+ */
+function recordPurchase(
+  deps: WorkerDeps,
+  { chain, token }: { chain: Chain; token: string },
+  purchase: {
+    event: { webhookId: string; occurredAt: number; total: number };
+    now: number;
+    change: Pick<Partial<Chain>, 'partials' | 'addOns'>;
+    addOns: readonly Chain[];
+    entry: { event: string; detail: string; cause: Cause };
+    orderIds?: readonly string[];
+  },
+): Promise<Chain> {
+  const { event, now, entry } = purchase;
+  const next = {
+    ...chain,
+    ...applied(chain, event),
+    intent: null,
+    ...purchase.change,
+    updatedAt: now,
+  };
+  const withCounts = { ...next, ...allocation(deps, next, purchase.addOns, event.total) };
+  return deps.chains.save({
+    chainId: chain.id,
+    token,
+    previous: chain,
+    next: withCounts,
+    history: [
+      {
+        at: now,
+        event: entry.event,
+        detail: `${entry.detail}; ${describeAllocation(withCounts)}`,
+        cause: entry.cause,
+      },
+    ],
+    ...(purchase.orderIds ? { orderIds: purchase.orderIds } : {}),
+    release: false,
+  });
+}
+
+/**
  * The chain, with a seat purchase a crashed job left half done finished first: whoever holds
  * the chain next does it. A renewal's intent is left to its own job, which replays it.
  */
@@ -184,38 +228,28 @@ export async function finishSeatIntent(
   const now = deps.clock.now();
   const addOns = await deps.chains.getMany(chain.addOns);
   if (intent.kind === 'partial') {
-    const next = {
-      ...chain,
-      ...applied(chain, event),
-      intent: null,
-      partials: [
-        ...chain.partials.filter((p) => p.expiresAt > now),
-        {
-          orderId: intent.orderId,
-          licenses: order.licenses,
-          startsAt: order.startsAt,
-          expiresAt: order.expiresAt,
-        },
-      ],
-      updatedAt: now,
-    };
-    const withCounts = { ...next, ...allocation(deps, next, addOns, event.total) };
     deps.metrics.orders.inc({ kind: 'partial' });
-    return deps.chains.save({
-      chainId: chain.id,
-      token,
-      previous: chain,
-      next: withCounts,
-      history: [
-        {
-          at: now,
-          event: 'seats.partial_ordered',
-          detail: `partial ${intent.orderId}: ${describeTerm(order)}, co-terminated with the term; ${describeAllocation(withCounts)}`,
-          cause,
-        },
-      ],
+    return recordPurchase(deps, held, {
+      event,
+      now,
+      change: {
+        partials: [
+          ...chain.partials.filter((p) => p.expiresAt > now),
+          {
+            orderId: intent.orderId,
+            licenses: order.licenses,
+            startsAt: order.startsAt,
+            expiresAt: order.expiresAt,
+          },
+        ],
+      },
+      addOns,
+      entry: {
+        event: 'seats.partial_ordered',
+        detail: `partial ${intent.orderId}: ${describeTerm(order)}, co-terminated with the term`,
+        cause,
+      },
       orderIds: [intent.orderId],
-      release: false,
     });
   }
 
@@ -258,28 +292,16 @@ export async function finishSeatIntent(
     ],
     [intent.orderId],
   );
-  const next = {
-    ...chain,
-    ...applied(chain, event),
-    intent: null,
-    addOns: [...chain.addOns, addOn.id],
-    updatedAt: now,
-  };
-  const withCounts = { ...next, ...allocation(deps, next, [...addOns, addOn], event.total) };
-  const saved = await deps.chains.save({
-    chainId: chain.id,
-    token,
-    previous: chain,
-    next: withCounts,
-    history: [
-      {
-        at: now,
-        event: 'seats.addon_ordered',
-        detail: `add-on ${intent.orderId}: ${describeTerm(order)}, renewing on its own cycle; ${describeAllocation(withCounts)}`,
-        cause,
-      },
-    ],
-    release: false,
+  const saved = await recordPurchase(deps, held, {
+    event,
+    now,
+    change: { addOns: [...chain.addOns, addOn.id] },
+    addOns: [...addOns, addOn],
+    entry: {
+      event: 'seats.addon_ordered',
+      detail: `add-on ${intent.orderId}: ${describeTerm(order)}, renewing on its own cycle`,
+      cause,
+    },
   });
   deps.metrics.orders.inc({ kind: 'addon' });
   // The add-on's schedule follows its main chain (none while auto-renew is off there).
