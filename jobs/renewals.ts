@@ -559,7 +559,16 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
             leadDays: deps.settings.leadDays,
           });
           log.debug({ ...about, decision: decision.kind }, 'renewal decided');
-          if (decision.kind === 'skip') return `skipped: ${decision.reason}`;
+          if (decision.kind === 'skip') {
+            if (decision.reason === 'already_renewed' && current.term.count === data.count) {
+              // This job's term was ordered and recorded (by an attempt that died before it
+              // scheduled the next term, say): only the next term's job may be missing.
+              await ensureRenewalJob(deps.queues.renewals, current, now, {
+                prepared: prepareRenewal(deps, current, { stored: true }),
+              });
+            }
+            return `skipped: ${decision.reason}`;
+          }
           if (decision.kind === 'wait') {
             if (decision.reason !== 'not_due')
               await job.updateData(deferredJobData(data, decision.until));

@@ -79,6 +79,34 @@ describe('a monthly marketplace chain whose first term started 25 days ago', () 
   });
 });
 
+describe('a renewal job retried after its order was recorded but before the next term was scheduled', () => {
+  it('adds the missing next-term job and orders nothing again', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'NEXT-1', startsAt: now() - 25 * DAY }));
+    const renewed = await system.waitForChain('NEXT-1', (c) => c.term.count === 2);
+    const job = await renewalJob('NEXT-1', 2);
+    await vi.waitFor(async () => expect(await job?.getState()).toBe('completed'));
+    // The attempt that died between its commit and the add of the next term's job.
+    await (await renewalJob('NEXT-1', 3))?.remove();
+    expect(await renewalJob('NEXT-1', 3)).toBeUndefined();
+
+    await job?.retry('completed');
+    await vi.waitFor(async () => expect(await renewalJob('NEXT-1', 3)).toBeDefined(), {
+      timeout: 10_000,
+    });
+    const next = await renewalJob('NEXT-1', 3);
+    expect(await next?.getState()).toBe('delayed');
+    expect(next?.data).toMatchObject({ count: 3, dueAt: renewed.nextRenewalAt });
+    await vi.waitFor(async () => {
+      const retried = await renewalJob('NEXT-1', 2);
+      expect(retried?.returnvalue).toBe('skipped: already_renewed');
+    });
+    const chain = await system.chain('NEXT-1');
+    expect(chain.history.filter((h) => h.event === 'renewal.ordered')).toHaveLength(1);
+    expect(chain.term).toEqual(renewed.term);
+    expect(await system.providerOrder('NEXT-1.r3')).toBeNull();
+  });
+});
+
 /** The SHA1 of a script in `dir` (relative to this file), as Redis names it. */
 function scriptSha(dir: string, name: string): string {
   const script = readScripts(new URL(dir, import.meta.url)).find((s) => s.name === name);
