@@ -1,9 +1,13 @@
 // Exactly-once under a crash: a worker process is SIGKILLed while renewing hundreds of due
-// chains; a new one finishes, and every chain has exactly one renewal order, none missing.
+// chains; a new one finishes, and every chain has exactly one renewal order, none missing, and
+// its next term's job. Both paths are killed: the embedded one-step commit, and remote mode's
+// intent, call, record (where a kill can fall between the provider's order and its record).
 import { type ChildProcess, spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { renewalJobId } from '../../../jobs/renewals.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
+import type { Chain } from '../../../src/chains/records.js';
 import { ChainStore } from '../../../src/chains/store.js';
 import { systemClock } from '../../../src/clock.js';
 import { partnerKeys } from '../../../src/provisioning/keys.js';
@@ -12,98 +16,191 @@ import { DAY, orderPlaced, type System, startSystem } from '../../helpers/system
 
 const CHAINS = 300;
 const WORKER = join(import.meta.dirname, 'worker-main.ts');
+const ORDERS = Array.from({ length: CHAINS }, (_, i) => `K-${i}`);
 
-let system: System;
-let partner: Partner;
-let chains: ChainStore;
-const children: ChildProcess[] = [];
+type Mode = 'embedded' | 'remote';
 
-function spawnWorker(): Promise<ChildProcess> {
-  const child = spawn(process.execPath, ['--import', 'tsx', WORKER], {
-    env: {
-      ...process.env,
-      REDIS_URL: system.redis.url,
-      DATA_DIR: system.settings.DATA_DIR,
-      PARTNER_NAME: system.settings.PARTNER_NAME,
-      OPS_TOKEN: system.settings.OPS_TOKEN,
-      WEBHOOK_SECRET: system.settings.WEBHOOK_SECRET,
-      PORT: '0',
-      LOG_LEVEL: 'silent',
-      WORKER_CONCURRENCY: '8',
-      RECONCILE_INTERVAL_SECONDS: '3600',
-    },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  children.push(child);
-  return new Promise((resolve, reject) => {
-    child.stdout?.on('data', (chunk: Buffer) => {
-      if (chunk.toString().includes('worker ready')) resolve(child);
+function renewalsMade(ids: Set<string>): number {
+  return [...ids].filter((id) => id.endsWith('.r2')).length;
+}
+
+/** Chains with a renewal in flight: its intent is stored, its record not written yet. */
+function renewing(all: Chain[]): Chain[] {
+  return all.filter((chain) => chain.intent?.kind === 'renewal');
+}
+
+/** Of those, the ones whose order the provider already made. */
+function madeButUnrecorded(all: Chain[], ids: Set<string>): Chain[] {
+  return renewing(all).filter((chain) => ids.has(chain.intent?.orderId ?? ''));
+}
+
+/**
+ * The API role runs here (intake, ops and the provisioning core); the workers are child
+ * processes, which in remote mode reach this same core over its HTTP API as a partner of their
+ * own.
+ */
+class CrashRig {
+  readonly children: ChildProcess[] = [];
+  /** Remote mode: the workers' settings for the provider. */
+  private remoteEnv: Record<string, string> = {};
+
+  private constructor(
+    readonly system: System,
+    /** The partner the workers act for at the provider. */
+    readonly partner: Partner,
+    readonly chains: ChainStore,
+  ) {}
+
+  static async start(mode: Mode): Promise<CrashRig> {
+    const system = await startSystem({ role: 'api' });
+    const chains = new ChainStore(system.started.runtime.redis);
+    if (mode === 'embedded') return new CrashRig(system, await system.partner(), chains);
+    const { runtime } = system.started;
+    const { apiKey } = await runtime.partners.create({
+      name: 'remote-workers',
+      variant: 'marketplace',
+      now: runtime.clock.now(),
     });
-    child.once('exit', (code) => reject(new Error(`worker exited early (${code})`)));
+    const partner = (await runtime.partners.list()).find((p) => p.name === 'remote-workers');
+    if (!partner) throw new Error('remote partner missing');
+    const rig = new CrashRig(system, partner, chains);
+    rig.remoteEnv = {
+      PROVISIONING_URL: `${system.baseUrl}/provisioning`,
+      PROVISIONING_API_KEY: apiKey,
+      PARTNER_VARIANT: 'marketplace',
+    };
+    return rig;
+  }
+
+  spawnWorker(): Promise<ChildProcess> {
+    const { settings, redis } = this.system;
+    const child = spawn(process.execPath, ['--import', 'tsx', WORKER], {
+      env: {
+        ...process.env,
+        REDIS_URL: redis.url,
+        DATA_DIR: settings.DATA_DIR,
+        PARTNER_NAME: settings.PARTNER_NAME,
+        OPS_TOKEN: settings.OPS_TOKEN,
+        WEBHOOK_SECRET: settings.WEBHOOK_SECRET,
+        PORT: '0',
+        LOG_LEVEL: 'silent',
+        WORKER_CONCURRENCY: '8',
+        RECONCILE_INTERVAL_SECONDS: '3600',
+        ...this.remoteEnv,
+      },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    this.children.push(child);
+    return new Promise((resolve, reject) => {
+      child.stdout?.on('data', (chunk: Buffer) => {
+        if (chunk.toString().includes('worker ready')) resolve(child);
+      });
+      child.once('exit', (code) => reject(new Error(`worker exited early (${code})`)));
+    });
+  }
+
+  /** Orders the provider holds for the workers' partner: first orders and renewals. */
+  async providerOrderIds(): Promise<Set<string>> {
+    const orders = partnerKeys(this.partner.id).orders;
+    return new Set(await this.system.started.runtime.redis.hkeys(orders));
+  }
+
+  allChains(): Promise<Chain[]> {
+    return this.chains.getMany(ORDERS.map(chainIdOf));
+  }
+
+  async close(): Promise<void> {
+    for (const child of this.children) child.kill('SIGKILL');
+    await this.system.close();
+  }
+}
+
+function killMidBurst(mode: Mode) {
+  describe(`a ${mode} worker killed in the middle of renewing due chains`, () => {
+    let rig: CrashRig;
+    beforeAll(async () => {
+      rig = await CrashRig.start(mode);
+    });
+    afterAll(async () => rig.close());
+
+    it('leaves every chain with exactly one renewal order and its next job once a new worker finishes', async () => {
+      const { system } = rig;
+      const startsAt = systemClock.now() - 25 * DAY;
+      // Renewals wait until every chain is placed, so the kill falls in a burst of due renewals
+      // (placing first orders is the slower part, in remote mode above all).
+      const renewals = system.queue('renewals');
+      await renewals.pause();
+      for (const order of ORDERS) {
+        const res = await system.send('order.placed', orderPlaced({ order, startsAt }));
+        expect(res.status).toBe(202);
+      }
+      const first = await rig.spawnWorker();
+      await vi.waitFor(
+        async () => {
+          const placed = (await rig.allChains()).length;
+          if (placed < CHAINS) throw new Error(`${placed} of ${CHAINS} chains placed`);
+        },
+        { timeout: 60_000, interval: 50 },
+      );
+      await renewals.resume();
+
+      // Kill once some renewals were made but long before all of them; in remote mode, at a
+      // moment when some order exists at the provider without its record (the window at risk).
+      await vi.waitFor(
+        async () => {
+          const ids = await rig.providerOrderIds();
+          if (renewalsMade(ids) < 20) throw new Error(`${renewalsMade(ids)} renewals so far`);
+          if (mode === 'remote' && madeButUnrecorded(await rig.allChains(), ids).length === 0) {
+            throw new Error('no renewal between its order and its record');
+          }
+        },
+        { timeout: 60_000, interval: 5 },
+      );
+      first.kill('SIGKILL');
+      await new Promise((resolve) => first.once('exit', resolve));
+      expect(renewalsMade(await rig.providerOrderIds())).toBeLessThan(CHAINS);
+      // The kill interrupted jobs at work: they stay active until the stalled check takes them.
+      expect(await renewals.getActiveCount()).toBeGreaterThan(0);
+      if (mode === 'remote') {
+        // ...in the middle of renewals, between their stored intent and their record.
+        expect(renewing(await rig.allChains()).length).toBeGreaterThan(0);
+      }
+
+      await rig.spawnWorker();
+      await vi.waitFor(
+        async () => {
+          const renewed = (await rig.allChains()).filter(
+            (chain) => chain.term.count === 2 && chain.intent === null,
+          ).length;
+          if (renewed < CHAINS) throw new Error(`${renewed} of ${CHAINS} chains renewed`);
+          // A job killed after its commit runs again once the stalled check gives it back.
+          const left = await renewals.getJobCounts('active', 'wait', 'prioritized');
+          if (Object.values(left).some((n) => n > 0)) {
+            throw new Error(`renewal jobs left: ${JSON.stringify(left)}`);
+          }
+        },
+        { timeout: 120_000, interval: 200 },
+      );
+
+      const ids = await rig.providerOrderIds();
+      expect(ids.size).toBe(CHAINS * 2);
+      for (const order of ORDERS) {
+        expect(ids.has(order)).toBe(true);
+        expect(ids.has(`${order}.r2`)).toBe(true);
+        const chain = await system.chain(order);
+        expect(chain.history.filter((h) => h.event === 'renewal.ordered')).toHaveLength(1);
+        expect(chain.history.filter((h) => h.event === 'order.placed')).toHaveLength(1);
+        const next = await renewals.getJob(renewalJobId(chainIdOf(order), 3));
+        expect(await next?.getState(), `the term-3 job of ${order}`).toBe('delayed');
+        if (mode === 'embedded') {
+          // Embedded renewals are the core's own (controlled start, chained to the first order).
+          const providerChain = await system.started.runtime.store.getChain(rig.partner, order);
+          expect(providerChain?.orders).toEqual([order, `${order}.r2`]);
+        }
+      }
+    }, 240_000);
   });
 }
 
-/** Orders the provider holds for our partner: first orders and renewals. */
-async function providerOrderIds(): Promise<string[]> {
-  return system.started.runtime.redis.hkeys(partnerKeys(partner.id).orders);
-}
-
-beforeAll(async () => {
-  // The API role only: intake, ops and the provisioning core; the workers are child processes.
-  system = await startSystem({ role: 'api' });
-  partner = await system.partner();
-  chains = new ChainStore(system.started.runtime.redis);
-});
-
-afterAll(async () => {
-  for (const child of children) child.kill('SIGKILL');
-  await system.close();
-});
-
-describe('a worker killed in the middle of renewing due chains', () => {
-  it('leaves every chain with exactly one renewal order once a new worker finishes', async () => {
-    const startsAt = systemClock.now() - 25 * DAY;
-    const orders = Array.from({ length: CHAINS }, (_, i) => `K-${i}`);
-    for (const order of orders) {
-      const res = await system.send('order.placed', orderPlaced({ order, startsAt }));
-      expect(res.status).toBe(202);
-    }
-
-    const first = await spawnWorker();
-    // Kill once some renewals were made but long before all of them.
-    await vi.waitFor(
-      async () => {
-        const renewals = (await providerOrderIds()).filter((id) => id.endsWith('.r2')).length;
-        if (renewals < 20) throw new Error(`only ${renewals} renewals so far`);
-      },
-      { timeout: 60_000, interval: 5 },
-    );
-    first.kill('SIGKILL');
-    await new Promise((resolve) => first.once('exit', resolve));
-    const atKill = (await providerOrderIds()).filter((id) => id.endsWith('.r2')).length;
-    expect(atKill).toBeLessThan(CHAINS);
-
-    await spawnWorker();
-    await vi.waitFor(
-      async () => {
-        const renewed = (await chains.getMany(orders.map(chainIdOf))).filter(
-          (chain) => chain.term.count === 2,
-        ).length;
-        if (renewed < CHAINS) throw new Error(`${renewed} of ${CHAINS} chains renewed`);
-      },
-      { timeout: 120_000, interval: 200 },
-    );
-
-    const ids = new Set(await providerOrderIds());
-    expect(ids.size).toBe(CHAINS * 2);
-    for (const order of orders) {
-      expect(ids.has(order)).toBe(true);
-      expect(ids.has(`${order}.r2`)).toBe(true);
-      const providerChain = await system.started.runtime.store.getChain(partner, order);
-      expect(providerChain?.orders).toEqual([order, `${order}.r2`]);
-      const chain = await system.chain(order);
-      expect(chain.history.filter((h) => h.event === 'renewal.ordered')).toHaveLength(1);
-      expect(chain.history.filter((h) => h.event === 'order.placed')).toHaveLength(1);
-    }
-  }, 240_000);
-});
+killMidBurst('embedded');
+killMidBurst('remote');
