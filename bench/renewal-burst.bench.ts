@@ -25,7 +25,7 @@ import type { Partner } from '../src/provisioning/records.js';
 import { ProvisioningStore } from '../src/provisioning/store.js';
 import { defaultJobOptions, QUEUE_PREFIX, QUEUES, STALLED_INTERVAL_MS } from '../src/queues.js';
 import { connectRedis } from '../src/redis/connection.js';
-import { closeQueues, openQueues } from '../src/workers.js';
+import { closeQueues, openQueues, refusalsFailJobs } from '../src/workers.js';
 import { startTestRedis } from '../test/helpers/redis-server.js';
 
 const WARMUP_CHAINS = 500;
@@ -167,7 +167,10 @@ async function freshDeps(bench: Bench): Promise<{ deps: WorkerDeps; partner: Par
 
 // --- running workers -----------------------------------------------------------------------------
 
-/** A worker with the options startWorkers gives the orders and renewals queues (src/workers.ts). */
+/**
+ * A worker with the options startWorkers gives the orders and renewals queues (src/workers.ts);
+ * the product's processors come wrapped as startWorkers wraps them (refusalsFailJobs).
+ */
 function openWorker(bench: Bench, queue: string, processor: Processor, concurrency: number) {
   return new Worker(queue, processor, {
     connection: bench.workerRedis,
@@ -341,7 +344,8 @@ async function placeChains(bench: Bench, deps: WorkerDeps, n: number, concurrenc
     deps.queues.orders,
     orderIds.map((id) => orderPlaced(id, product, startsAt, now)),
   );
-  const worker = openWorker(bench, QUEUES.orders, makeOrdersProcessor(deps), concurrency);
+  const orders = refusalsFailJobs(makeOrdersProcessor(deps));
+  const worker = openWorker(bench, QUEUES.orders, orders, concurrency);
   await runWorker(worker, n, (run) => run());
   const waiting = await deps.queues.renewals.getWaitingCount();
   if (waiting !== n) {
@@ -373,7 +377,8 @@ async function timeNoopJobs(bench: Bench, n: number, concurrency: number): Promi
 }
 
 async function timeRenewals(bench: Bench, deps: WorkerDeps, n: number, concurrency: number) {
-  const worker = openWorker(bench, QUEUES.renewals, makeRenewalProcessor(deps), concurrency);
+  const renewals = refusalsFailJobs(makeRenewalProcessor(deps));
+  const worker = openWorker(bench, QUEUES.renewals, renewals, concurrency);
   // startWorkers counts every completed job; keep that cost in the measured path.
   worker.on('completed', () =>
     deps.metrics.jobs.inc({ queue: QUEUES.renewals, outcome: 'completed' }),

@@ -1,5 +1,5 @@
 // Starts the BullMQ workers of every queue that has a processor, with one shared hygiene.
-import { type Processor, Queue, Worker } from 'bullmq';
+import { type Processor, Queue, UnrecoverableError, Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { WorkerDeps } from '../jobs/deps.js';
 import {
@@ -10,6 +10,7 @@ import { makeProcessor as makeOrdersProcessor } from '../jobs/orders.js';
 import { makeProcessor as makePaymentProcessor } from '../jobs/payment-signals.js';
 import { makeRenewalProcessor } from '../jobs/renewals.js';
 import { makeProcessor as makeSeatProcessor } from '../jobs/seat-changes.js';
+import { RefusalError } from './errors.js';
 import { QUEUE_PREFIX, QUEUES, type QueueName, queueNames, STALLED_INTERVAL_MS } from './queues.js';
 
 export interface Workers {
@@ -28,6 +29,22 @@ export function openQueues(connection: Redis): Record<QueueName, Queue> {
 
 export async function closeQueues(queues: Record<QueueName, Queue>): Promise<void> {
   await Promise.all(Object.values(queues).map((q) => q.close()));
+}
+
+/**
+ * A provider's refusal that no processor handled fails its job at once, with the provider's
+ * message as the job's failed reason: the same request would be refused the same way on every
+ * retry. Transient failures still retry with backoff.
+ */
+export function refusalsFailJobs(processor: Processor): Processor {
+  return async (job, token, signal) => {
+    try {
+      return await processor(job, token, signal);
+    } catch (error) {
+      if (error instanceof RefusalError) throw new UnrecoverableError(error.message);
+      throw error;
+    }
+  };
 }
 
 export async function startWorkers(input: {
@@ -50,7 +67,7 @@ export async function startWorkers(input: {
     [QUEUES.paymentSignals]: makePaymentProcessor(deps),
   };
   const workers = Object.entries(processors).map(([name, processor]) => {
-    const worker = new Worker(name, processor, {
+    const worker = new Worker(name, refusalsFailJobs(processor), {
       connection: input.connection,
       prefix: QUEUE_PREFIX,
       concurrency: name === QUEUES.maintenance ? 1 : input.concurrency,

@@ -1,6 +1,6 @@
 // Auto-renewal end to end: signed webhooks in, real workers, the embedded core, the ops API out.
 import { createHash } from 'node:crypto';
-import { Queue } from 'bullmq';
+import { type Job, Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { WorkerDeps } from '../../../jobs/deps.js';
@@ -195,17 +195,42 @@ describe('a first term that already ended', () => {
   });
 });
 
+describe('a first order the provider refuses', () => {
+  it('fails its job at once with the provider message, and records no chain', async () => {
+    const sent = await system.send(
+      'order.placed',
+      orderPlaced({ order: 'BAD-1', product: 'no-such-product' }),
+    );
+    expect(sent.status).toBe(202);
+    const orders = system.queue('orders');
+    let failed: Job | undefined;
+    await vi.waitFor(async () => {
+      failed = (await orders.getFailed()).find((job) => job.data.data?.order?.id === 'BAD-1');
+      expect(failed).toBeDefined();
+    });
+    expect(failed?.attemptsMade).toBe(1);
+    expect(failed?.failedReason).toMatch(
+      /^the provider refused first order BAD-1: .*product.*must be one of/,
+    );
+    expect((await system.ops('GET', '/ops/chains/BAD-1')).status).toBe(404);
+    expect(await system.providerOrder('BAD-1')).toBeNull();
+  });
+});
+
 describe('order.cancelled', () => {
   it('cancels the chain at the provider and stops its renewals', async () => {
     await system.send('order.placed', orderPlaced({ order: 'CAN-1' }));
     await system.waitForChain('CAN-1', () => true);
-    const sent = await system.send('order.cancelled', { order: 'CAN-1' });
+    const sent = await system.send('order.cancelled', { order: 'CAN-1' }, { id: 'evt-can-1' });
     expect(sent.status).toBe(202);
     const chain = await system.waitForChain('CAN-1', (c) => c.status === 'cancelled');
     expect(chain.nextRenewalAt).toBeNull();
     expect(await renewalJob('CAN-1', 2)).toBeUndefined();
     const at = chain.history.at(-1);
-    expect(at).toMatchObject({ event: 'chain.cancelled', cause: { orderId: 'CAN-1' } });
+    expect(at).toMatchObject({
+      event: 'chain.cancelled',
+      cause: { webhookId: 'evt-can-1', orderId: 'CAN-1' },
+    });
     // The provider refuses any further change to the cancelled order.
     const refused = await system.started.provisioning
       .suspendOrder({ id: 'CAN-1' })
