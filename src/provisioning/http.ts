@@ -29,7 +29,11 @@ export function provisioningRoutes(deps: { core: ProvisioningCore; partners: Par
         request.log.info({ code: error.code, refusal: error.message }, 'provisioning refused');
         return sendError(reply, 400, error.message);
       }
-      if (error instanceof TransientError || isRedisUnavailable(error)) {
+      if (error instanceof TransientError) {
+        request.log.warn({ code: error.code, err: error }, 'provisioning busy');
+        return sendError(reply, 503, `service unavailable: ${error.message}`);
+      }
+      if (isRedisUnavailable(error)) {
         request.log.warn({ err: error }, 'provisioning unavailable');
         return sendError(reply, 503, 'service unavailable: storage unreachable, retry later');
       }

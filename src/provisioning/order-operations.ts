@@ -1,7 +1,7 @@
 // The order operations of the core: first orders, renewals, partials, and status changes.
 import { firstTerm, planRenewalTerm, type RenewalTermPlan } from '../domain/order-terms.js';
 import { formatRenewalRefusal } from '../domain/renewal-window.js';
-import { NotFoundError, RefusalError } from '../errors.js';
+import { NotFoundError, RefusalError, TransientError } from '../errors.js';
 import { fingerprint } from './fingerprint.js';
 import type { ChainRecord, CustomerRecord, OrderRecord, OrderStatus, Partner } from './records.js';
 import type {
@@ -126,7 +126,8 @@ export function makeOrderOperations(deps: {
         return result;
       }
     }
-    throw new RefusalError('chain_busy', 'the chain changed concurrently too often; retry');
+    // Contention, not a rule: the same request succeeds once the chain settles (503, retried).
+    throw new TransientError('chain_busy', 'the chain changed concurrently too often; retry');
   }
 
   function newOrder(
