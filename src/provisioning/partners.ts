@@ -23,7 +23,10 @@ export interface PartnerDirectory {
     renewalWindowDays?: number | undefined;
     now: number;
   }): Promise<{ partner: Partner; apiKey: string }>;
-  /** The partner for this name, created (with a key nobody sees) when missing. */
+  /**
+   * The partner for this name, created (with a key nobody sees) when missing, and with the
+   * renewal window asked for: an existing partner's window is changed to it.
+   */
   ensure(input: {
     name: string;
     variant: Variant;
@@ -67,7 +70,8 @@ export function makePartnerDirectory(
             { name: input.name },
           );
         }
-        return existing;
+        if (existing.renewalWindowDays === input.renewalWindowDays) return existing;
+        return store.setPartnerRenewalWindow(existing, input.renewalWindowDays);
       }
       try {
         return (await create(input)).partner;

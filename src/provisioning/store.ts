@@ -102,6 +102,13 @@ export class ProvisioningStore {
     return json ? parseStored(partnerRecord, json, 'partner') : null;
   }
 
+  /** Changes a partner's renewal window ("changed on request", spec: Renewal window). */
+  async setPartnerRenewalWindow(partner: Partner, renewalWindowDays: number): Promise<Partner> {
+    const changed = partnerRecord.parse({ ...partner, renewalWindowDays });
+    await this.redis.hset(registryKeys.partners, String(partner.id), JSON.stringify(changed));
+    return changed;
+  }
+
   async listPartners(): Promise<Partner[]> {
     const all = await this.redis.hvals(registryKeys.partners);
     return all
