@@ -24,7 +24,7 @@ import type { WorkerDeps } from './deps.js';
 import { describeTerm, sendIntent } from './intents.js';
 import { ensureFamilyRenewalJobs, ensureRenewalJob, prepareRenewal } from './renewals.js';
 
-/** Jobs of this queue are webhook events (data: `eventJobData`), named by their type. */
+/** Jobs of this queue are webhook events (data: `eventJobData`, name: `eventJobName`). */
 export const schema = eventJobData;
 
 function causeOf(job: Job, data: EventJobData, orderId?: string) {

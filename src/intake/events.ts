@@ -59,7 +59,19 @@ export const webhookBody = z.looseObject({
   data: z.looseObject({}, 'must be an object'),
 });
 
-/** What intake enqueues for every accepted event; the job name is the event type. */
+/**
+ * The job name people read in Bull Board: the event type and the order it is about (and, for a
+ * placed order, its customer). `data` passed intake's schema, so these ids are strings.
+ */
+export function eventJobName(type: EventType, data: Record<string, unknown>): string {
+  if (type === 'order.placed') {
+    const { order, customer } = data as OrderPlacedData;
+    return `${type} ${order.id} for customer ${customer.id}`;
+  }
+  return `${type} ${(data as OrderCancelledData).order}`;
+}
+
+/** What intake enqueues for every accepted event, named by eventJobName. */
 export const eventJobData = z.object({
   webhookId: z.string().min(1),
   type: webhookBody.shape.type,

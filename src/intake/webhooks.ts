@@ -16,7 +16,13 @@ import { sendError } from '../http-errors.js';
 import { defaultJobOptions, type QueueName, queueForEvent } from '../queues.js';
 import { isRedisUnavailable } from '../redis/connection.js';
 import { describeIssues } from '../validation.js';
-import { type EventJobData, type EventType, eventSchemas, webhookBody } from './events.js';
+import {
+  type EventJobData,
+  type EventType,
+  eventJobName,
+  eventSchemas,
+  webhookBody,
+} from './events.js';
 
 export const WEBHOOKS_PATH = '/webhooks/events';
 /** How far `webhook-timestamp` may be from the clock's now, either way (inclusive), in seconds. */
@@ -274,7 +280,10 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
       const queueName = queueForEvent[event.type];
       try {
         await withTimeout(
-          deps.queues[queueName].add(event.type, jobData, { ...defaultJobOptions, jobId }),
+          deps.queues[queueName].add(eventJobName(event.type, event.data), jobData, {
+            ...defaultJobOptions,
+            jobId,
+          }),
           enqueueTimeoutMs,
           `enqueue to ${queueName}`,
         );

@@ -176,7 +176,10 @@ describe('a valid, signed event', () => {
       const counts = await jobCounts();
       for (const name of queueNames) expect(counts[name]).toBe(name === queueName ? 1 : 0);
       const job = await queues[queueName].getJob(webhookJobId(id));
-      expect(job?.name).toBe(type);
+      // Named for people reading Bull Board: the event and the order it is about.
+      expect(job?.name).toBe(
+        type === 'order.placed' ? 'order.placed A-1 for customer cust-1' : `${type} A-1`,
+      );
       expect(job?.opts.attempts).toBe(12);
       expect(job?.data).toEqual({
         webhookId: id,
