@@ -2,9 +2,13 @@
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { renewalJobId } from '../../../jobs/renewals.js';
+import { chainIdOf } from '../../../src/chains/keys.js';
 import { manualClock, systemClock } from '../../../src/clock.js';
 import { addTerms } from '../../../src/domain/periods.js';
+import { partnerKeys } from '../../../src/provisioning/keys.js';
 import { QUEUE_PREFIX } from '../../../src/queues.js';
+import { startProxy } from '../../helpers/proxy.js';
 import { DAY, orderPlaced, type System, startSystem } from '../../helpers/system.js';
 
 /** Runs the reconcile job now, as its scheduler would, so delays are recomputed from the clock. */
@@ -94,5 +98,63 @@ describe('remote mode', () => {
   it('is not a provisioning service itself', async () => {
     const res = await fetch(`${system.baseUrl}/provisioning`, { method: 'POST' });
     expect(res.status).toBe(404);
+  });
+});
+
+describe('remote mode when the answer to a renewal order is lost', () => {
+  let provider: System;
+  let proxy: Awaited<ReturnType<typeof startProxy>>;
+  let system: System;
+
+  beforeAll(async () => {
+    provider = await startSystem({ role: 'api' });
+    const { apiKey } = await provider.started.runtime.partners.create({
+      name: 'remote-workers',
+      variant: 'marketplace',
+      now: provider.started.runtime.clock.now(),
+    });
+    // The workers reach the provider through a proxy that can lose an answer on its way back.
+    proxy = await startProxy(provider.baseUrl);
+    system = await startSystem({
+      env: {
+        PROVISIONING_URL: proxy.url,
+        PROVISIONING_API_KEY: apiKey,
+        PARTNER_VARIANT: 'marketplace',
+        PROVISIONING_TIMEOUT_MS: '500',
+      },
+    });
+  });
+  afterAll(async () => {
+    await system.close();
+    await proxy.close();
+    await provider.close();
+  });
+
+  it('retries the job, which sends the same order again and records the one the lost answer carried', async () => {
+    const lost = proxy.holdNext('createOrder', 'LOSS-1.r2');
+    await system.send(
+      'order.placed',
+      orderPlaced({ order: 'LOSS-1', startsAt: systemClock.now() - 25 * DAY }),
+    );
+    const lostOrder = JSON.parse(await lost) as { id: string; startsAt: number };
+
+    const chain = await system.waitForChain('LOSS-1', (c) => c.term.count === 2, 30_000);
+    expect(chain.term).toMatchObject({ orderId: 'LOSS-1.r2', startsAt: lostOrder.startsAt });
+    expect(chain.history.filter((h) => h.event === 'renewal.ordered')).toHaveLength(1);
+    // The first attempt timed out after the provider made the order; the retry replayed it.
+    const sent = proxy.calls.filter(
+      (c) => c.method === 'createOrder' && c.params.id === 'LOSS-1.r2',
+    );
+    expect(sent).toHaveLength(2);
+    expect(sent[1]?.params).toEqual(sent[0]?.params);
+    const job = await system.queue('renewals').getJob(renewalJobId(chainIdOf('LOSS-1'), 2));
+    expect(job?.attemptsMade).toBe(2);
+
+    const { runtime } = provider.started;
+    const partner = (await runtime.partners.list()).find((p) => p.name === 'remote-workers');
+    if (!partner) throw new Error('remote partner missing');
+    const orders = await runtime.redis.hkeys(partnerKeys(partner.id).orders);
+    expect(orders.sort()).toEqual(['LOSS-1', 'LOSS-1.r2']);
+    expect((await runtime.store.getOrder(partner, 'LOSS-1.r2'))?.id).toBe(lostOrder.id);
   });
 });

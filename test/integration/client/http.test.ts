@@ -1,9 +1,5 @@
 // The HTTP client against the real server over real HTTP: the shared contract, the
 // classification of every failure, and a lost answer retried through a proxy.
-import { once } from 'node:events';
-import http from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { request } from 'undici';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { httpClient } from '../../../src/client/http.js';
 import type { ProvisioningClient } from '../../../src/client/provisioning-client.js';
@@ -11,6 +7,7 @@ import { ConfigError, RefusalError, TransientError } from '../../../src/errors.j
 import { partnerKeys } from '../../../src/provisioning/keys.js';
 import type { Partner } from '../../../src/provisioning/records.js';
 import { DAY, startTestApp, T0, type TestApp } from '../../helpers/app.js';
+import { listen, startProxy } from '../../helpers/proxy.js';
 import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
 import { provisioningClientContract, refusalOf } from './contract.js';
 
@@ -40,89 +37,6 @@ function setupWith(extensions: boolean | undefined) {
 
 provisioningClientContract('HTTP client with extensions', setupWith(true));
 provisioningClientContract('HTTP client (remote default: no extensions)', setupWith(undefined));
-
-// --- tiny servers -------------------------------------------------------------------------------
-
-/** A node:http server on a free port; `close` also drops the connections it still holds. */
-async function listen(
-  handler: http.RequestListener,
-): Promise<{ url: string; close(): Promise<void> }> {
-  const server = http.createServer(handler);
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const { port } = server.address() as AddressInfo;
-  return {
-    url: `http://127.0.0.1:${port}/provisioning`,
-    close: async () => {
-      server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
-}
-
-function deferred<T = void>() {
-  let resolve!: (value: T) => void;
-  const promise = new Promise<T>((r) => {
-    resolve = r;
-  });
-  return { promise, resolve };
-}
-
-interface Call {
-  method: string;
-  params: Record<string, unknown>;
-}
-
-/**
- * A forwarding proxy in front of the real server that records every call and, once armed,
- * forwards the next call of a method and then holds its answer until the proxy closes, which
- * is a lost answer from the client's point of view: the order exists, the client never hears.
- */
-async function startProxy(targetOrigin: string) {
-  const calls: Call[] = [];
-  let armed: { method: string; forwarded: ReturnType<typeof deferred<string>> } | null = null;
-  const release = deferred();
-  const server = await listen(async (req, res) => {
-    const chunks: Buffer[] = [];
-    for await (const chunk of req) chunks.push(chunk as Buffer);
-    const raw = Buffer.concat(chunks).toString('utf8');
-    const call = JSON.parse(raw) as Call;
-    calls.push(call);
-    const upstream = await request(`${targetOrigin}${req.url}`, {
-      method: 'GET',
-      headers: {
-        'content-type': 'application/json',
-        'x-api-key': String(req.headers['x-api-key']),
-      },
-      body: raw,
-    });
-    const answer = await upstream.body.text();
-    const hold = armed;
-    if (hold !== null && hold.method === call.method) {
-      armed = null;
-      hold.forwarded.resolve(answer);
-      await release.promise;
-    }
-    if (!res.destroyed) {
-      res.writeHead(upstream.statusCode, { 'content-type': 'application/json; charset=utf-8' });
-      res.end(answer);
-    }
-  });
-  return {
-    url: server.url,
-    calls,
-    /** Holds the answer of the next `method` call; resolves with that answer once the server gave it. */
-    holdNext(method: string): Promise<string> {
-      const forwarded = deferred<string>();
-      armed = { method, forwarded };
-      return forwarded.promise;
-    },
-    close: async () => {
-      release.resolve();
-      await server.close();
-    },
-  };
-}
 
 // --- failures -----------------------------------------------------------------------------------
 
