@@ -158,3 +158,58 @@ describe('remote mode when the answer to a renewal order is lost', () => {
     expect((await runtime.store.getOrder(partner, 'LOSS-1.r2'))?.id).toBe(lostOrder.id);
   });
 });
+
+describe('remote mode against a provider whose window is shorter than the lead', () => {
+  // One test clock for the workers and the provider, so the provider's window moves with it.
+  const clock = manualClock(systemClock.now());
+  let provider: System;
+  let system: System;
+
+  beforeAll(async () => {
+    provider = await startSystem({ role: 'api', clock });
+    const { apiKey } = await provider.started.runtime.partners.create({
+      name: 'short-window',
+      variant: 'marketplace',
+      renewalWindowDays: 3,
+      now: clock.now(),
+    });
+    // The workers believe the default 15-day window and renew 7 days ahead.
+    system = await startSystem({
+      clock,
+      env: {
+        PROVISIONING_URL: `${provider.baseUrl}/provisioning`,
+        PROVISIONING_API_KEY: apiKey,
+        PARTNER_VARIANT: 'marketplace',
+        PROVISIONING_EXTENSIONS: 'true',
+      },
+    });
+  });
+  afterAll(async () => {
+    await system.close();
+    await provider.close();
+  });
+
+  it('defers a renewal the provider refuses for its window, and renews once the window opens', async () => {
+    const startsAt = clock.now() - 25 * DAY;
+    await system.send('order.placed', orderPlaced({ order: 'WIN-1', startsAt }));
+    const deferred = await system.waitForChain('WIN-1', (c) =>
+      c.history.some((h) => h.event === 'renewal.deferred'),
+    );
+    expect(deferred.term.count).toBe(1);
+    expect(deferred.flagged).toBeNull();
+    expect(deferred.history.at(-1)?.detail).toMatch(
+      /^the provider refused WIN-1\.r2 \(renewal refused: \d+ days remain in the current term \(window: 3 days\)\); trying again later$/,
+    );
+    const job = await system.queue('renewals').getJob(renewalJobId(chainIdOf('WIN-1'), 2));
+    expect(await job?.getState()).toBe('delayed');
+    // An hour later, without the intent prepared before the refusal.
+    expect(job?.data.deferredUntil).toBe(clock.now() + 3600);
+    expect(job?.data.prepared).toBeUndefined();
+
+    // Inside the provider's window the retried job renews.
+    clock.set(deferred.term.expiresAt - 2 * DAY);
+    await system.promote('renewals', renewalJobId(chainIdOf('WIN-1'), 2));
+    const renewed = await system.waitForChain('WIN-1', (c) => c.term.count === 2);
+    expect(renewed.term.startsAt).toBe(deferred.term.expiresAt);
+  });
+});
