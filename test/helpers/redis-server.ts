@@ -11,20 +11,14 @@ export interface TestRedis {
   url: string;
   port: number;
   stop(): Promise<void>;
+  /** Starts it again on the same port after `stop` (an empty database: no persistence). */
+  restart(): Promise<void>;
 }
 
 /** A redis-server without persistence on 127.0.0.1, ready when this resolves. */
 export async function startTestRedis(): Promise<TestRedis> {
   const port = await findFreePort();
-  const child = spawn(
-    'redis-server',
-    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
-    { stdio: ['ignore', 'pipe', 'pipe'] },
-  );
-  await waitForReady(child, port);
-  // Nobody reads the logs after start, but a full pipe would block the server.
-  child.stdout?.resume();
-  child.stderr?.resume();
+  let child = await runRedisServer(port);
   return {
     url: `redis://127.0.0.1:${port}`,
     port,
@@ -34,7 +28,23 @@ export async function startTestRedis(): Promise<TestRedis> {
       child.kill('SIGKILL');
       await exited;
     },
+    restart: async () => {
+      child = await runRedisServer(port);
+    },
   };
+}
+
+async function runRedisServer(port: number): Promise<ChildProcess> {
+  const child = spawn(
+    'redis-server',
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  await waitForReady(child, port);
+  // Nobody reads the logs after start, but a full pipe would block the server.
+  child.stdout?.resume();
+  child.stderr?.resume();
+  return child;
 }
 
 function waitForReady(child: ChildProcess, port: number): Promise<void> {

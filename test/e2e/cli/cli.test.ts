@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { request } from 'undici';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
 
 const run = promisify(execFile);
@@ -164,5 +164,53 @@ describe('billing start', () => {
     const exit = new Promise<number | null>((resolve) => server?.once('exit', resolve));
     server.kill('SIGTERM');
     expect(await exit).toBe(0);
+  });
+});
+
+describe('billing start when Redis goes away', () => {
+  let server: ChildProcess | undefined;
+  let own: TestRedis;
+
+  beforeAll(async () => {
+    own = await startTestRedis();
+  });
+  afterAll(async () => {
+    server?.kill('SIGKILL');
+    await own.stop();
+  });
+
+  it('answers /readyz 503 not ready, naming Redis, and 200 again once it is back', async () => {
+    server = spawn(process.execPath, [BIN, 'start'], {
+      env: cleanEnv({ REDIS_URL: own.url, PORT: '0', LOG_LEVEL: 'info' }),
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const started = await new Promise<{ provisioning: string }>((resolve, reject) => {
+      let buffer = '';
+      server?.stdout?.on('data', (chunk: Buffer) => {
+        buffer += chunk.toString();
+        for (const line of buffer.split('\n')) {
+          if (line.includes('"billing service started"')) resolve(JSON.parse(line));
+        }
+      });
+      server?.once('exit', (code) => reject(new Error(`exited early with ${code}`)));
+    });
+    const readyz = started.provisioning.replace('/provisioning', '/readyz');
+    const ready = async () => {
+      const res = await request(readyz);
+      return { status: res.statusCode, body: await res.body.json() };
+    };
+    expect(await ready()).toEqual({
+      status: 200,
+      body: { status: 'ready', redis: true, workers: true },
+    });
+
+    await own.stop();
+    expect(await ready()).toMatchObject({
+      status: 503,
+      body: { status: 'not ready', redis: false },
+    });
+
+    await own.restart();
+    await vi.waitFor(async () => expect((await ready()).status).toBe(200), { timeout: 10_000 });
   });
 });
