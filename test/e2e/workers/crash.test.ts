@@ -12,6 +12,7 @@ import { ChainStore } from '../../../src/chains/store.js';
 import { systemClock } from '../../../src/clock.js';
 import { partnerKeys } from '../../../src/provisioning/keys.js';
 import type { Partner } from '../../../src/provisioning/records.js';
+import { startProxy } from '../../helpers/proxy.js';
 import { DAY, orderPlaced, type System, startSystem } from '../../helpers/system.js';
 
 const CHAINS = 300;
@@ -24,25 +25,20 @@ function renewalsMade(ids: Set<string>): number {
   return [...ids].filter((id) => id.endsWith('.r2')).length;
 }
 
-/** Chains with a renewal in flight: its intent is stored, its record not written yet. */
-function renewing(all: Chain[]): Chain[] {
-  return all.filter((chain) => chain.intent?.kind === 'renewal');
-}
-
-/** Of those, the ones whose order the provider already made. */
-function madeButUnrecorded(all: Chain[], ids: Set<string>): Chain[] {
-  return renewing(all).filter((chain) => ids.has(chain.intent?.orderId ?? ''));
-}
+/** Remote mode: the renewal whose answer the proxy holds, so the kill falls after its order. */
+const HELD_ORDER = 'K-100';
 
 /**
  * The API role runs here (intake, ops and the provisioning core); the workers are child
  * processes, which in remote mode reach this same core over its HTTP API as a partner of their
- * own.
+ * own, through a proxy that can hold an answer.
  */
 class CrashRig {
   readonly children: ChildProcess[] = [];
   /** Remote mode: the workers' settings for the provider. */
   private remoteEnv: Record<string, string> = {};
+  /** Remote mode: between the workers and the provider. */
+  proxy: Awaited<ReturnType<typeof startProxy>> | undefined;
 
   private constructor(
     readonly system: System,
@@ -64,8 +60,9 @@ class CrashRig {
     const partner = (await runtime.partners.list()).find((p) => p.name === 'remote-workers');
     if (!partner) throw new Error('remote partner missing');
     const rig = new CrashRig(system, partner, chains);
+    rig.proxy = await startProxy(system.baseUrl);
     rig.remoteEnv = {
-      PROVISIONING_URL: `${system.baseUrl}/provisioning`,
+      PROVISIONING_URL: rig.proxy.url,
       PROVISIONING_API_KEY: apiKey,
       PARTNER_VARIANT: 'marketplace',
     };
@@ -111,6 +108,7 @@ class CrashRig {
 
   async close(): Promise<void> {
     for (const child of this.children) child.kill('SIGKILL');
+    await this.proxy?.close();
     await this.system.close();
   }
 }
@@ -134,6 +132,8 @@ function killMidBurst(mode: Mode) {
         const res = await system.send('order.placed', orderPlaced({ order, startsAt }));
         expect(res.status).toBe(202);
       }
+      // Remote mode: the provider's answer to one renewal order mid-burst never reaches the worker.
+      const held = rig.proxy?.holdNext('createOrder', `${HELD_ORDER}.r2`);
       const first = await rig.spawnWorker();
       await vi.waitFor(
         async () => {
@@ -144,26 +144,29 @@ function killMidBurst(mode: Mode) {
       );
       await renewals.resume();
 
-      // Kill once some renewals were made but long before all of them; in remote mode, at a
-      // moment when some order exists at the provider without its record (the window at risk).
+      // Kill once some renewals were made but long before all of them; in remote mode, once the
+      // provider made the held order, whose record its job waits to write (the window at risk).
       await vi.waitFor(
         async () => {
-          const ids = await rig.providerOrderIds();
-          if (renewalsMade(ids) < 20) throw new Error(`${renewalsMade(ids)} renewals so far`);
-          if (mode === 'remote' && madeButUnrecorded(await rig.allChains(), ids).length === 0) {
-            throw new Error('no renewal between its order and its record');
-          }
+          const made = renewalsMade(await rig.providerOrderIds());
+          if (made < 20) throw new Error(`${made} renewals so far`);
         },
         { timeout: 60_000, interval: 5 },
       );
+      await held;
       first.kill('SIGKILL');
       await new Promise((resolve) => first.once('exit', resolve));
       expect(renewalsMade(await rig.providerOrderIds())).toBeLessThan(CHAINS);
       // The kill interrupted jobs at work: they stay active until the stalled check takes them.
-      expect(await renewals.getActiveCount()).toBeGreaterThan(0);
+      const counts = await renewals.getJobCounts();
+      expect(counts.active, `renewal jobs at the kill: ${JSON.stringify(counts)}`).toBeGreaterThan(
+        0,
+      );
       if (mode === 'remote') {
-        // ...in the middle of renewals, between their stored intent and their record.
-        expect(renewing(await rig.allChains()).length).toBeGreaterThan(0);
+        // ...one of them between its order at the provider and its record.
+        const chain = await rig.chains.get(chainIdOf(HELD_ORDER));
+        expect(chain?.intent?.orderId).toBe(`${HELD_ORDER}.r2`);
+        expect((await rig.providerOrderIds()).has(`${HELD_ORDER}.r2`)).toBe(true);
       }
 
       await rig.spawnWorker();
