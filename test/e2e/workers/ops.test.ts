@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { chainIdOf } from '../../../src/chains/keys.js';
 import { systemClock } from '../../../src/clock.js';
 import { DAY, OPS_TOKEN, orderPlaced, type System, startSystem } from '../../helpers/system.js';
 
@@ -77,11 +78,15 @@ describe('the ops API', () => {
   it('finds a chain by any of its order ids, 404 for an unknown one', async () => {
     const byRenewal = await system.ops('GET', '/ops/chains/OPS-2.r2');
     expect(byRenewal.body).toMatchObject({ order: 'OPS-2', term: { orderId: 'OPS-2.r2' } });
-    const unknown = await system.ops('GET', '/ops/chains/NOPE');
-    expect(unknown).toEqual({
+    const notFound = {
       status: 404,
       body: { error: 'chain_not_found', message: 'no chain has an order NOPE' },
-    });
+    };
+    expect(await system.ops('GET', '/ops/chains/NOPE')).toEqual(notFound);
+    expect(await system.ops('PUT', '/ops/chains/NOPE/auto-renew', { enabled: true })).toEqual(
+      notFound,
+    );
+    expect(await system.ops('POST', '/ops/chains/NOPE/cancel')).toEqual(notFound);
   });
 
   it('lists the chains of a customer', async () => {
@@ -164,6 +169,20 @@ describe('signed webhooks only', () => {
 });
 
 describe('health and metrics', () => {
+  it('runs reconcile on a schedule, and keeps jobs for a bounded time, retrying with jitter', async () => {
+    const schedulers = await system.queue('maintenance').getJobSchedulers();
+    expect(schedulers).toEqual([
+      expect.objectContaining({ key: 'reconcile', name: 'reconcile renewals', every: 3_600_000 }),
+    ]);
+    const renewal = await system.queue('renewals').getJob(`renew-${chainIdOf('OPS-2')}-3`);
+    expect(renewal?.opts).toMatchObject({
+      attempts: 12,
+      backoff: { type: 'exponential', delay: 2_000, jitter: 0.5 },
+      removeOnComplete: { age: 7 * DAY, count: 100_000 },
+      removeOnFail: { age: 90 * DAY },
+    });
+  });
+
   it('readyz reports Redis and workers', async () => {
     const res = await raw('/readyz');
     expect(res.status).toBe(200);

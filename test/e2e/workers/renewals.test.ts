@@ -1,6 +1,6 @@
 // Auto-renewal end to end: signed webhooks in, real workers, the embedded core, the ops API out.
 import { createHash } from 'node:crypto';
-import { type Job, Queue } from 'bullmq';
+import { Job, Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { WorkerDeps } from '../../../jobs/deps.js';
@@ -398,9 +398,14 @@ describe('a renewal job carrying the intent prepared when it was scheduled', () 
     const other = 'seat-change-job';
     expect((await chains().lock(chain.id, other)).kind).toBe('held');
     const watched = watchLocks(chain.id);
+    const putBack = vi.spyOn(Job.prototype, 'moveToDelayed');
+    const timesPutBack = () =>
+      (putBack.mock.contexts as Job[]).filter((job) => job.id === `renew-${chain.id}-2`);
     await addJob(chain, prepared);
     // The job tries, finds the lock held and puts itself back (250..1000 ms), more than once.
-    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    await vi.waitFor(() => expect(timesPutBack().length).toBeGreaterThanOrEqual(2), {
+      timeout: 10_000,
+    });
     expect((await system.chain('PREP-5'))?.term.count).toBe(1);
     expect(await system.providerOrder('PREP-5.r2')).toBeNull();
     await chains().unlock(chain.id, other);
