@@ -129,6 +129,28 @@ describe('billing partners', () => {
   });
 });
 
+/** `billing start` on the given Redis, any free port, logging JSON lines at info. */
+function spawnBilling(redisUrl: string): ChildProcess {
+  return spawn(process.execPath, [BIN, 'start'], {
+    env: cleanEnv({ REDIS_URL: redisUrl, PORT: '0', LOG_LEVEL: 'info' }),
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+}
+
+/** Resolves with the "billing service started" log line once the process printed it. */
+function serviceStarted(server: ChildProcess): Promise<{ provisioning: string }> {
+  return new Promise((resolve, reject) => {
+    let buffer = '';
+    server.stdout?.on('data', (chunk: Buffer) => {
+      buffer += chunk.toString();
+      for (const line of buffer.split('\n')) {
+        if (line.includes('"billing service started"')) resolve(JSON.parse(line));
+      }
+    });
+    server.once('exit', (code) => reject(new Error(`exited early with ${code}`)));
+  });
+}
+
 describe('billing start', () => {
   let server: ChildProcess | undefined;
 
@@ -137,20 +159,8 @@ describe('billing start', () => {
   });
 
   it('serves the provisioning core and health, and stops cleanly on SIGTERM', async () => {
-    server = spawn(process.execPath, [BIN, 'start'], {
-      env: cleanEnv({ REDIS_URL: redis.url, PORT: '0', LOG_LEVEL: 'info' }),
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    const started = await new Promise<{ provisioning: string }>((resolve, reject) => {
-      let buffer = '';
-      server?.stdout?.on('data', (chunk: Buffer) => {
-        buffer += chunk.toString();
-        for (const line of buffer.split('\n')) {
-          if (line.includes('"billing service started"')) resolve(JSON.parse(line));
-        }
-      });
-      server?.once('exit', (code) => reject(new Error(`exited early with ${code}`)));
-    });
+    server = spawnBilling(redis.url);
+    const started = await serviceStarted(server);
     const health = await request(started.provisioning.replace('/provisioning', '/healthz'));
     expect(await health.body.json()).toEqual({ status: 'ok' });
     const noKey = await request(started.provisioning, {
@@ -180,20 +190,8 @@ describe('billing start when Redis goes away', () => {
   });
 
   it('answers /readyz 503 not ready, naming Redis, and 200 again once it is back', async () => {
-    server = spawn(process.execPath, [BIN, 'start'], {
-      env: cleanEnv({ REDIS_URL: own.url, PORT: '0', LOG_LEVEL: 'info' }),
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    const started = await new Promise<{ provisioning: string }>((resolve, reject) => {
-      let buffer = '';
-      server?.stdout?.on('data', (chunk: Buffer) => {
-        buffer += chunk.toString();
-        for (const line of buffer.split('\n')) {
-          if (line.includes('"billing service started"')) resolve(JSON.parse(line));
-        }
-      });
-      server?.once('exit', (code) => reject(new Error(`exited early with ${code}`)));
-    });
+    server = spawnBilling(own.url);
+    const started = await serviceStarted(server);
     const readyz = started.provisioning.replace('/provisioning', '/readyz');
     const ready = async () => {
       const res = await request(readyz);

@@ -4,9 +4,10 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { renewalJobId } from '../../../jobs/renewals.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
-import { manualClock, systemClock } from '../../../src/clock.js';
+import { type Clock, manualClock, systemClock } from '../../../src/clock.js';
 import { addTerms } from '../../../src/domain/periods.js';
 import { partnerKeys } from '../../../src/provisioning/keys.js';
+import type { Partner } from '../../../src/provisioning/records.js';
 import { QUEUE_PREFIX } from '../../../src/queues.js';
 import { startProxy } from '../../helpers/proxy.js';
 import { DAY, orderPlaced, type System, startSystem } from '../../helpers/system.js';
@@ -54,83 +55,90 @@ describe('the external variant', () => {
   });
 });
 
-describe('remote mode', () => {
-  let provider: System;
-  let system: System;
-
+/**
+ * Workers in remote mode against a provider: the embedded core served over HTTP by a system of
+ * its own (API role, no workers), where the workers have a partner account. Started in
+ * beforeAll, closed in afterAll.
+ */
+function useRemote(
+  options: {
+    /** Reach the provider through a proxy that can hold an answer. */
+    viaProxy?: boolean;
+    /** The provider's window for the workers' partner (default 15 days). */
+    renewalWindowDays?: number;
+    /** One clock for both sides, so the provider's window moves with the workers' time. */
+    clock?: Clock;
+    env?: Record<string, string>;
+  } = {},
+) {
+  const remote = {} as {
+    provider: System;
+    system: System;
+    proxy: Awaited<ReturnType<typeof startProxy>> | undefined;
+    /** The workers' partner at the provider. */
+    partner: Partner;
+  };
+  const clock = options.clock ? { clock: options.clock } : {};
   beforeAll(async () => {
-    // The provider: the embedded core served over HTTP, no workers of its own.
-    provider = await startSystem({ role: 'api' });
-    const { apiKey } = await provider.started.runtime.partners.create({
+    remote.provider = await startSystem({ role: 'api', ...clock });
+    const { runtime } = remote.provider.started;
+    const { partner, apiKey } = await runtime.partners.create({
       name: 'remote-workers',
       variant: 'marketplace',
-      now: provider.started.runtime.clock.now(),
+      renewalWindowDays: options.renewalWindowDays,
+      now: runtime.clock.now(),
     });
-    system = await startSystem({
+    remote.partner = partner;
+    remote.proxy = options.viaProxy ? await startProxy(remote.provider.baseUrl) : undefined;
+    remote.system = await startSystem({
+      ...clock,
       env: {
-        PROVISIONING_URL: `${provider.baseUrl}/provisioning`,
+        PROVISIONING_URL: remote.proxy?.url ?? `${remote.provider.baseUrl}/provisioning`,
         PROVISIONING_API_KEY: apiKey,
         PARTNER_VARIANT: 'marketplace',
+        ...options.env,
       },
     });
   });
   afterAll(async () => {
-    await system.close();
-    await provider.close();
+    await remote.system?.close();
+    await remote.proxy?.close();
+    await remote.provider?.close();
   });
+  return remote;
+}
+
+describe('remote mode', () => {
+  const remote = useRemote();
 
   it('drives the remote service over HTTP: first order and renewal exist there', async () => {
+    const { system, provider } = remote;
     const startsAt = systemClock.now() - 25 * DAY;
     await system.send('order.placed', orderPlaced({ order: 'R-1', startsAt }));
     const chain = await system.waitForChain('R-1', (c) => c.term.count === 2);
     expect(chain.term.startsAt).toBe(addTerms(startsAt, 'monthly', 1));
 
-    const { runtime } = provider.started;
-    const partner = (await runtime.partners.list()).find((p) => p.name === 'remote-workers');
-    if (!partner) throw new Error('remote partner missing');
-    const first = await runtime.store.getOrder(partner, 'R-1');
-    const renewal = await runtime.store.getOrder(partner, 'R-1.r2');
+    const { partner } = remote;
+    const first = await provider.started.runtime.store.getOrder(partner, 'R-1');
+    const renewal = await provider.started.runtime.store.getOrder(partner, 'R-1.r2');
     expect(first).toMatchObject({ startsAt, licenses: 5 });
     // Without extensions a remote marketplace renewal is a plain controlled-start order.
     expect(renewal).toMatchObject({ startsAt: chain.term.startsAt, parent: 'R-1.r2', count: 1 });
   });
 
   it('is not a provisioning service itself', async () => {
-    const res = await fetch(`${system.baseUrl}/provisioning`, { method: 'POST' });
+    const res = await fetch(`${remote.system.baseUrl}/provisioning`, { method: 'POST' });
     expect(res.status).toBe(404);
   });
 });
 
 describe('remote mode when the answer to a renewal order is lost', () => {
-  let provider: System;
-  let proxy: Awaited<ReturnType<typeof startProxy>>;
-  let system: System;
-
-  beforeAll(async () => {
-    provider = await startSystem({ role: 'api' });
-    const { apiKey } = await provider.started.runtime.partners.create({
-      name: 'remote-workers',
-      variant: 'marketplace',
-      now: provider.started.runtime.clock.now(),
-    });
-    // The workers reach the provider through a proxy that can lose an answer on its way back.
-    proxy = await startProxy(provider.baseUrl);
-    system = await startSystem({
-      env: {
-        PROVISIONING_URL: proxy.url,
-        PROVISIONING_API_KEY: apiKey,
-        PARTNER_VARIANT: 'marketplace',
-        PROVISIONING_TIMEOUT_MS: '500',
-      },
-    });
-  });
-  afterAll(async () => {
-    await system.close();
-    await proxy.close();
-    await provider.close();
-  });
+  // The workers reach the provider through a proxy that can lose an answer on its way back.
+  const remote = useRemote({ viaProxy: true, env: { PROVISIONING_TIMEOUT_MS: '500' } });
 
   it('retries the job, which sends the same order again and records the one the lost answer carried', async () => {
+    const { system, provider } = remote;
+    const proxy = remote.proxy as NonNullable<typeof remote.proxy>;
     const lost = proxy.holdNext('createOrder', 'LOSS-1.r2');
     await system.send(
       'order.placed',
@@ -150,9 +158,8 @@ describe('remote mode when the answer to a renewal order is lost', () => {
     const job = await system.queue('renewals').getJob(renewalJobId(chainIdOf('LOSS-1'), 2));
     expect(job?.attemptsMade).toBe(2);
 
+    const { partner } = remote;
     const { runtime } = provider.started;
-    const partner = (await runtime.partners.list()).find((p) => p.name === 'remote-workers');
-    if (!partner) throw new Error('remote partner missing');
     const orders = await runtime.redis.hkeys(partnerKeys(partner.id).orders);
     expect(orders.sort()).toEqual(['LOSS-1', 'LOSS-1.r2']);
     expect((await runtime.store.getOrder(partner, 'LOSS-1.r2'))?.id).toBe(lostOrder.id);
@@ -160,36 +167,16 @@ describe('remote mode when the answer to a renewal order is lost', () => {
 });
 
 describe('remote mode against a provider whose window is shorter than the lead', () => {
-  // One test clock for the workers and the provider, so the provider's window moves with it.
   const clock = manualClock(systemClock.now());
-  let provider: System;
-  let system: System;
-
-  beforeAll(async () => {
-    provider = await startSystem({ role: 'api', clock });
-    const { apiKey } = await provider.started.runtime.partners.create({
-      name: 'short-window',
-      variant: 'marketplace',
-      renewalWindowDays: 3,
-      now: clock.now(),
-    });
-    // The workers believe the default 15-day window and renew 7 days ahead.
-    system = await startSystem({
-      clock,
-      env: {
-        PROVISIONING_URL: `${provider.baseUrl}/provisioning`,
-        PROVISIONING_API_KEY: apiKey,
-        PARTNER_VARIANT: 'marketplace',
-        PROVISIONING_EXTENSIONS: 'true',
-      },
-    });
-  });
-  afterAll(async () => {
-    await system.close();
-    await provider.close();
+  // The workers believe the default 15-day window and renew 7 days ahead; the provider's is 3.
+  const remote = useRemote({
+    clock,
+    renewalWindowDays: 3,
+    env: { PROVISIONING_EXTENSIONS: 'true' },
   });
 
   it('defers a renewal the provider refuses for its window, and renews once the window opens', async () => {
+    const { system } = remote;
     const startsAt = clock.now() - 25 * DAY;
     await system.send('order.placed', orderPlaced({ order: 'WIN-1', startsAt }));
     const deferred = await system.waitForChain('WIN-1', (c) =>
