@@ -1,0 +1,61 @@
+// The README's example producer (examples/send-webhook.mjs), run as a user runs it against the
+// real service: it signs, the service accepts, deduplicates and renews; bad input is refused.
+import { execFile } from 'node:child_process';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { describe, expect, it } from 'vitest';
+import { systemClock } from '../../../src/clock.js';
+import { DAY, useSystem } from '../../helpers/system.js';
+
+const run = promisify(execFile);
+const EXAMPLE = join(import.meta.dirname, '../../../examples/send-webhook.mjs');
+
+const system = useSystem();
+
+async function send(args: string[], env: Record<string, string> = {}) {
+  try {
+    const { stdout, stderr } = await run(process.execPath, [EXAMPLE, ...args], {
+      env: { ...process.env, WEBHOOK_SECRET: system.settings.WEBHOOK_SECRET as string, ...env },
+    });
+    return { code: 0, stdout, stderr };
+  } catch (error) {
+    const e = error as { code: number; stdout: string; stderr: string };
+    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
+  }
+}
+
+describe('examples/send-webhook.mjs', () => {
+  it('sends the README order.placed: accepted once, renewed, a repeat of its id deduplicated', async () => {
+    const startsAt = systemClock.now() - 25 * DAY;
+    const data = JSON.stringify({
+      customer: { id: 'C-EX', name: 'Acme GmbH', admin: { email: 'admin@acme.example' } },
+      order: { id: 'EX-1', product: 'suite-std', licenses: 5, duration: 'monthly', startsAt },
+    });
+    const args = ['order.placed', data, '--url', system.baseUrl, '--id', 'ex-1'];
+    const first = await send(args);
+    expect(first).toMatchObject({ code: 0, stdout: '202 {"id":"ex-1"}\n' });
+    const chain = await system.waitForChain('EX-1', (c) => c.term.count === 2);
+    expect(chain.history.filter((h) => h.event === 'order.placed')).toHaveLength(1);
+
+    expect(await send(args)).toMatchObject({ code: 0, stdout: '202 {"id":"ex-1"}\n' });
+    const again = await system.chain('EX-1');
+    expect(again.history.filter((h) => h.event === 'order.placed')).toHaveLength(1);
+  });
+
+  it('exits 1 with the service refusal for a bad event, and for a wrong secret', async () => {
+    const bad = await send([
+      'seats.changed',
+      '{"order":"EX-1","licenses":1.5}',
+      '--url',
+      system.baseUrl,
+    ]);
+    expect(bad.code).toBe(1);
+    expect(bad.stdout).toMatch(/^400 .*data\.licenses/);
+
+    const forged = await send(['payment.received', '{"order":"EX-1"}', '--url', system.baseUrl], {
+      WEBHOOK_SECRET: `whsec_${Buffer.from('not the secret').toString('base64')}`,
+    });
+    expect(forged.code).toBe(1);
+    expect(forged.stdout).toMatch(/^401 .*invalid_signature/);
+  });
+});
