@@ -98,12 +98,17 @@ export async function startWorkers(input: {
       const timedOut = new Promise<'timeout'>((resolve) => {
         timer = setTimeout(() => resolve('timeout'), timeoutMs);
       });
-      const result = await Promise.race([Promise.all(workers.map((w) => w.close())), timedOut]);
+      // The bounded wait is pause()'s (no new jobs, then wait for the active ones): once
+      // BullMQ's close() has begun, a later close(true) only returns the first call's promise,
+      // so a close that waits could never be forced.
+      const paused = Promise.all(workers.map((w) => w.pause()));
+      const result = await Promise.race([paused, timedOut]);
       clearTimeout(timer);
-      if (result === 'timeout') {
+      const force = result === 'timeout';
+      if (force) {
         deps.log.warn({ timeoutMs }, 'active jobs did not finish in time; closing workers anyway');
-        await Promise.all(workers.map((w) => w.close(true)));
       }
+      await Promise.all(workers.map((w) => w.close(force)));
     },
   };
 }

@@ -102,6 +102,9 @@ function classifyStatus(method: string, status: number, body: string): unknown {
   );
 }
 
+/** How long close() lets requests in flight finish before it aborts them (ms). */
+const CLOSE_GRACE_MS = 1_000;
+
 export function httpClient(opts: HttpClientOptions): ProvisioningClient {
   const target = new URL(opts.url);
   const path = `${target.pathname}${target.search}`;
@@ -150,7 +153,16 @@ export function httpClient(opts: HttpClientOptions): ProvisioningClient {
     close: async () => {
       if (closed) return;
       closed = true;
-      await pool.close();
+      // Requests still in flight at shutdown belong to jobs the workers gave up waiting for
+      // (they run again elsewhere): a short grace, then abort them rather than wait out their
+      // timeouts, which would outlast the shutdown limit.
+      let timer: NodeJS.Timeout | undefined;
+      const grace = new Promise<'grace over'>((resolve) => {
+        timer = setTimeout(() => resolve('grace over'), CLOSE_GRACE_MS);
+      });
+      const outcome = await Promise.race([pool.close(), grace]);
+      clearTimeout(timer);
+      if (outcome === 'grace over') await pool.destroy();
     },
   });
 }

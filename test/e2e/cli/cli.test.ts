@@ -1,11 +1,17 @@
 // The `billing` command as a user runs it: a real process against a real Redis.
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import { Queue } from 'bullmq';
+import { Redis } from 'ioredis';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { signWebhook } from '../../../src/intake/sign.js';
+import { QUEUE_PREFIX } from '../../../src/queues.js';
+import { listen } from '../../helpers/proxy.js';
 import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
 
 const run = promisify(execFile);
@@ -130,15 +136,15 @@ describe('billing partners', () => {
 });
 
 /** `billing start` on the given Redis, any free port, logging JSON lines at info. */
-function spawnBilling(redisUrl: string): ChildProcess {
+function spawnBilling(redisUrl: string, extra: Record<string, string> = {}): ChildProcess {
   return spawn(process.execPath, [BIN, 'start'], {
-    env: cleanEnv({ REDIS_URL: redisUrl, PORT: '0', LOG_LEVEL: 'info' }),
+    env: cleanEnv({ REDIS_URL: redisUrl, PORT: '0', LOG_LEVEL: 'info', ...extra }),
     stdio: ['ignore', 'pipe', 'pipe'],
   });
 }
 
 /** Resolves with the "billing service started" log line once the process printed it. */
-function serviceStarted(server: ChildProcess): Promise<{ provisioning: string }> {
+function serviceStarted(server: ChildProcess): Promise<{ url: string; provisioning: string }> {
   return new Promise((resolve, reject) => {
     let buffer = '';
     server.stdout?.on('data', (chunk: Buffer) => {
@@ -211,4 +217,76 @@ describe('billing start when Redis goes away', () => {
     await own.restart();
     await vi.waitFor(async () => expect((await ready()).status).toBe(200), { timeout: 10_000 });
   });
+});
+
+describe('billing start stopping while a job waits on the provider', () => {
+  let server: ChildProcess | undefined;
+  let own: TestRedis;
+  let provider: Awaited<ReturnType<typeof listen>>;
+  /** Requests the provider received; it never answers them. */
+  const received: string[] = [];
+
+  beforeAll(async () => {
+    own = await startTestRedis();
+    provider = await listen((req) => {
+      received.push(req.url ?? '');
+    });
+  });
+  afterAll(async () => {
+    server?.kill('SIGKILL');
+    await provider.close();
+    await own.stop();
+  });
+
+  it('closes its workers after SHUTDOWN_TIMEOUT_SECONDS and exits, leaving the job for a retry', async () => {
+    const secret = `whsec_${randomBytes(24).toString('base64')}`;
+    server = spawnBilling(own.url, {
+      PROVISIONING_URL: provider.url,
+      PROVISIONING_API_KEY: 'remote-key',
+      PROVISIONING_TIMEOUT_MS: '120000',
+      SHUTDOWN_TIMEOUT_SECONDS: '1',
+      WEBHOOK_SECRET: secret,
+    });
+    let output = '';
+    server.stdout?.on('data', (chunk: Buffer) => {
+      output += chunk.toString();
+    });
+    const started = await serviceStarted(server);
+    const body = JSON.stringify({
+      type: 'order.placed',
+      data: {
+        customer: { id: 'C-TERM', name: 'Term', admin: { email: 'admin@term.test' } },
+        order: { id: 'TERM-1', product: 'suite-std', licenses: 1, duration: 'monthly' },
+      },
+    });
+    const sent = await request(`${started.url}/webhooks/events`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        ...signWebhook(secret, 'evt-term-1', Math.floor(Date.now() / 1000), body),
+      },
+      body,
+    });
+    expect(sent.statusCode).toBe(202);
+    await sent.body.dump();
+    // The order's job is now waiting on createCustomer, which the provider never answers.
+    await vi.waitFor(() => expect(received.length).toBeGreaterThan(0), { timeout: 10_000 });
+
+    const exit = new Promise<number | null>((resolve) => server?.once('exit', resolve));
+    server.kill('SIGTERM');
+    // Long before the provider timeout (120 s): the wait for active jobs is bounded.
+    const code = await exit;
+    console.log('OUTPUT', output);
+    expect(code).toBe(0);
+    expect(output).toContain('active jobs did not finish in time; closing workers anyway');
+    // The job stays active, so the stalled check gives it to the next worker to run again.
+    const redis = new Redis(own.url);
+    const orders = new Queue('orders', { connection: redis, prefix: QUEUE_PREFIX });
+    try {
+      expect(await orders.getActiveCount()).toBe(1);
+    } finally {
+      await orders.close();
+      await redis.quit();
+    }
+  }, 60_000);
 });
