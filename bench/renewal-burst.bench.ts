@@ -169,7 +169,8 @@ async function freshDeps(bench: Bench): Promise<{ deps: WorkerDeps; partner: Par
 
 /**
  * A worker with the options startWorkers gives the orders and renewals queues (src/workers.ts);
- * the product's processors come wrapped as startWorkers wraps them (refusalsFailJobs).
+ * the product's processors come wrapped in refusalsFailJobs as startWorkers wraps them (its
+ * shutdown bookkeeping, a Set add and delete per job, is left out).
  */
 function openWorker(bench: Bench, queue: string, processor: Processor, concurrency: number) {
   return new Worker(queue, processor, {

@@ -66,8 +66,21 @@ export async function startWorkers(input: {
     [QUEUES.seatChanges]: makeSeatProcessor(deps),
     [QUEUES.paymentSignals]: makePaymentProcessor(deps),
   };
+  // Every job this process is running, so shutdown can wait for them (and for no longer).
+  const running = new Set<Promise<unknown>>();
+  const tracked =
+    (processor: Processor): Processor =>
+    (job, token, signal) => {
+      const run = processor(job, token, signal);
+      running.add(run);
+      run.then(
+        () => running.delete(run),
+        () => running.delete(run),
+      );
+      return run;
+    };
   const workers = Object.entries(processors).map(([name, processor]) => {
-    const worker = new Worker(name, refusalsFailJobs(processor), {
+    const worker = new Worker(name, tracked(refusalsFailJobs(processor)), {
       connection: input.connection,
       prefix: QUEUE_PREFIX,
       concurrency: name === QUEUES.maintenance ? 1 : input.concurrency,
@@ -98,11 +111,11 @@ export async function startWorkers(input: {
       const timedOut = new Promise<'timeout'>((resolve) => {
         timer = setTimeout(() => resolve('timeout'), timeoutMs);
       });
-      // The bounded wait is pause()'s (no new jobs, then wait for the active ones): once
-      // BullMQ's close() has begun, a later close(true) only returns the first call's promise,
-      // so a close that waits could never be forced.
-      const paused = Promise.all(workers.map((w) => w.pause()));
-      const result = await Promise.race([paused, timedOut]);
+      // No new jobs, then a bounded wait for the running ones. Not BullMQ's own waits: once
+      // close() has begun, a later close(true) only returns the first call's promise, and
+      // pause() reconnects Redis when its wait ends, even after the worker closed.
+      await Promise.all(workers.map((w) => w.pause(true)));
+      const result = await Promise.race([Promise.allSettled([...running]), timedOut]);
       clearTimeout(timer);
       const force = result === 'timeout';
       if (force) {

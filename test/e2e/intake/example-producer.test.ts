@@ -38,8 +38,10 @@ describe('examples/send-webhook.mjs', () => {
     expect(chain.history.filter((h) => h.event === 'order.placed')).toHaveLength(1);
 
     expect(await send(args)).toMatchObject({ code: 0, stdout: '202 {"id":"ex-1"}\n' });
-    const again = await system.chain('EX-1');
-    expect(again.history.filter((h) => h.event === 'order.placed')).toHaveLength(1);
+    // Deduplicated at intake: the repeat made no second job.
+    const orders = system.queue('orders');
+    const jobs = await orders.getJobs(['completed', 'active', 'waiting', 'delayed', 'failed']);
+    expect(jobs.filter((job) => job.data.webhookId === 'ex-1')).toHaveLength(1);
   });
 
   it('exits 1 with the service refusal for a bad event, and for a wrong secret', async () => {

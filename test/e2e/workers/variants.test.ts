@@ -1,7 +1,7 @@
 // The external variant (test clock), and remote mode against the embedded core's HTTP API.
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { renewalJobId } from '../../../jobs/renewals.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
 import { type Clock, manualClock, systemClock } from '../../../src/clock.js';
@@ -187,11 +187,14 @@ describe('remote mode against a provider whose window is shorter than the lead',
     expect(deferred.history.at(-1)?.detail).toMatch(
       /^the provider refused WIN-1\.r2 \(renewal refused: \d+ days remain in the current term \(window: 3 days\)\); trying again later$/,
     );
-    const job = await system.queue('renewals').getJob(renewalJobId(chainIdOf('WIN-1'), 2));
-    expect(await job?.getState()).toBe('delayed');
-    // An hour later, without the intent prepared before the refusal.
-    expect(job?.data.deferredUntil).toBe(clock.now() + 3600);
-    expect(job?.data.prepared).toBeUndefined();
+    // The job records the deferral first, then puts itself off: an hour later, without the
+    // intent prepared before the refusal.
+    await vi.waitFor(async () => {
+      const job = await system.queue('renewals').getJob(renewalJobId(chainIdOf('WIN-1'), 2));
+      expect(await job?.getState()).toBe('delayed');
+      expect(job?.data.deferredUntil).toBe(clock.now() + 3600);
+      expect(job?.data.prepared).toBeUndefined();
+    });
 
     // Inside the provider's window the retried job renews.
     clock.set(deferred.term.expiresAt - 2 * DAY);
