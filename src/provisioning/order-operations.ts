@@ -109,6 +109,9 @@ export function makeOrderOperations(deps: {
       if ('done' in plan) return { kind: 'exists', record: plan.done };
       const result = await store.insertOrder(partner, plan, companion?.(plan.record));
       if (result.kind === 'companion_refused' || result.kind === 'recorded') return result;
+      if (result.kind === 'parent_cancelled') {
+        throw new RefusalError('order_cancelled', `order ${plan.chain?.parent} is cancelled`);
+      }
       if (result.kind === 'customer_missing') {
         throw new NotFoundError(
           'customer_not_found',

@@ -27,6 +27,7 @@ export enum ScriptCode {
   ChainMoved = -1,
   CustomerMissing = -2,
   CompanionRefused = -3,
+  ParentCancelled = -4,
 }
 
 export enum StatusCode {
@@ -44,6 +45,8 @@ export type OrderInsertResult =
   | { kind: 'recorded'; id: string }
   | { kind: 'chain_moved' }
   | { kind: 'customer_missing' }
+  /** The chain's first order was cancelled after the caller planned from it. */
+  | { kind: 'parent_cancelled' }
   | { kind: 'companion_refused'; code: number };
 
 /**
@@ -221,6 +224,8 @@ export class ProvisioningStore {
         return { kind: 'chain_moved' };
       case ScriptCode.CustomerMissing:
         return { kind: 'customer_missing' };
+      case ScriptCode.ParentCancelled:
+        return { kind: 'parent_cancelled' };
       case ScriptCode.CompanionRefused:
         return { kind: 'companion_refused', code: Number(json) };
       case ScriptCode.Done:

@@ -23,7 +23,9 @@
 --- The reply when the order must not be written now, or nil and the customer's JSON when it may:
 --- {1, stored JSON} when the caller id exists (a replay: the caller compares params),
 --- {-1, ""} when the chain moved on since the caller read it (re-plan and retry),
---- {-2, ""} when the customer is unknown.
+--- {-2, ""} when the customer is unknown,
+--- {-4, ""} when the chain's first order was cancelled since the caller read it (a cancel that
+--- raced this renewal must not leave a new paid term on a cancelled chain).
 local function orderInsertRefusal(keys, args)
   local existing = redis.call('HGET', keys[1], args[1])
   if existing then
@@ -41,6 +43,13 @@ local function orderInsertRefusal(keys, args)
     end
     if currentCount ~= tonumber(args[4]) then
       return {-1, ''}
+    end
+    if args[4] ~= '0' then
+      -- Statuses are a closed set of words, so a plain find of the field is exact.
+      local parentJson = redis.call('HGET', keys[1], args[3])
+      if parentJson and string.find(parentJson, '"status":"cancelled"', 1, true) then
+        return {-4, ''}
+      end
     end
   end
   return nil, customerJson
