@@ -39,7 +39,8 @@ type Held = { chain: Chain; token: string };
 /**
  * Removes the current episode's suspension job, and tells whether it may have suspended some
  * orders already: a job that failed (or died) halfway leaves the chain `active` while some of
- * its orders are suspended at the provider.
+ * its orders are suspended at the provider. The chain's own `suspending` mark says so in every
+ * case (a job waiting to retry too); this covers suspensions begun before the mark existed.
  */
 async function removeSuspensionJob(queue: Queue, chain: Chain): Promise<{ partly: boolean }> {
   if (chain.overdueEpisode === 0) return { partly: false };
@@ -130,13 +131,14 @@ async function markPaid(deps: WorkerDeps, job: Job, held: Held, data: EventJobDa
   const cause = { webhookId: data.webhookId, jobId: job.id ?? '' };
   const suspension = await removeSuspensionJob(deps.queues['payment-signals'], chain);
   const plan = planPaymentReceived({
-    suspended: chain.status === 'suspended' || suspension.partly,
+    suspended: chain.status === 'suspended' || chain.suspending !== null || suspension.partly,
     variant: deps.provisioning.variant,
   });
   const paid = {
     ...chain,
     payment: 'ok' as const,
     suspendAt: null,
+    suspending: null,
     lastPaymentEventAt: data.occurredAt,
     updatedAt: now,
   };
@@ -264,6 +266,16 @@ async function suspendChain(deps: WorkerDeps, job: Job, jobToken: string | undef
     if (now < data.dueAt) return delayJobUntil(job, jobToken, data.dueAt, now);
     const addOns = await deps.chains.getMany(chain.addOns);
     const ids = familyOrdersInForce(chain, addOns, deps.provisioning.variant, now);
+    const begun =
+      chain.suspending === data.episode || ids.length === 0
+        ? chain
+        : await deps.chains.save({
+            chainId: chain.id,
+            token,
+            previous: chain,
+            next: { ...chain, suspending: data.episode, updatedAt: now },
+            release: false,
+          });
     for (const id of ids) {
       await deps.chains.extend(chain.id, token);
       await deps.provisioning.suspendOrder({ id });
@@ -271,8 +283,8 @@ async function suspendChain(deps: WorkerDeps, job: Job, jobToken: string | undef
     await deps.chains.save({
       chainId: chain.id,
       token,
-      previous: chain,
-      next: { ...chain, status: 'suspended', suspendAt: null, updatedAt: now },
+      previous: begun,
+      next: { ...begun, status: 'suspended', suspendAt: null, suspending: null, updatedAt: now },
       history: [
         {
           at: now,

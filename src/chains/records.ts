@@ -65,6 +65,12 @@ export const chainRecord = z.object({
   overdueEpisode: z.int().min(0).default(0),
   /** When the current overdue episode's suspension fires (epoch seconds), or null. */
   suspendAt: z.int().nullable().default(null),
+  /**
+   * The overdue episode whose suspension has begun at the provider and is not recorded yet, or
+   * null: set before the first suspendOrder, so a payment that arrives while a suspension job
+   * is half done (failed, retrying, killed) knows some orders may be suspended.
+   */
+  suspending: z.int().min(1).nullable().default(null),
   /** An add-on bought for a date that has not come yet (external: createFirstOrder starts now). */
   pendingAddOn: z
     .object({ licenses: z.int().min(1), startsAt: z.int(), occurredAt: z.int() })

@@ -203,3 +203,43 @@ describe('remote mode against a provider whose window is shorter than the lead',
     expect(renewed.term.startsAt).toBe(deferred.term.expiresAt);
   });
 });
+
+describe('remote mode when a payment arrives while a suspension is half done', () => {
+  // The suspension job's second suspendOrder times out (the proxy holds its answer), so the job
+  // waits to retry with one order suspended, while the chain still reads active.
+  const remote = useRemote({
+    viaProxy: true,
+    env: { PROVISIONING_TIMEOUT_MS: '500', PAYMENT_GRACE_DAYS: '0' },
+  });
+
+  it('unsuspends every order the half-done suspension reached', async () => {
+    const { system, provider, partner } = remote;
+    const proxy = remote.proxy as NonNullable<typeof remote.proxy>;
+    await system.send('order.placed', orderPlaced({ order: 'HALF-1', licenses: 5 }));
+    await system.waitForChain('HALF-1', () => true);
+    await system.send('seats.changed', { order: 'HALF-1', licenses: 7 });
+    await system.waitForChain('HALF-1', (c) => c.partials.length === 1);
+
+    const held = proxy.holdNext('suspendOrder', 'HALF-1.p1');
+    await system.send('payment.overdue', { order: 'HALF-1', invoice: 'INV-1' });
+    await held;
+    const suspension = await system
+      .queue('payment-signals')
+      .getJob(`suspend-${chainIdOf('HALF-1')}-1`);
+    await vi.waitFor(
+      async () => {
+        expect(await suspension?.getState()).toBe('delayed');
+      },
+      { timeout: 10_000 },
+    );
+    expect((await system.chain('HALF-1')).status).toBe('active');
+
+    await system.send('payment.received', { order: 'HALF-1', invoice: 'INV-1' });
+    const paid = await system.waitForChain('HALF-1', (c) => c.payment === 'ok');
+    expect(paid.status).toBe('active');
+    expect(paid.history.at(-1)).toMatchObject({ event: 'chain.unsuspended' });
+    const { store } = provider.started.runtime;
+    expect((await store.getOrder(partner, 'HALF-1'))?.status).toBe('active');
+    expect((await store.getOrder(partner, 'HALF-1.p1'))?.status).toBe('active');
+  });
+});
