@@ -197,7 +197,10 @@ async function markPaid(deps: WorkerDeps, job: Job, held: Held, data: EventJobDa
     return `unsuspended: ${ids.length} orders`;
   }
 
-  const reason = `payment received, but the external variant has no unsuspendOrder: reactivate ${chain.order} by hand at the provider, then confirm with POST /ops/chains/${chain.order}/reactivated`;
+  // Every order the suspension reached: the add-ons' first orders too, not only the main one.
+  const addOns = await deps.chains.getMany(chain.addOns);
+  const suspended = familyOrdersInForce(chain, addOns, 'external', now);
+  const reason = `payment received, but the external variant has no unsuspendOrder: reactivate ${suspended.join(', ') || chain.order} by hand at the provider, then confirm with POST /ops/chains/${chain.order}/reactivated`;
   await deps.chains.save({
     chainId: chain.id,
     token,

@@ -168,14 +168,20 @@ describe('the external variant', () => {
   it('stays suspended after payment until an operator confirms the manual reactivation', async () => {
     await system.send('order.placed', orderPlaced({ order: 'X-1' }));
     await system.waitForChain('X-1', () => true);
+    // Two more seats: an add-on order of its own in the external variant.
+    await system.send('seats.changed', { order: 'X-1', licenses: 7 });
+    await system.waitForChain('X-1', (c) => c.addOns.length === 1);
     await system.send('payment.overdue', { order: 'X-1' });
     await system.waitForChain('X-1', (c) => c.status === 'suspended');
     expect(await providerStatus(system, 'X-1')).toBe('suspended');
+    expect(await providerStatus(system, 'X-1.a1')).toBe('suspended');
 
     const paid = await system.send('payment.received', { order: 'X-1' });
     const chain = await system.waitForChain('X-1', (c) => c.needsReactivation);
     expect(chain).toMatchObject({ status: 'suspended', payment: 'ok', nextRenewalAt: null });
     expect(lastEvent(chain)).toBe('reactivation.needed');
+    // The reason names every order to reactivate, the add-on's too.
+    expect(chain.history.at(-1)?.detail).toContain('reactivate X-1, X-1.a1 by hand');
     // The job failed with the reason, for an operator to see in Bull Board.
     const job = await system
       .queue('payment-signals')
