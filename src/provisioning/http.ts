@@ -6,6 +6,7 @@ import { isRedisUnavailable } from '../redis/connection.js';
 import { describeIssues } from '../validation.js';
 import type { ProvisioningCore } from './operations.js';
 import type { PartnerDirectory } from './partners.js';
+import type { Partner } from './records.js';
 
 export const PROVISIONING_PATH = '/provisioning';
 
@@ -45,6 +46,17 @@ export function provisioningRoutes(deps: { core: ProvisioningCore; partners: Par
       return sendError(reply, 500, 'internal error');
     });
 
+    // The key first, before the body is read: a caller without a valid key learns nothing
+    // about its request (401), however malformed the body is.
+    const callers = new WeakMap<FastifyRequest, Partner>();
+    app.addHook('onRequest', async (request) => {
+      const key = request.headers['x-api-key'];
+      if (typeof key !== 'string' || key === '') throw new Unauthorized('missing x-api-key header');
+      const partner = await deps.partners.authenticate(key);
+      if (!partner) throw new Unauthorized('invalid API key');
+      callers.set(request, partner);
+    });
+
     app.route({
       method: ['PUT', 'DELETE', 'PATCH', 'HEAD', 'OPTIONS'],
       url: PROVISIONING_PATH,
@@ -60,12 +72,8 @@ export function provisioningRoutes(deps: { core: ProvisioningCore; partners: Par
       method: ['GET', 'POST'],
       url: PROVISIONING_PATH,
       handler: async (request, reply) => {
-        const key = request.headers['x-api-key'];
-        if (typeof key !== 'string' || key === '')
-          throw new Unauthorized('missing x-api-key header');
-        const partner = await deps.partners.authenticate(key);
+        const partner = callers.get(request);
         if (!partner) throw new Unauthorized('invalid API key');
-
         if (request.body === undefined || request.body === null) {
           throw new RefusalError('invalid_body', 'body must be a JSON object {"method", "params"}');
         }

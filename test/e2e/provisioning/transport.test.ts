@@ -153,6 +153,14 @@ describe('the provisioning address', () => {
       refusal(res, 401);
     });
 
+    it('refuses a key before reading the body: malformed JSON, another type, a large body', async () => {
+      expect(refusal(await send('no-such-key', '{oops'), 401)).toBe('invalid API key');
+      const text = await send(undefined, 'hello', { headers: { 'content-type': 'text/plain' } });
+      expect(refusal(text, 401)).toBe('missing x-api-key header');
+      const large = await send('no-such-key', Buffer.alloc(2 * 1024 * 1024, 'x'));
+      expect(refusal(large, 401)).toBe('invalid API key');
+    });
+
     it('stores nothing for a refused key', async () => {
       await send(
         'no-such-key',
