@@ -166,7 +166,9 @@ function recordPurchase(
 
 /**
  * The chain, with a seat purchase a crashed job left half done finished first: whoever holds
- * the chain next does it. A renewal's intent is left to its own job, which replays it.
+ * the chain next does it. A renewal's intent is left to its own job, which replays it. A
+ * refusal of that purchase is recorded on the chain and the current job carries on with its own
+ * work: it is not that job's failure.
  */
 export async function finishPendingSeatPurchase(
   deps: WorkerDeps,
@@ -175,18 +177,23 @@ export async function finishPendingSeatPurchase(
 ): Promise<Chain> {
   const kind = held.chain.intent?.kind;
   if (kind !== 'partial' && kind !== 'addon') return held.chain;
-  return finishSeatIntent(deps, job, held);
+  // This job's own purchase (an earlier attempt of it crashed) still fails it when refused.
+  const own = held.chain.intent?.jobId === job.id;
+  return finishSeatIntent(deps, job, held, { refusal: own ? 'fail' : 'record' });
 }
 
 /**
  * Sends a seat purchase written on the chain and records its outcome. Whoever holds the chain
  * next (a seat, renewal or payment job) finishes a purchase a crashed job left half done, so it
- * is made and recorded exactly once and never blocks the chain.
+ * is made and recorded exactly once and never blocks the chain. A provider's refusal is recorded
+ * (`seats.refused`) and fails the job whose purchase it is (`refusal: 'fail'`), or is only
+ * recorded when another job finishes the purchase (`'record'`).
  */
 export async function finishSeatIntent(
   deps: WorkerDeps,
   job: Job,
   held: { chain: Chain; token: string },
+  options: { refusal: 'fail' | 'record' } = { refusal: 'fail' },
 ): Promise<Chain> {
   const { chain, token } = held;
   const intent = chain.intent as Intent;
@@ -206,7 +213,7 @@ export async function finishSeatIntent(
   } catch (error) {
     if (!(error instanceof RefusalError)) throw error;
     const now = deps.clock.now();
-    await deps.chains.save({
+    const saved = await deps.chains.save({
       chainId: chain.id,
       token,
       previous: chain,
@@ -221,6 +228,7 @@ export async function finishSeatIntent(
       ],
       release: false,
     });
+    if (options.refusal === 'record') return saved;
     throw new UnrecoverableError(`the provider refused ${intent.orderId}: ${error.message}`);
   }
   // Orders of a suspended chain are suspended: one bought meanwhile joins them.
