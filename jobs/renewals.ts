@@ -472,6 +472,20 @@ async function renewFromSnapshot(
   return finishRenewal(deps, jobLog, intent, sent);
 }
 
+/**
+ * A renewal ordered for a chain whose family is suspended joins the suspension: the order a
+ * replayed intent makes (or made before the suspension, which skips pending intents) would
+ * otherwise be the one active order of a customer who has not paid. Suspending is idempotent,
+ * so a retry after a crash between the record and this call suspends again.
+ */
+async function joinSuspension(deps: WorkerDeps, chain: Chain, orderId: string): Promise<void> {
+  const main = chain.mainChain === null ? chain : await deps.chains.get(chain.mainChain);
+  if (main?.status !== 'suspended') return;
+  // External suspensions name a chain's first order and cover all its orders.
+  const id = deps.provisioning.variant === 'external' ? chain.order : orderId;
+  await deps.provisioning.suspendOrder({ id });
+}
+
 /** The chain after its renewal order came back. */
 function renewedChain(
   deps: WorkerDeps,
@@ -562,7 +576,9 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
           if (decision.kind === 'skip') {
             if (decision.reason === 'already_renewed' && current.term.count === data.count) {
               // This job's term was ordered and recorded (by an attempt that died before it
-              // scheduled the next term, say): only the next term's job may be missing.
+              // scheduled the next term, say): only the next term's job, or the suspension of
+              // its order, may be missing.
+              await joinSuspension(deps, current, current.term.orderId);
               await ensureRenewalJob(deps.queues.renewals, current, now, {
                 prepared: prepareRenewal(deps, current, { stored: true }),
               });
@@ -604,6 +620,7 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
           if (!(error instanceof RefusalError)) throw error;
           return handleRefusal(deps, job, jobToken, held, sending, error);
         }
+        await joinSuspension(deps, current, sending.orderId);
         return finishRenewal(deps, jobLog, sending, sent);
       },
       claim,

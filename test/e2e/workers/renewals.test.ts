@@ -288,6 +288,56 @@ describe('a renewal whose job ran out of attempts after sending its order', () =
   });
 });
 
+describe('a renewal intent replayed after its chain was suspended', () => {
+  it('makes the order once and suspends it with the rest of the chain', async () => {
+    const startsAt = now() - 25 * DAY;
+    await system.send('order.placed', orderPlaced({ order: 'SUSP-R', startsAt, autoRenew: false }));
+    const placed = await system.waitForChain('SUSP-R', () => true);
+    // A renewal job sent nothing yet when it died; the payment went overdue and the chain was
+    // suspended meanwhile (the suspension skips a pending intent's order).
+    await system.started.provisioning.suspendOrder({ id: 'SUSP-R' });
+    const chains = new ChainStore(system.started.runtime.redis);
+    const token = 'dead-renewal-job';
+    const lock = await chains.lock(chainIdOf('SUSP-R'), token);
+    if (lock.kind !== 'held' || !lock.chain) throw new Error('no chain');
+    await chains.save({
+      chainId: lock.chain.id,
+      token,
+      previous: lock.chain,
+      next: {
+        ...lock.chain,
+        autoRenew: true,
+        payment: 'overdue',
+        status: 'suspended',
+        nextRenewalAt: now(),
+        intent: {
+          kind: 'renewal',
+          method: 'createOrder',
+          orderId: 'SUSP-R.r2',
+          params: {
+            customer: placed.customer,
+            id: 'SUSP-R.r2',
+            product: placed.product,
+            licenses: 5,
+            duration: placed.duration,
+            startsAt: placed.term.expiresAt,
+            parent: 'SUSP-R',
+          },
+          jobId: 'dead',
+        },
+      },
+      release: true,
+    });
+
+    const reconcile = await system.queue('maintenance').add('reconcile now', {});
+    await expect.poll(async () => reconcile.getState(), { timeout: 10_000 }).toBe('completed');
+    const chain = await system.waitForChain('SUSP-R', (c) => c.term.count === 2);
+    expect(chain.status).toBe('suspended');
+    expect((await system.providerOrder('SUSP-R.r2'))?.status).toBe('suspended');
+    expect((await system.providerOrder('SUSP-R'))?.status).toBe('suspended');
+  });
+});
+
 describe('a renewal job carrying the intent prepared when it was scheduled', () => {
   const chains = () => new ChainStore(system.started.runtime.redis);
   const deps = () =>

@@ -116,11 +116,14 @@ describe('marketplace, co-terminated partial orders (the default)', () => {
     await place(system, 'S-6', 5);
     const totals = [7, 12, 6, 15, 9, 11, 8, 14, 10, 13];
     await Promise.all(totals.map((licenses) => seats(system, 'S-6', licenses)));
+    // The ten jobs take the chain one at a time, each waiting 0.25..1 s whenever it finds it
+    // locked: on a loaded machine that can take longer than the default wait.
     const chain = await system.waitForChain(
       'S-6',
       (c) =>
         c.history.filter((h) => h.event.startsWith('seats.') && h.event !== 'seats.buying')
           .length === totals.length,
+      45_000,
     );
     const bought = chain.partials.reduce((sum, p) => sum + p.licenses, 0);
     expect(bought).toBe(15 - 5);
@@ -128,7 +131,7 @@ describe('marketplace, co-terminated partial orders (the default)', () => {
       chain.partials.map((p) => system.providerOrder(p.orderId)),
     );
     expect(atProvider.reduce((sum, o) => sum + (o?.licenses ?? 0), 0)).toBe(10);
-  });
+  }, 60_000);
 
   it('retries an event for an order whose order.placed has not been processed yet', async () => {
     await seats(system, 'LATE-1', 7);
