@@ -9,6 +9,9 @@ import { Redis } from 'ioredis';
 import { request } from 'undici';
 import { afterAll, beforeAll, vi } from 'vitest';
 import { loadSettings, type Settings } from '../../config/settings.js';
+import { chainIdOf } from '../../src/chains/keys.js';
+import type { Chain } from '../../src/chains/records.js';
+import { ChainStore } from '../../src/chains/store.js';
 import type { ChainView } from '../../src/chains/view.js';
 import type { Clock } from '../../src/clock.js';
 import { signWebhook } from '../../src/intake/sign.js';
@@ -226,4 +229,28 @@ export function orderPlaced(input: {
     },
     ...(input.autoRenew !== undefined ? { autoRenew: input.autoRenew } : {}),
   };
+}
+
+/**
+ * The chain of `order` as a job that died left it: `change` written under that job's own lock
+ * token (so the save checks as any job's would), then the lock released. Returns the chain read
+ * before the change.
+ */
+export async function leftByDeadJob(
+  system: System,
+  order: string,
+  token: string,
+  change: (chain: Chain) => Partial<Chain>,
+): Promise<Chain> {
+  const chains = new ChainStore(system.started.runtime.redis);
+  const lock = await chains.lock(chainIdOf(order), token);
+  if (lock.kind !== 'held' || !lock.chain) throw new Error(`no chain ${order} to leave`);
+  await chains.save({
+    chainId: lock.chain.id,
+    token,
+    previous: lock.chain,
+    next: { ...lock.chain, ...change(lock.chain) },
+    release: true,
+  });
+  return lock.chain;
 }

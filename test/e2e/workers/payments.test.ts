@@ -3,11 +3,10 @@ import { describe, expect, it } from 'vitest';
 import { suspensionJobId } from '../../../jobs/payment-signals.js';
 import { renewalJobId } from '../../../jobs/renewals.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
-import { ChainStore } from '../../../src/chains/store.js';
 import type { ChainView } from '../../../src/chains/view.js';
 import { manualClock, systemClock } from '../../../src/clock.js';
 import { webhookJobId } from '../../../src/intake/webhooks.js';
-import { DAY, orderPlaced, type System, useSystem } from '../../helpers/system.js';
+import { DAY, leftByDeadJob, orderPlaced, type System, useSystem } from '../../helpers/system.js';
 
 const lastEvent = (chain: ChainView) => chain.history.at(-1)?.event;
 
@@ -202,35 +201,24 @@ describe('a payment event meeting a seat purchase another job left half done', (
     await system.send('order.placed', orderPlaced({ order: 'HALF-S' }));
     await system.waitForChain('HALF-S', () => true);
     // A crashed seat job's purchase, which the provider will refuse (an unknown product).
-    const chains = new ChainStore(system.started.runtime.redis);
-    const token = 'crashed-seat-job';
-    const lock = await chains.lock(chainIdOf('HALF-S'), token);
-    if (lock.kind !== 'held' || !lock.chain) throw new Error('no chain HALF-S');
     const now = systemClock.now();
-    await chains.save({
-      chainId: lock.chain.id,
-      token,
-      previous: lock.chain,
-      next: {
-        ...lock.chain,
-        intent: {
-          kind: 'partial',
-          method: 'createOrder',
-          orderId: 'HALF-S.p1',
-          params: {
-            customer: lock.chain.customer,
-            id: 'HALF-S.p1',
-            product: 'no-such-product',
-            licenses: 1,
-            startsAt: now,
-            expiresAt: lock.chain.term.expiresAt,
-          },
-          jobId: token,
-          event: { webhookId: 'evt-crashed', occurredAt: now, total: 6 },
+    await leftByDeadJob(system, 'HALF-S', 'crashed-seat-job', (chain) => ({
+      intent: {
+        kind: 'partial',
+        method: 'createOrder',
+        orderId: 'HALF-S.p1',
+        params: {
+          customer: chain.customer,
+          id: 'HALF-S.p1',
+          product: 'no-such-product',
+          licenses: 1,
+          startsAt: now,
+          expiresAt: chain.term.expiresAt,
         },
+        jobId: 'crashed-seat-job',
+        event: { webhookId: 'evt-crashed', occurredAt: now, total: 6 },
       },
-      release: true,
-    });
+    }));
 
     const sent = await system.send('payment.overdue', { order: 'HALF-S' });
     const chain = await system.waitForChain('HALF-S', (c) => c.payment === 'overdue');

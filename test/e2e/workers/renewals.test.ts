@@ -16,7 +16,7 @@ import { systemClock } from '../../../src/clock.js';
 import { addTerms } from '../../../src/domain/periods.js';
 import { QUEUE_PREFIX } from '../../../src/queues.js';
 import { readScripts } from '../../../src/redis/lua-scripts.js';
-import { DAY, orderPlaced, type System, startSystem } from '../../helpers/system.js';
+import { DAY, leftByDeadJob, orderPlaced, type System, startSystem } from '../../helpers/system.js';
 
 let system: System;
 let redis: Redis;
@@ -246,10 +246,6 @@ describe('a renewal whose job ran out of attempts after sending its order', () =
     const placed = await system.waitForChain('LOST-1', () => true);
 
     // What the failed job left: auto-renew on, its intent written, the order made at the provider.
-    const chains = new ChainStore(system.started.runtime.redis);
-    const token = 'failed-renewal-job';
-    const lock = await chains.lock(chainIdOf('LOST-1'), token);
-    if (lock.kind !== 'held' || !lock.chain) throw new Error('no chain');
     const params = {
       customer: placed.customer,
       id: 'LOST-1.r2',
@@ -259,24 +255,17 @@ describe('a renewal whose job ran out of attempts after sending its order', () =
       startsAt: placed.term.expiresAt,
       parent: 'LOST-1',
     };
-    await chains.save({
-      chainId: lock.chain.id,
-      token,
-      previous: lock.chain,
-      next: {
-        ...lock.chain,
-        autoRenew: true,
-        nextRenewalAt: now(),
-        intent: {
-          kind: 'renewal',
-          method: 'createOrder',
-          orderId: 'LOST-1.r2',
-          params,
-          jobId: 'failed',
-        },
+    await leftByDeadJob(system, 'LOST-1', 'failed-renewal-job', () => ({
+      autoRenew: true,
+      nextRenewalAt: now(),
+      intent: {
+        kind: 'renewal',
+        method: 'createOrder',
+        orderId: 'LOST-1.r2',
+        params,
+        jobId: 'failed',
       },
-      release: true,
-    });
+    }));
     await system.started.provisioning.createOrder(params);
 
     const reconcile = await system.queue('maintenance').add('reconcile now', {});
@@ -296,38 +285,27 @@ describe('a renewal intent replayed after its chain was suspended', () => {
     // A renewal job sent nothing yet when it died; the payment went overdue and the chain was
     // suspended meanwhile (the suspension skips a pending intent's order).
     await system.started.provisioning.suspendOrder({ id: 'SUSP-R' });
-    const chains = new ChainStore(system.started.runtime.redis);
-    const token = 'dead-renewal-job';
-    const lock = await chains.lock(chainIdOf('SUSP-R'), token);
-    if (lock.kind !== 'held' || !lock.chain) throw new Error('no chain');
-    await chains.save({
-      chainId: lock.chain.id,
-      token,
-      previous: lock.chain,
-      next: {
-        ...lock.chain,
-        autoRenew: true,
-        payment: 'overdue',
-        status: 'suspended',
-        nextRenewalAt: now(),
-        intent: {
-          kind: 'renewal',
-          method: 'createOrder',
-          orderId: 'SUSP-R.r2',
-          params: {
-            customer: placed.customer,
-            id: 'SUSP-R.r2',
-            product: placed.product,
-            licenses: 5,
-            duration: placed.duration,
-            startsAt: placed.term.expiresAt,
-            parent: 'SUSP-R',
-          },
-          jobId: 'dead',
+    await leftByDeadJob(system, 'SUSP-R', 'dead-renewal-job', () => ({
+      autoRenew: true,
+      payment: 'overdue',
+      status: 'suspended',
+      nextRenewalAt: now(),
+      intent: {
+        kind: 'renewal',
+        method: 'createOrder',
+        orderId: 'SUSP-R.r2',
+        params: {
+          customer: placed.customer,
+          id: 'SUSP-R.r2',
+          product: placed.product,
+          licenses: 5,
+          duration: placed.duration,
+          startsAt: placed.term.expiresAt,
+          parent: 'SUSP-R',
         },
+        jobId: 'dead',
       },
-      release: true,
-    });
+    }));
 
     const reconcile = await system.queue('maintenance').add('reconcile now', {});
     await expect.poll(async () => reconcile.getState(), { timeout: 10_000 }).toBe('completed');

@@ -6,11 +6,10 @@ import { describe, expect, it } from 'vitest';
 import { renewalJobId } from '../../../jobs/renewals.js';
 import { addOnJobId } from '../../../jobs/seat-changes.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
-import { ChainStore } from '../../../src/chains/store.js';
 import type { ChainView } from '../../../src/chains/view.js';
 import { manualClock, systemClock } from '../../../src/clock.js';
 import { addTerms } from '../../../src/domain/periods.js';
-import { DAY, orderPlaced, type System, useSystem } from '../../helpers/system.js';
+import { DAY, leftByDeadJob, orderPlaced, type System, useSystem } from '../../helpers/system.js';
 
 const run = promisify(execFile);
 const BIN = join(import.meta.dirname, '../../../bin/billing.js');
@@ -178,36 +177,25 @@ describe('marketplace, after an early renewal', () => {
       orderPlaced({ order: 'R-2', licenses: 4, startsAt, autoRenew: false }),
     );
     const placed = await system.waitForChain('R-2', () => true);
-    const chains = new ChainStore(system.started.runtime.redis);
-    const token = 'crashed-seat-job';
-    const lock = await chains.lock(chainIdOf('R-2'), token);
-    if (lock.kind !== 'held' || !lock.chain) throw new Error('no chain to crash on');
     const params = {
-      customer: lock.chain.customer,
+      customer: placed.customer,
       id: 'R-2.p1',
-      product: lock.chain.product,
+      product: placed.product,
       licenses: 2,
       startsAt: clock.now(),
       expiresAt: placed.term.expiresAt,
     };
-    await chains.save({
-      chainId: lock.chain.id,
-      token,
-      previous: lock.chain,
-      next: {
-        ...lock.chain,
-        partialCount: 1,
-        intent: {
-          kind: 'partial',
-          method: 'createOrder',
-          orderId: 'R-2.p1',
-          params,
-          jobId: 'lost',
-          event: { webhookId: 'lost-seat', occurredAt: clock.now(), total: 6 },
-        },
+    await leftByDeadJob(system, 'R-2', 'crashed-seat-job', () => ({
+      partialCount: 1,
+      intent: {
+        kind: 'partial',
+        method: 'createOrder',
+        orderId: 'R-2.p1',
+        params,
+        jobId: 'lost',
+        event: { webhookId: 'lost-seat', occurredAt: clock.now(), total: 6 },
       },
-      release: true,
-    });
+    }));
     // The order was made at the provider, then the job died before recording it.
     await system.started.provisioning.createOrder(params);
 
