@@ -353,10 +353,15 @@ async function sendRenewal(
   deps: WorkerDeps,
   intent: Intent,
   renewed: (order: RenewedOrder) => Renewal,
+  { withRecord = true }: { withRecord?: boolean } = {},
 ): Promise<Sent> {
   const { provisioning, chains } = deps;
   const { method } = intent;
-  if (!provisioning.createRecorded || (method !== 'createOrder' && method !== 'createRenewalOrder'))
+  if (
+    !withRecord ||
+    !provisioning.createRecorded ||
+    (method !== 'createOrder' && method !== 'createRenewalOrder')
+  )
     return { renewal: renewed(await sendIntent(provisioning, intent)), recorded: false };
   let renewal: Renewal | undefined;
   const outcome = await provisioning.createRecorded(method, intent.params, (order) => {
@@ -473,14 +478,20 @@ async function renewFromSnapshot(
 }
 
 /**
- * A renewal ordered for a chain whose family is suspended joins the suspension: the order a
- * replayed intent makes (or made before the suspension, which skips pending intents) would
- * otherwise be the one active order of a customer who has not paid. Suspending is idempotent,
- * so a retry after a crash between the record and this call suspends again.
+ * Whether a renewal ordered now must join a suspension: its family is suspended for a payment
+ * still overdue (a paid external chain waiting for its manual reactivation is left alone). The
+ * order a replayed intent makes (or made before the suspension, which skips pending intents)
+ * would otherwise be the one active order of a customer who has not paid. A main chain is the
+ * one the job holds; an add-on's main chain is read without its lock, so a payment landing
+ * at that moment can leave the add-on's new order suspended (an operator unsuspends it).
  */
-async function joinSuspension(deps: WorkerDeps, chain: Chain, orderId: string): Promise<void> {
+async function inSuspendedFamily(deps: WorkerDeps, chain: Chain): Promise<boolean> {
   const main = chain.mainChain === null ? chain : await deps.chains.get(chain.mainChain);
-  if (main?.status !== 'suspended') return;
+  return main?.status === 'suspended' && main.payment === 'overdue';
+}
+
+/** Suspends a renewal's order; idempotent, so a retry after a crash suspends it again. */
+async function suspendRenewalOrder(deps: WorkerDeps, chain: Chain, orderId: string) {
   // External suspensions name a chain's first order and cover all its orders.
   const id = deps.provisioning.variant === 'external' ? chain.order : orderId;
   await deps.provisioning.suspendOrder({ id });
@@ -574,11 +585,12 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
           });
           log.debug({ ...about, decision: decision.kind }, 'renewal decided');
           if (decision.kind === 'skip') {
-            if (decision.reason === 'already_renewed' && current.term.count === data.count) {
-              // This job's term was ordered and recorded (by an attempt that died before it
-              // scheduled the next term, say): only the next term's job, or the suspension of
-              // its order, may be missing.
-              await joinSuspension(deps, current, current.term.orderId);
+            // This job's term was ordered and recorded by an attempt that died before it was
+            // done: the suspension of its order, or the next term's job, may be missing.
+            const mine = current.term.count === data.count;
+            if (mine && decision.reason !== 'cancelled' && (await inSuspendedFamily(deps, current)))
+              await suspendRenewalOrder(deps, current, current.term.orderId);
+            if (decision.reason === 'already_renewed' && mine) {
               await ensureRenewalJob(deps.queues.renewals, current, now, {
                 prepared: prepareRenewal(deps, current, { stored: true }),
               });
@@ -611,16 +623,22 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
 
         const held = { chain: current, token };
         const sending = intent;
+        // Joining a suspension happens under the lock, between the order and its record, so a
+        // payment cannot unsuspend the chain in between: not in one step with the record.
+        const joining = await inSuspendedFamily(deps, current);
         let sent: Sent;
         try {
-          sent = await sendRenewal(deps, sending, (order) =>
-            renewalRecord(deps, job, held, sending, order),
+          sent = await sendRenewal(
+            deps,
+            sending,
+            (order) => renewalRecord(deps, job, held, sending, order),
+            { withRecord: !joining },
           );
         } catch (error) {
           if (!(error instanceof RefusalError)) throw error;
           return handleRefusal(deps, job, jobToken, held, sending, error);
         }
-        await joinSuspension(deps, current, sending.orderId);
+        if (joining) await suspendRenewalOrder(deps, current, sending.orderId);
         return finishRenewal(deps, jobLog, sending, sent);
       },
       claim,

@@ -10,7 +10,7 @@ import { partnerKeys } from '../../../src/provisioning/keys.js';
 import type { Partner } from '../../../src/provisioning/records.js';
 import { QUEUE_PREFIX } from '../../../src/queues.js';
 import { startProxy } from '../../helpers/proxy.js';
-import { DAY, orderPlaced, type System, startSystem } from '../../helpers/system.js';
+import { DAY, leftByDeadJob, orderPlaced, type System, startSystem } from '../../helpers/system.js';
 
 /** Runs the reconcile job now, as its scheduler would, so delays are recomputed from the clock. */
 async function reconcileNow(system: System) {
@@ -52,6 +52,31 @@ describe('the external variant', () => {
       expiresAt: addTerms(placedAt, 'monthly', 2),
     });
     expect(renewed.licenses).toBe(3);
+  });
+
+  it('suspends a renewal replayed for a suspended chain, by the chain first order', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'X-S', licenses: 2 }));
+    await system.waitForChain('X-S', () => true);
+    clock.advance(20 * DAY);
+    // A renewal job died before sending; the payment went overdue and the chain was suspended.
+    await system.started.provisioning.suspendOrder({ id: 'X-S' });
+    await leftByDeadJob(system, 'X-S', 'dead-renewal-job', () => ({
+      autoRenew: true,
+      payment: 'overdue',
+      status: 'suspended',
+      nextRenewalAt: clock.now(),
+      intent: {
+        kind: 'renewal',
+        method: 'createRenewalOrder',
+        orderId: 'X-S.r2',
+        params: { parent: 'X-S', id: 'X-S.r2' },
+        jobId: 'dead',
+      },
+    }));
+    await reconcileNow(system);
+    const chain = await system.waitForChain('X-S', (c) => c.term.count === 2);
+    expect(chain.status).toBe('suspended');
+    expect((await system.providerOrder('X-S.r2'))?.status).toBe('suspended');
   });
 });
 
