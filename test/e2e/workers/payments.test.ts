@@ -66,6 +66,29 @@ describe('marketplace, 3 days of grace', () => {
     expect(placed.term.count).toBe(1);
   });
 
+  it('suspends a next term already ordered with the term in force, and unsuspends both', async () => {
+    await system.send(
+      'order.placed',
+      orderPlaced({ order: 'P-NEXT', startsAt: clock.now() - 25 * DAY }),
+    );
+    // Renewed ahead of time: the next term is ordered while the first is still in force.
+    await system.waitForChain('P-NEXT', (c) => c.term.count === 2);
+
+    await system.send('payment.overdue', { order: 'P-NEXT' });
+    await system.waitForChain('P-NEXT', (c) => c.payment === 'overdue');
+    clock.advance(3 * DAY);
+    await system.promote('payment-signals', suspensionJobId(chainIdOf('P-NEXT'), 1));
+    const suspended = await system.waitForChain('P-NEXT', (c) => c.status === 'suspended');
+    expect(suspended.history.at(-1)?.detail).toContain('suspended P-NEXT, P-NEXT.r2');
+    expect(await providerStatus(system, 'P-NEXT')).toBe('suspended');
+    expect(await providerStatus(system, 'P-NEXT.r2')).toBe('suspended');
+
+    await system.send('payment.received', { order: 'P-NEXT' });
+    await system.waitForChain('P-NEXT', (c) => c.status === 'active');
+    expect(await providerStatus(system, 'P-NEXT')).toBe('active');
+    expect(await providerStatus(system, 'P-NEXT.r2')).toBe('active');
+  });
+
   it('ignores a payment event older than the last applied one', async () => {
     await system.send('order.placed', orderPlaced({ order: 'P-3' }));
     await system.waitForChain('P-3', () => true);
