@@ -254,3 +254,25 @@ describe('a payment event meeting a seat purchase another job left half done', (
     await expect.poll(async () => job?.getState(), { timeout: 5_000 }).toBe('completed');
   });
 });
+
+describe('marketplace with add-on seat increases', () => {
+  const system = useSystem({ env: { PAYMENT_GRACE_DAYS: '0', SEAT_INCREASE: 'addon' } });
+
+  it('suspends and unsuspends the add-on orders with the main order', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'MA-1' }));
+    await system.waitForChain('MA-1', () => true);
+    await system.send('seats.changed', { order: 'MA-1', licenses: 8 });
+    await system.waitForChain('MA-1', (c) => c.addOns.length === 1);
+
+    await system.send('payment.overdue', { order: 'MA-1' });
+    await system.waitForChain('MA-1', (c) => c.status === 'suspended');
+    expect(await providerStatus(system, 'MA-1')).toBe('suspended');
+    expect(await providerStatus(system, 'MA-1.a1')).toBe('suspended');
+
+    await system.send('payment.received', { order: 'MA-1' });
+    const paid = await system.waitForChain('MA-1', (c) => c.status === 'active');
+    expect(paid.history.at(-1)?.detail).toContain('MA-1.a1');
+    expect(await providerStatus(system, 'MA-1')).toBe('active');
+    expect(await providerStatus(system, 'MA-1.a1')).toBe('active');
+  });
+});
