@@ -15,6 +15,7 @@ import { queueNames } from './queues.js';
 import { connectRedis } from './redis/connection.js';
 import { loadOrCreateSecret } from './secrets.js';
 import { buildApp } from './server.js';
+import { settlesWithin } from './settles-within.js';
 import { closeQueues, openQueues, startWorkers, type Workers } from './workers.js';
 
 export type Role = 'api' | 'worker' | 'all';
@@ -165,7 +166,7 @@ export async function start(
     stopping ??= (async () => {
       // Workers first, bounded: an active job either finishes or is retried after a restart.
       await workers?.close(settings.SHUTDOWN_TIMEOUT_SECONDS * 1000);
-      await Promise.race([app.close(), new Promise((r) => setTimeout(r, HTTP_CLOSE_GRACE_MS))]);
+      await settlesWithin(app.close(), HTTP_CLOSE_GRACE_MS);
       await closeQueues(apiQueues);
       await closeQueues(workerQueues);
       await provisioning.close();

@@ -12,6 +12,7 @@ import { makeRenewalProcessor } from '../jobs/renewals.js';
 import { makeProcessor as makeSeatProcessor } from '../jobs/seat-changes.js';
 import { RefusalError } from './errors.js';
 import { QUEUE_PREFIX, QUEUES, type QueueName, queueNames, STALLED_INTERVAL_MS } from './queues.js';
+import { settlesWithin } from './settles-within.js';
 
 export interface Workers {
   workers: Worker[];
@@ -107,17 +108,11 @@ export async function startWorkers(input: {
     workers,
     isRunning: () => workers.every((w) => w.isRunning()),
     async close(timeoutMs) {
-      let timer: NodeJS.Timeout | undefined;
-      const timedOut = new Promise<'timeout'>((resolve) => {
-        timer = setTimeout(() => resolve('timeout'), timeoutMs);
-      });
       // No new jobs, then a bounded wait for the running ones. Not BullMQ's own waits: once
       // close() has begun, a later close(true) only returns the first call's promise, and
       // pause() reconnects Redis when its wait ends, even after the worker closed.
       await Promise.all(workers.map((w) => w.pause(true)));
-      const result = await Promise.race([Promise.allSettled([...running]), timedOut]);
-      clearTimeout(timer);
-      const force = result === 'timeout';
+      const force = !(await settlesWithin(Promise.allSettled([...running]), timeoutMs));
       if (force) {
         deps.log.warn({ timeoutMs }, 'active jobs did not finish in time; closing workers anyway');
       }

@@ -2,6 +2,7 @@
 import { Pool } from 'undici';
 import { ConfigError, RefusalError, TransientError } from '../errors.js';
 import type { Variant } from '../provisioning/schemas.js';
+import { settlesWithin } from '../settles-within.js';
 import { clientOver, type Send } from './client-over.js';
 import type { ProvisioningClient } from './provisioning-client.js';
 
@@ -156,13 +157,7 @@ export function httpClient(opts: HttpClientOptions): ProvisioningClient {
       // Requests still in flight at shutdown belong to jobs the workers gave up waiting for
       // (they run again elsewhere): a short grace, then abort them rather than wait out their
       // timeouts, which would outlast the shutdown limit.
-      let timer: NodeJS.Timeout | undefined;
-      const grace = new Promise<'grace over'>((resolve) => {
-        timer = setTimeout(() => resolve('grace over'), CLOSE_GRACE_MS);
-      });
-      const outcome = await Promise.race([pool.close(), grace]);
-      clearTimeout(timer);
-      if (outcome === 'grace over') await pool.destroy();
+      if (!(await settlesWithin(pool.close(), CLOSE_GRACE_MS))) await pool.destroy();
     },
   });
 }
