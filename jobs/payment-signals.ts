@@ -36,6 +36,12 @@ export function suspensionJobId(chainId: string, episode: number): string {
 
 type Held = { chain: Chain; token: string };
 
+/** The ids of the orders in force now of the chain and its add-ons, as the provider names them. */
+async function familyOrderIds(deps: WorkerDeps, chain: Chain, now: number): Promise<string[]> {
+  const addOns = await deps.chains.getMany(chain.addOns);
+  return familyOrdersInForce(chain, addOns, deps.provisioning.variant, now);
+}
+
 /**
  * Removes the current episode's suspension job, and tells whether it may have suspended some
  * orders already: a job that failed (or died) halfway leaves the chain `active` while some of
@@ -169,8 +175,7 @@ async function markPaid(deps: WorkerDeps, job: Job, held: Held, data: EventJobDa
   }
 
   if (plan.kind === 'unsuspend') {
-    const addOns = await deps.chains.getMany(chain.addOns);
-    const ids = familyOrdersInForce(chain, addOns, 'marketplace', now);
+    const ids = await familyOrderIds(deps, chain, now);
     for (const id of ids) {
       await deps.chains.extend(chain.id, token);
       await deps.provisioning.unsuspendOrder({ id });
@@ -198,8 +203,7 @@ async function markPaid(deps: WorkerDeps, job: Job, held: Held, data: EventJobDa
   }
 
   // Every order the suspension reached: the add-ons' first orders too, not only the main one.
-  const addOns = await deps.chains.getMany(chain.addOns);
-  const suspended = familyOrdersInForce(chain, addOns, 'external', now);
+  const suspended = await familyOrderIds(deps, chain, now);
   const reason = `payment received, but the external variant has no unsuspendOrder: reactivate ${suspended.join(', ') || chain.order} by hand at the provider, then confirm with POST /ops/chains/${chain.order}/reactivated`;
   await deps.chains.save({
     chainId: chain.id,
@@ -267,8 +271,7 @@ async function suspendChain(deps: WorkerDeps, job: Job, jobToken: string | undef
     if (chain.status === 'suspended' || chain.status === 'cancelled')
       return `skipped: ${chain.status}`;
     if (now < data.dueAt) return delayJobUntil(job, jobToken, data.dueAt, now);
-    const addOns = await deps.chains.getMany(chain.addOns);
-    const ids = familyOrdersInForce(chain, addOns, deps.provisioning.variant, now);
+    const ids = await familyOrderIds(deps, chain, now);
     const begun =
       chain.suspending === data.episode || ids.length === 0
         ? chain
