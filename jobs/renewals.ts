@@ -559,6 +559,7 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
         const now = clock.now();
         let current = chain;
         let intent = current.intent;
+        let replayed = false;
         if (claimed && !(await confirmClaim(deps, current, data.count, now))) {
           log.error(
             { ...about, intent: intent?.orderId },
@@ -575,6 +576,7 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
         } else if (!claimed) {
           current = await finishPendingSeatPurchase(deps, job, { chain: current, token });
           intent = current.intent;
+          replayed = intent !== null;
         }
         if (!intent) {
           const decision = decideRenewal({
@@ -623,9 +625,10 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
 
         const held = { chain: current, token };
         const sending = intent;
-        // Joining a suspension happens under the lock, between the order and its record, so a
-        // payment cannot unsuspend the chain in between: not in one step with the record.
-        const joining = await inSuspendedFamily(deps, current);
+        // Only a replayed intent can meet a suspended family (one decided or claimed now found
+        // the payment ok). It joins the suspension under the lock, between the order and its
+        // record, so a payment cannot unsuspend the chain in between: not in one step with it.
+        const joining = replayed && (await inSuspendedFamily(deps, current));
         let sent: Sent;
         try {
           sent = await sendRenewal(
