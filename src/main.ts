@@ -62,6 +62,8 @@ export interface Started {
   port: number;
   runtime: Runtime;
   provisioning: ProvisioningClient;
+  /** The BullMQ workers of every queue (null for the api role), for inspection. */
+  workers: Workers | null;
   stop(): Promise<void>;
 }
 
@@ -176,7 +178,7 @@ export async function start(
     })();
     return stopping;
   };
-  return { stop, port, runtime, provisioning };
+  return { stop, port, runtime, provisioning, workers };
 }
 
 /** Hides a password in a Redis URL before it is logged. */

@@ -2,10 +2,12 @@
 import { execFile } from 'node:child_process';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import { Redis } from 'ioredis';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chainIdOf } from '../../../src/chains/keys.js';
 import { systemClock } from '../../../src/clock.js';
+import { QUEUE_PREFIX, queueNames, STALLED_INTERVAL_MS } from '../../../src/queues.js';
 import { DAY, OPS_TOKEN, orderPlaced, type System, startSystem } from '../../helpers/system.js';
 
 let system: System;
@@ -181,6 +183,28 @@ describe('health and metrics', () => {
       removeOnComplete: { age: 7 * DAY, count: 100_000 },
       removeOnFail: { age: 90 * DAY },
     });
+  });
+
+  it('runs one worker per queue, every one with the same stalled-job check', async () => {
+    const workers = system.started.workers?.workers ?? [];
+    expect(workers.map((w) => w.name).sort()).toEqual([...queueNames].sort());
+    for (const worker of workers) {
+      expect(worker.opts).toMatchObject({
+        stalledInterval: STALLED_INTERVAL_MS,
+        maxStalledCount: 2,
+      });
+    }
+    // Each worker ran its check on start: BullMQ marks it in Redis for the check's interval.
+    const redis = new Redis(system.redis.url);
+    try {
+      for (const name of queueNames) {
+        const ttl = await redis.pttl(`${QUEUE_PREFIX}:${name}:stalled-check`);
+        expect(ttl, name).toBeGreaterThan(0);
+        expect(ttl, name).toBeLessThanOrEqual(STALLED_INTERVAL_MS);
+      }
+    } finally {
+      await redis.quit();
+    }
   });
 
   it('readyz reports Redis and workers', async () => {
