@@ -120,6 +120,45 @@ describe('simultaneous renewals of one chain', () => {
   });
 });
 
+describe('a chain changed by renewals faster than one call can plan', () => {
+  it('answers 503 chain_busy to the calls that lost too many plans, and they succeed once it settles', async () => {
+    // A window longer than the terms, so every renewal is allowed and each write moves the chain.
+    const { apiKey } = await app.addPartner('external', 3650);
+    await createCustomer(apiKey, 'race-busy');
+    await app.call(apiKey, 'createFirstOrder', {
+      customer: 'race-busy',
+      id: 'B1',
+      product: 'suite-lite',
+      licenses: 1,
+      duration: 'monthly',
+    });
+    const renew = (i: number) =>
+      app.call(apiKey, 'createRenewalOrder', { parent: 'B1', id: `B1-r${i}` });
+    // More calls than the other races: each loser must lose five plans in a row.
+    const calls = 2 * N;
+    const results = await times(calls, renew);
+    const busy = results.flatMap((r, i) => (r.status === 200 ? [] : [i]));
+    // Each round of plans lets one renewal through; the rest lose their plans too often.
+    expect(busy.length).toBeGreaterThan(0);
+    for (const i of busy) {
+      expect(results[i]).toEqual({
+        status: 503,
+        body: 'service unavailable: the chain changed concurrently too often; retry',
+      });
+    }
+    for (const i of busy) expect((await renew(i)).status).toBe(200);
+    // A replay answers with the stored order: every renewal was written once, as its own term
+    // (2 .. calls + 1, no gap and no repeat).
+    const counts = await times(
+      calls,
+      async (i) => ((await renew(i)).body as { count: number }).count,
+    );
+    expect([...counts].sort((a, b) => a - b)).toEqual(
+      Array.from({ length: calls }, (_, i) => i + 2),
+    );
+  });
+});
+
 describe('simultaneous first orders of one external customer', () => {
   it('create one instance that every first order joins', async () => {
     const { apiKey } = await app.addPartner('external');
