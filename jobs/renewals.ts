@@ -482,12 +482,36 @@ async function renewFromSnapshot(
  * still overdue (a paid external chain waiting for its manual reactivation is left alone). The
  * order a replayed intent makes (or made before the suspension, which skips pending intents)
  * would otherwise be the one active order of a customer who has not paid. A main chain is the
- * one the job holds; an add-on's main chain is read without its lock, so a payment landing
- * at that moment can leave the add-on's new order suspended (an operator unsuspends it).
+ * one the job holds; an add-on's main chain is read without its lock, so an add-on follows up
+ * with followMainPayment once its order is recorded.
  */
 async function inSuspendedFamily(deps: WorkerDeps, chain: Chain): Promise<boolean> {
   const main = chain.mainChain === null ? chain : await deps.chains.get(chain.mainChain);
   return main?.status === 'suspended' && main.payment === 'overdue';
+}
+
+/**
+ * Unsuspends an add-on's recorded renewal order when its main chain is paid (marketplace; the
+ * external variant reactivates by hand). The add-on joined the suspension from a read without
+ * the main chain's lock, so the payment may have unsuspended the family without this order.
+ * Called after the order is recorded and after any suspend of it: a payment that reads the
+ * family later finds the order and unsuspends it itself; one that read it earlier had already
+ * saved `payment: ok` (payment-signals markPaid), which this read sees.
+ */
+async function followMainPayment(
+  deps: WorkerDeps,
+  { log, about }: JobLog,
+  chain: Chain,
+  orderId: string,
+) {
+  if (chain.mainChain === null || deps.provisioning.variant !== 'marketplace') return;
+  const main = await deps.chains.get(chain.mainChain);
+  if (main?.payment !== 'ok') return;
+  await deps.provisioning.unsuspendOrder({ id: orderId });
+  log.info(
+    { ...about, order: orderId },
+    'the main chain was paid meanwhile: renewal order unsuspended',
+  );
 }
 
 /** Suspends a renewal's order; idempotent, so a retry after a crash suspends it again. */
@@ -590,8 +614,12 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
             // This job's term was ordered and recorded by an attempt that died before it was
             // done: the suspension of its order, or the next term's job, may be missing.
             const mine = current.term.count === data.count;
-            if (mine && decision.reason !== 'cancelled' && (await inSuspendedFamily(deps, current)))
-              await suspendRenewalOrder(deps, current, current.term.orderId);
+            if (mine && decision.reason !== 'cancelled') {
+              const { orderId } = current.term;
+              if (await inSuspendedFamily(deps, current))
+                await suspendRenewalOrder(deps, current, orderId);
+              await followMainPayment(deps, jobLog, current, orderId);
+            }
             if (decision.reason === 'already_renewed' && mine) {
               await ensureRenewalJob(deps.queues.renewals, current, now, {
                 prepared: prepareRenewal(deps, current, { stored: true }),
@@ -642,7 +670,9 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
           return handleRefusal(deps, job, jobToken, held, sending, error);
         }
         if (joining) await suspendRenewalOrder(deps, current, sending.orderId);
-        return finishRenewal(deps, jobLog, sending, sent);
+        const renewed = await finishRenewal(deps, jobLog, sending, sent);
+        if (joining) await followMainPayment(deps, jobLog, current, sending.orderId);
+        return renewed;
       },
       claim,
     );

@@ -37,8 +37,9 @@ export interface Call {
 
 /**
  * A forwarding proxy in front of the real server that records every call and, once armed,
- * forwards the next call of a method and then holds its answer until the proxy closes, which
- * is a lost answer from the client's point of view: the order exists, the client never hears.
+ * forwards the next call of a method and then holds its answer: until the test releases it, or
+ * until the proxy closes, which is a lost answer from the client's point of view (the order
+ * exists, the client never hears).
  */
 export async function startProxy(targetOrigin: string) {
   const calls: Call[] = [];
@@ -46,8 +47,9 @@ export async function startProxy(targetOrigin: string) {
     method: string;
     id: string | undefined;
     forwarded: ReturnType<typeof deferred<string>>;
+    released: Promise<void>;
   } | null = null;
-  const release = deferred();
+  const closed = deferred();
   const server = await listen(async (req, res) => {
     const chunks: Buffer[] = [];
     for await (const chunk of req) chunks.push(chunk as Buffer);
@@ -71,27 +73,35 @@ export async function startProxy(targetOrigin: string) {
     ) {
       armed = null;
       hold.forwarded.resolve(answer);
-      await release.promise;
+      await Promise.race([hold.released, closed.promise]);
     }
     if (!res.destroyed) {
       res.writeHead(upstream.statusCode, { 'content-type': 'application/json; charset=utf-8' });
       res.end(answer);
     }
   });
+
+  /** Arms the proxy for the next `method` call (for the caller id `id`, when given). */
+  function hold(method: string, id?: string) {
+    const forwarded = deferred<string>();
+    const released = deferred();
+    armed = { method, id, forwarded, released: released.promise };
+    return {
+      /** The answer, once the server gave it (the call reached the service). */
+      answer: forwarded.promise,
+      /** Lets the held answer go on to the client. */
+      release: () => released.resolve(),
+    };
+  }
+
   return {
     url: server.url,
     calls,
-    /**
-     * Holds the answer of the next `method` call (for the caller id `id`, when given); resolves
-     * with that answer once the server gave it.
-     */
-    holdNext(method: string, id?: string): Promise<string> {
-      const forwarded = deferred<string>();
-      armed = { method, id, forwarded };
-      return forwarded.promise;
-    },
+    hold,
+    /** Holds the answer of the next `method` call until the proxy closes: a lost answer. */
+    holdNext: (method: string, id?: string): Promise<string> => hold(method, id).answer,
     close: async () => {
-      release.resolve();
+      closed.resolve();
       await server.close();
     },
   };

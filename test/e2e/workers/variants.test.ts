@@ -268,3 +268,107 @@ describe('remote mode when a payment arrives while a suspension is half done', (
     expect((await store.getOrder(partner, 'HALF-1.p1'))?.status).toBe('active');
   });
 });
+
+describe('remote mode when a payment lands while an add-on renewal joins the suspension', () => {
+  // An add-on's replayed renewal decides to join its family's suspension from the main chain,
+  // read without the main chain's lock: a payment may unsuspend the family in between.
+  const remote = useRemote({
+    viaProxy: true,
+    env: { PAYMENT_GRACE_DAYS: '0', SEAT_INCREASE: 'addon', PROVISIONING_TIMEOUT_MS: '10000' },
+  });
+
+  /** A suspended main chain whose add-on has a renewal intent that a dead job left. */
+  async function suspendedWithReplayedAddOn(order: string) {
+    const { system } = remote;
+    await system.send('order.placed', orderPlaced({ order, licenses: 5 }));
+    await system.waitForChain(order, () => true);
+    await system.send('seats.changed', { order, licenses: 8 });
+    const main = await system.waitForChain(order, (c) => c.addOns.length === 1);
+    await system.send('payment.overdue', { order });
+    await system.waitForChain(order, (c) => c.status === 'suspended');
+    const addOn = main.addOns[0] as NonNullable<(typeof main.addOns)[0]>;
+    const renewalId = `${addOn.order}.r2`;
+    await leftByDeadJob(system, addOn.order, 'dead-addon-renewal', () => ({
+      nextRenewalAt: systemClock.now(),
+      intent: {
+        kind: 'renewal',
+        method: 'createOrder',
+        orderId: renewalId,
+        params: {
+          customer: addOn.customer,
+          id: renewalId,
+          product: addOn.product,
+          licenses: addOn.licenses,
+          duration: addOn.duration,
+          startsAt: addOn.term.expiresAt,
+        },
+        jobId: 'dead',
+      },
+    }));
+    return { addOn: addOn.order, renewalId };
+  }
+
+  const status = async (id: string) =>
+    (await remote.provider.started.runtime.store.getOrder(remote.partner, id))?.status;
+
+  it('leaves the renewal order active when the payment unsuspended the family first', async () => {
+    const { system } = remote;
+    const proxy = remote.proxy as NonNullable<typeof remote.proxy>;
+    const { addOn, renewalId } = await suspendedWithReplayedAddOn('AJ-1');
+    const order = proxy.hold('createOrder', renewalId);
+    await reconcileNow(system);
+    await order.answer;
+
+    // The payment unsuspends every order the family has recorded: not the one in flight.
+    await system.send('payment.received', { order: 'AJ-1' });
+    await system.waitForChain('AJ-1', (c) => c.status === 'active');
+    order.release();
+
+    await system.waitForChain(addOn, (c) => c.term.count === 2);
+    await expect.poll(() => status(renewalId), { timeout: 10_000 }).toBe('active');
+    expect(await status(addOn)).toBe('active');
+    expect(await status('AJ-1')).toBe('active');
+  });
+
+  it('leaves the renewal order active when the payment read the family before its record', async () => {
+    const { system } = remote;
+    const proxy = remote.proxy as NonNullable<typeof remote.proxy>;
+    const { addOn, renewalId } = await suspendedWithReplayedAddOn('AJ-2');
+    const order = proxy.hold('createOrder', renewalId);
+    await reconcileNow(system);
+    await order.answer;
+
+    // The payment has read the family (without the order in flight) and is unsuspending it.
+    const unsuspend = proxy.hold('unsuspendOrder', 'AJ-2');
+    await system.send('payment.received', { order: 'AJ-2' });
+    await unsuspend.answer;
+    order.release();
+    const job = await system.queue('renewals').getJob(renewalJobId(chainIdOf(addOn), 2));
+    await expect.poll(async () => job?.getState(), { timeout: 10_000 }).toBe('completed');
+    unsuspend.release();
+
+    await system.waitForChain('AJ-2', (c) => c.status === 'active');
+    expect(await status(renewalId)).toBe('active');
+    expect(await status(addOn)).toBe('active');
+  });
+
+  it('unsuspends it on a retry, when the job died after suspending it and the main chain is paid', async () => {
+    const { system } = remote;
+    const proxy = remote.proxy as NonNullable<typeof remote.proxy>;
+    const { addOn, renewalId } = await suspendedWithReplayedAddOn('AJ-3');
+    const order = proxy.hold('createOrder', renewalId);
+    await reconcileNow(system);
+    await order.answer;
+    await system.send('payment.received', { order: 'AJ-3' });
+    await system.waitForChain('AJ-3', (c) => c.status === 'active');
+    order.release();
+    const job = await system.queue('renewals').getJob(renewalJobId(chainIdOf(addOn), 2));
+    await expect.poll(async () => job?.getState(), { timeout: 10_000 }).toBe('completed');
+
+    // As a job that died between its suspend and its follow-up would leave it.
+    await system.started.provisioning.suspendOrder({ id: renewalId });
+    await job?.retry('completed');
+    await expect.poll(async () => job?.getState(), { timeout: 10_000 }).toBe('completed');
+    expect(await status(renewalId)).toBe('active');
+  });
+});
