@@ -24,6 +24,23 @@ async function customerWithInstance(apiKey: string, id: string) {
   return customer.url?.split('/').pop() as string;
 }
 
+/** An external partner with one customer and one first order: a chain to renew. */
+async function externalChain(
+  customer: string,
+  order: { id: string; product: string; licenses: number },
+  renewalWindowDays?: number,
+) {
+  const { apiKey } = await app.addPartner('external', renewalWindowDays);
+  await createCustomer(apiKey, customer);
+  const first = await app.call(apiKey, 'createFirstOrder', {
+    customer,
+    ...order,
+    duration: 'monthly',
+  });
+  expect(first.status).toBe(200);
+  return apiKey;
+}
+
 describe('simultaneous createUser calls with one email', () => {
   it('create exactly one user and refuse the others as duplicates', async () => {
     const { apiKey } = await app.addPartner('marketplace');
@@ -53,16 +70,7 @@ describe('simultaneous createUser calls with one email', () => {
 
 describe('simultaneous renewals of one chain', () => {
   it('give one external renewal when the ids differ', async () => {
-    const { apiKey } = await app.addPartner('external');
-    await createCustomer(apiKey, 'race-ext');
-    const first = await app.call(apiKey, 'createFirstOrder', {
-      customer: 'race-ext',
-      id: 'E1',
-      product: 'suite-std',
-      licenses: 4,
-      duration: 'monthly',
-    });
-    expect(first.status).toBe(200);
+    const apiKey = await externalChain('race-ext', { id: 'E1', product: 'suite-std', licenses: 4 });
     app.clock.advance(20 * DAY);
     const results = await times(N, (i) =>
       app.call(apiKey, 'createRenewalOrder', { parent: 'E1', id: `E1-renewal-${i}` }),
@@ -77,14 +85,10 @@ describe('simultaneous renewals of one chain', () => {
   });
 
   it('answer every replay of one renewal id with the same order', async () => {
-    const { apiKey } = await app.addPartner('external');
-    await createCustomer(apiKey, 'race-replay');
-    await app.call(apiKey, 'createFirstOrder', {
-      customer: 'race-replay',
+    const apiKey = await externalChain('race-replay', {
       id: 'R1',
       product: 'erp-std',
       licenses: 2,
-      duration: 'monthly',
     });
     app.clock.advance(25 * DAY);
     const results = await times(N, () =>
@@ -123,15 +127,11 @@ describe('simultaneous renewals of one chain', () => {
 describe('a chain changed by renewals faster than one call can plan', () => {
   it('answers 503 chain_busy to the calls that lost too many plans, and they succeed once it settles', async () => {
     // A window longer than the terms, so every renewal is allowed and each write moves the chain.
-    const { apiKey } = await app.addPartner('external', 3650);
-    await createCustomer(apiKey, 'race-busy');
-    await app.call(apiKey, 'createFirstOrder', {
-      customer: 'race-busy',
-      id: 'B1',
-      product: 'suite-lite',
-      licenses: 1,
-      duration: 'monthly',
-    });
+    const apiKey = await externalChain(
+      'race-busy',
+      { id: 'B1', product: 'suite-lite', licenses: 1 },
+      3650,
+    );
     const renew = (i: number) =>
       app.call(apiKey, 'createRenewalOrder', { parent: 'B1', id: `B1-r${i}` });
     // More calls than the other races: each loser must lose five plans in a row.

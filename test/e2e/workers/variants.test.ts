@@ -311,21 +311,35 @@ describe('remote mode when a payment lands while an add-on renewal joins the sus
   const status = async (id: string) =>
     (await remote.provider.started.runtime.store.getOrder(remote.partner, id))?.status;
 
-  it('leaves the renewal order active when the payment unsuspended the family first', async () => {
+  /** The add-on's renewal sent, its answer held at the proxy: made there, not yet recorded. */
+  async function addOnRenewalInFlight(order: string) {
     const { system } = remote;
     const proxy = remote.proxy as NonNullable<typeof remote.proxy>;
-    const { addOn, renewalId } = await suspendedWithReplayedAddOn('AJ-1');
-    const order = proxy.hold('createOrder', renewalId);
+    const { addOn, renewalId } = await suspendedWithReplayedAddOn(order);
+    const inFlight = proxy.hold('createOrder', renewalId);
     await reconcileNow(system);
-    await order.answer;
+    await inFlight.answer;
+    const job = await system.queue('renewals').getJob(renewalJobId(chainIdOf(addOn), 2));
+    const completed = () =>
+      expect.poll(async () => job?.getState(), { timeout: 10_000 }).toBe('completed');
+    return { addOn, renewalId, inFlight, job, completed };
+  }
 
+  /** The payment, completed while the renewal's answer is still held (then released). */
+  async function paidWhileInFlight(order: string) {
+    const renewal = await addOnRenewalInFlight(order);
     // The payment unsuspends every order the family has recorded: not the one in flight.
-    await system.send('payment.received', { order: 'AJ-1' });
-    await system.waitForChain('AJ-1', (c) => c.status === 'active');
-    order.release();
+    await remote.system.send('payment.received', { order });
+    await remote.system.waitForChain(order, (c) => c.status === 'active');
+    renewal.inFlight.release();
+    await renewal.completed();
+    return renewal;
+  }
 
-    await system.waitForChain(addOn, (c) => c.term.count === 2);
-    await expect.poll(() => status(renewalId), { timeout: 10_000 }).toBe('active');
+  it('leaves the renewal order active when the payment unsuspended the family first', async () => {
+    const { addOn, renewalId } = await paidWhileInFlight('AJ-1');
+    expect((await remote.system.chain(addOn)).term.count).toBe(2);
+    expect(await status(renewalId)).toBe('active');
     expect(await status(addOn)).toBe('active');
     expect(await status('AJ-1')).toBe('active');
   });
@@ -333,18 +347,13 @@ describe('remote mode when a payment lands while an add-on renewal joins the sus
   it('leaves the renewal order active when the payment read the family before its record', async () => {
     const { system } = remote;
     const proxy = remote.proxy as NonNullable<typeof remote.proxy>;
-    const { addOn, renewalId } = await suspendedWithReplayedAddOn('AJ-2');
-    const order = proxy.hold('createOrder', renewalId);
-    await reconcileNow(system);
-    await order.answer;
-
+    const { addOn, renewalId, inFlight, completed } = await addOnRenewalInFlight('AJ-2');
     // The payment has read the family (without the order in flight) and is unsuspending it.
     const unsuspend = proxy.hold('unsuspendOrder', 'AJ-2');
     await system.send('payment.received', { order: 'AJ-2' });
     await unsuspend.answer;
-    order.release();
-    const job = await system.queue('renewals').getJob(renewalJobId(chainIdOf(addOn), 2));
-    await expect.poll(async () => job?.getState(), { timeout: 10_000 }).toBe('completed');
+    inFlight.release();
+    await completed();
     unsuspend.release();
 
     await system.waitForChain('AJ-2', (c) => c.status === 'active');
@@ -353,22 +362,11 @@ describe('remote mode when a payment lands while an add-on renewal joins the sus
   });
 
   it('unsuspends it on a retry, when the job died after suspending it and the main chain is paid', async () => {
-    const { system } = remote;
-    const proxy = remote.proxy as NonNullable<typeof remote.proxy>;
-    const { addOn, renewalId } = await suspendedWithReplayedAddOn('AJ-3');
-    const order = proxy.hold('createOrder', renewalId);
-    await reconcileNow(system);
-    await order.answer;
-    await system.send('payment.received', { order: 'AJ-3' });
-    await system.waitForChain('AJ-3', (c) => c.status === 'active');
-    order.release();
-    const job = await system.queue('renewals').getJob(renewalJobId(chainIdOf(addOn), 2));
-    await expect.poll(async () => job?.getState(), { timeout: 10_000 }).toBe('completed');
-
+    const { renewalId, job, completed } = await paidWhileInFlight('AJ-3');
     // As a job that died between its suspend and its follow-up would leave it.
-    await system.started.provisioning.suspendOrder({ id: renewalId });
+    await remote.system.started.provisioning.suspendOrder({ id: renewalId });
     await job?.retry('completed');
-    await expect.poll(async () => job?.getState(), { timeout: 10_000 }).toBe('completed');
+    await completed();
     expect(await status(renewalId)).toBe('active');
   });
 });
