@@ -25,7 +25,9 @@ export interface TestApp {
   /** `{base_url}` of the provisioning interface. */
   url: string;
   clock: ManualClock;
+  /** The app's own request-path connection, and the address of its Redis. */
   redis: Redis;
+  redisUrl: string;
   core: ProvisioningCore;
   partners: PartnerDirectory;
   /** A fresh partner with a unique name; tests never share partners, so no flush is needed. */
@@ -71,6 +73,7 @@ export async function startTestApp(
     url,
     clock,
     redis,
+    redisUrl,
     core,
     partners,
     addPartner: (variant, renewalWindowDays) =>

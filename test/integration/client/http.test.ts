@@ -1,28 +1,16 @@
 // The HTTP client against the real server over real HTTP: the shared contract, the
 // classification of every failure, and a lost answer retried through a proxy.
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { httpClient } from '../../../src/client/http.js';
 import type { ProvisioningClient } from '../../../src/client/provisioning-client.js';
 import { ConfigError, RefusalError, TransientError } from '../../../src/errors.js';
 import { partnerKeys } from '../../../src/provisioning/keys.js';
 import type { Partner } from '../../../src/provisioning/records.js';
-import { DAY, startTestApp, T0, type TestApp } from '../../helpers/app.js';
+import { DAY, T0, useTestApp } from '../../helpers/app.js';
 import { listen, startProxy } from '../../helpers/proxy.js';
-import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
 import { provisioningClientContract, refusalOf } from './contract.js';
 
-let redis: TestRedis;
-let app: TestApp;
-
-beforeAll(async () => {
-  redis = await startTestRedis();
-  app = await startTestApp(redis.url);
-});
-
-afterAll(async () => {
-  await app?.close();
-  await redis?.stop();
-});
+const app = useTestApp({ resetClock: false });
 
 function setupWith(extensions: boolean | undefined) {
   return async () => ({

@@ -1,26 +1,15 @@
 // The in-process client over the real embedded core and a real Redis: the shared contract, the
 // params it passes, and how it classifies the core's failures.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { inProcessClient } from '../../../src/client/in-process.js';
 import { TransientError } from '../../../src/errors.js';
 import type { ProvisioningCore } from '../../../src/provisioning/operations.js';
 import { isRedisUnavailable } from '../../../src/redis/connection.js';
-import { startTestApp, type TestApp } from '../../helpers/app.js';
-import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
+import { startTestApp, useTestApp } from '../../helpers/app.js';
+import { startTestRedis } from '../../helpers/redis-server.js';
 import { provisioningClientContract } from './contract.js';
 
-let redis: TestRedis;
-let app: TestApp;
-
-beforeAll(async () => {
-  redis = await startTestRedis();
-  app = await startTestApp(redis.url);
-});
-
-afterAll(async () => {
-  await app?.close();
-  await redis?.stop();
-});
+const app = useTestApp({ resetClock: false });
 
 function setupWith(extensions: boolean | undefined) {
   return async () => ({

@@ -11,25 +11,19 @@ import type { ProvisioningClient } from '../../../src/client/provisioning-client
 import { RefusalError } from '../../../src/errors.js';
 import type { PlannedOrder } from '../../../src/provisioning/order-operations.js';
 import { connectRedis } from '../../../src/redis/connection.js';
-import { DAY, startTestApp, T0, type TestApp } from '../../helpers/app.js';
-import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
+import { DAY, T0, useTestApp } from '../../helpers/app.js';
 
-let redis: TestRedis;
-let app: TestApp;
+const app = useTestApp({ resetClock: false });
 let storeRedis: Redis;
 let chains: ChainStore;
 
 beforeAll(async () => {
-  redis = await startTestRedis();
-  app = await startTestApp(redis.url);
-  storeRedis = await connectRedis(redis.url, 'store');
+  storeRedis = await connectRedis(app.redisUrl, 'store');
   chains = new ChainStore(storeRedis);
 });
 
 afterAll(async () => {
   await storeRedis?.quit();
-  await app?.close();
-  await redis?.stop();
 });
 
 interface Fixture {

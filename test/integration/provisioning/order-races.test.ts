@@ -1,29 +1,20 @@
 // The order script's own checks, which close races the planning step cannot see: a renewal
 // planned from a chain whose first order is cancelled before the write is not stored, alone
 // (createOrder) or with the workers' record of it (createOrderAndSaveChain, embedded mode).
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { chainIdOf } from '../../../src/chains/keys.js';
 import { newChainRecord } from '../../../src/chains/records.js';
 import { ChainStore } from '../../../src/chains/store.js';
 import { ProvisioningStore } from '../../../src/provisioning/store.js';
-import { DAY, startTestApp, type TestApp } from '../../helpers/app.js';
-import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
+import { DAY, useTestApp } from '../../helpers/app.js';
 
-let redis: TestRedis;
-let app: TestApp;
+const app = useTestApp({ resetClock: false });
 let store: ProvisioningStore;
 let chains: ChainStore;
 
-beforeAll(async () => {
-  redis = await startTestRedis();
-  app = await startTestApp(redis.url);
+beforeAll(() => {
   store = new ProvisioningStore(app.redis);
   chains = new ChainStore(app.redis);
-});
-
-afterAll(async () => {
-  await app?.close();
-  await redis?.stop();
 });
 
 /**
