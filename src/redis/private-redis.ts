@@ -170,6 +170,26 @@ function spawnRedisServer(bin: string, dir: string, port: number): Promise<Child
     ...['--save', '', '--daemonize', 'no', '--protected-mode', 'yes'],
   ];
   const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  return untilRedisReady(child, (reason, output, cause) => {
+    const tail = output.slice(-OUTPUT_TAIL_CHARS);
+    return new ConfigError(
+      'redis_start_failed',
+      `redis-server ${bin} for --dir ${dir} on port ${port} ${reason}; its output:\n${tail}`,
+      { bin, dir, port, output: tail },
+      { cause },
+    );
+  });
+}
+
+/**
+ * Resolves with the spawned redis-server (stdout and stderr piped) once it accepts connections;
+ * rejects with `failure(reason, its last output)` when it exits first, cannot run, or is not
+ * ready within READY_TIMEOUT_MS (then it is killed). Also the test suites' way to start one.
+ */
+export function untilRedisReady(
+  child: ChildProcess,
+  failure: (reason: string, output: string, cause?: unknown) => Error,
+): Promise<ChildProcess> {
   let output = '';
   return new Promise((resolve, reject) => {
     const settle = (error?: Error): void => {
@@ -181,17 +201,7 @@ function spawnRedisServer(bin: string, dir: string, port: number): Promise<Child
       if (error === undefined) resolve(child);
       else reject(error);
     };
-    const fail = (reason: string, cause?: unknown): void => {
-      const tail = output.slice(-OUTPUT_TAIL_CHARS);
-      settle(
-        new ConfigError(
-          'redis_start_failed',
-          `redis-server ${bin} for --dir ${dir} on port ${port} ${reason}; its output:\n${tail}`,
-          { bin, dir, port, output: tail },
-          { cause },
-        ),
-      );
-    };
+    const fail = (reason: string, cause?: unknown): void => settle(failure(reason, output, cause));
     const onOutput = (chunk: Buffer): void => {
       // Keeping a tail bounds memory and still finds a ready line split across chunks.
       output = (output + chunk.toString('utf8')).slice(-OUTPUT_TAIL_CHARS);

@@ -2,10 +2,7 @@
 
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { findFreePort } from '../../src/redis/private-redis.js';
-
-const READY_LINE = 'Ready to accept connections';
-const READY_TIMEOUT_MS = 10_000;
+import { findFreePort, untilRedisReady } from '../../src/redis/private-redis.js';
 
 export interface TestRedis {
   url: string;
@@ -40,40 +37,13 @@ async function runRedisServer(port: number): Promise<ChildProcess> {
     ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
     { stdio: ['ignore', 'pipe', 'pipe'] },
   );
-  await waitForReady(child, port);
+  await untilRedisReady(
+    child,
+    (reason, output, cause) =>
+      new Error(`test redis-server on port ${port} ${reason}:\n${output}`, { cause }),
+  );
   // Nobody reads the logs after start, but a full pipe would block the server.
   child.stdout?.resume();
   child.stderr?.resume();
   return child;
-}
-
-function waitForReady(child: ChildProcess, port: number): Promise<void> {
-  let output = '';
-  return new Promise((resolve, reject) => {
-    const settle = (error?: Error): void => {
-      clearTimeout(timer);
-      child.stdout?.off('data', onOutput);
-      child.stderr?.off('data', onOutput);
-      child.off('close', onClose);
-      child.off('error', onError);
-      if (error === undefined) resolve();
-      else reject(error);
-    };
-    const onOutput = (chunk: Buffer): void => {
-      output += chunk.toString('utf8');
-      if (output.includes(READY_LINE)) settle();
-    };
-    const onClose = (code: number | null): void =>
-      settle(new Error(`test redis-server on port ${port} exited with ${code}:\n${output}`));
-    const onError = (error: Error): void =>
-      settle(new Error(`test redis-server could not be run: ${error.message}`, { cause: error }));
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      settle(new Error(`test redis-server on port ${port} not ready in ${READY_TIMEOUT_MS} ms`));
-    }, READY_TIMEOUT_MS);
-    child.stdout?.on('data', onOutput);
-    child.stderr?.on('data', onOutput);
-    child.once('close', onClose);
-    child.once('error', onError);
-  });
 }
