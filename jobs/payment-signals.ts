@@ -175,22 +175,7 @@ async function markPaid(deps: WorkerDeps, job: Job, held: Held, data: EventJobDa
   }
 
   if (plan.kind === 'unsuspend') {
-    // Paid before the family is read: an add-on renewal that joined the suspension without this
-    // chain's lock records its order and then reads this chain, so either this read finds that
-    // order or that read finds the payment (renewals.ts followMainPayment). The chain keeps
-    // what says it is (partly) suspended until the end, so a retry still unsuspends.
-    const marked = await deps.chains.save({
-      chainId: chain.id,
-      token,
-      previous: chain,
-      next: {
-        ...paid,
-        status: chain.status,
-        suspending: chain.suspending ?? (suspension.partly ? chain.overdueEpisode : null),
-      },
-      release: false,
-    });
-    const ids = await familyOrderIds(deps, marked, now);
+    const ids = await familyOrderIds(deps, chain, now);
     for (const id of ids) {
       await deps.chains.extend(chain.id, token);
       await deps.provisioning.unsuspendOrder({ id });
@@ -198,7 +183,7 @@ async function markPaid(deps: WorkerDeps, job: Job, held: Held, data: EventJobDa
     const saved = await deps.chains.save({
       chainId: chain.id,
       token,
-      previous: marked,
+      previous: chain,
       next: { ...paid, status: chain.term.expiresAt <= now ? 'expired' : 'active' },
       history: [
         {

@@ -482,8 +482,8 @@ async function renewFromSnapshot(
  * still overdue (a paid external chain waiting for its manual reactivation is left alone). The
  * order a replayed intent makes (or made before the suspension, which skips pending intents)
  * would otherwise be the one active order of a customer who has not paid. A main chain is the
- * one the job holds; an add-on's main chain is read without its lock, so an add-on follows up
- * with followMainPayment once its order is recorded.
+ * one the job holds; an add-on reads its main chain without that lock, so it settles the
+ * outcome with alignWithFamily once its order is recorded.
  */
 async function inSuspendedFamily(deps: WorkerDeps, chain: Chain): Promise<boolean> {
   const main = chain.mainChain === null ? chain : await deps.chains.get(chain.mainChain);
@@ -491,27 +491,31 @@ async function inSuspendedFamily(deps: WorkerDeps, chain: Chain): Promise<boolea
 }
 
 /**
- * Unsuspends an add-on's recorded renewal order when its main chain is paid (marketplace; the
- * external variant reactivates by hand). The add-on joined the suspension from a read without
- * the main chain's lock, so the payment may have unsuspended the family without this order.
- * Called after the order is recorded and after any suspend of it: a payment that reads the
- * family later finds the order and unsuspends it itself; one that read it earlier had already
- * saved `payment: ok` (payment-signals markPaid), which this read sees.
+ * Brings an add-on's recorded renewal order in line with its family's suspension, under the
+ * main chain's lock. The add-on decided whether to join the suspension from a read without that
+ * lock, and while its order was in flight a payment or a suspension could have listed the
+ * family without it (or it died between its calls). Under the lock no payment or suspension job
+ * is between its read and its calls, and one that starts later lists this order itself. A busy
+ * main chain puts the job back for a moment; the retry finds its term recorded and aligns again.
  */
-async function followMainPayment(
+async function alignWithFamily(
   deps: WorkerDeps,
-  { log, about }: JobLog,
-  chain: Chain,
+  job: Job,
+  jobToken: string | undefined,
+  addOn: Chain,
   orderId: string,
-) {
-  if (chain.mainChain === null || deps.provisioning.variant !== 'marketplace') return;
-  const main = await deps.chains.get(chain.mainChain);
-  if (main?.payment !== 'ok') return;
-  await deps.provisioning.unsuspendOrder({ id: orderId });
-  log.info(
-    { ...about, order: orderId },
-    'the main chain was paid meanwhile: renewal order unsuspended',
-  );
+): Promise<void> {
+  if (addOn.mainChain === null) return;
+  await withChainLock(deps.chains, job, jobToken, addOn.mainChain, async ({ chain: main }) => {
+    if (!main || main.status === 'cancelled') return;
+    const suspended = main.status === 'suspended' || main.suspending !== null;
+    if (suspended && main.payment === 'overdue') {
+      await suspendRenewalOrder(deps, addOn, orderId);
+    } else if (deps.provisioning.variant === 'marketplace') {
+      // Active, paid, or in a grace period: a suspension to come lists this order itself.
+      await deps.provisioning.unsuspendOrder({ id: orderId });
+    }
+  });
 }
 
 /** Suspends a renewal's order; idempotent, so a retry after a crash suspends it again. */
@@ -616,9 +620,11 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
             const mine = current.term.count === data.count;
             if (mine && decision.reason !== 'cancelled') {
               const { orderId } = current.term;
-              if (await inSuspendedFamily(deps, current))
+              if (current.mainChain !== null) {
+                await alignWithFamily(deps, job, jobToken, current, orderId);
+              } else if (await inSuspendedFamily(deps, current)) {
                 await suspendRenewalOrder(deps, current, orderId);
-              await followMainPayment(deps, jobLog, current, orderId);
+              }
             }
             if (decision.reason === 'already_renewed' && mine) {
               await ensureRenewalJob(deps.queues.renewals, current, now, {
@@ -671,7 +677,7 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
         }
         if (joining) await suspendRenewalOrder(deps, current, sending.orderId);
         const renewed = await finishRenewal(deps, jobLog, sending, sent);
-        if (joining) await followMainPayment(deps, jobLog, current, sending.orderId);
+        if (replayed) await alignWithFamily(deps, job, jobToken, current, sending.orderId);
         return renewed;
       },
       claim,

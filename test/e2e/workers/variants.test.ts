@@ -274,7 +274,8 @@ describe('remote mode when a payment lands while an add-on renewal joins the sus
   // read without the main chain's lock: a payment may unsuspend the family in between.
   const remote = useRemote({
     viaProxy: true,
-    env: { PAYMENT_GRACE_DAYS: '0', SEAT_INCREASE: 'addon', PROVISIONING_TIMEOUT_MS: '10000' },
+    // A client timeout longer than any hold, so the held attempt is the one that goes on.
+    env: { PAYMENT_GRACE_DAYS: '0', SEAT_INCREASE: 'addon', PROVISIONING_TIMEOUT_MS: '60000' },
   });
 
   /** A suspended main chain whose add-on has a renewal intent that a dead job left. */
@@ -288,24 +289,25 @@ describe('remote mode when a payment lands while an add-on renewal joins the sus
     await system.waitForChain(order, (c) => c.status === 'suspended');
     const addOn = main.addOns[0] as NonNullable<(typeof main.addOns)[0]>;
     const renewalId = `${addOn.order}.r2`;
+    const params = {
+      customer: addOn.customer,
+      id: renewalId,
+      product: addOn.product,
+      licenses: addOn.licenses,
+      duration: addOn.duration,
+      startsAt: addOn.term.expiresAt,
+    };
     await leftByDeadJob(system, addOn.order, 'dead-addon-renewal', () => ({
       nextRenewalAt: systemClock.now(),
       intent: {
         kind: 'renewal',
         method: 'createOrder',
         orderId: renewalId,
-        params: {
-          customer: addOn.customer,
-          id: renewalId,
-          product: addOn.product,
-          licenses: addOn.licenses,
-          duration: addOn.duration,
-          startsAt: addOn.term.expiresAt,
-        },
+        params,
         jobId: 'dead',
       },
     }));
-    return { addOn: addOn.order, renewalId };
+    return { addOn: addOn.order, renewalId, params };
   }
 
   const status = async (id: string) =>
@@ -320,8 +322,14 @@ describe('remote mode when a payment lands while an add-on renewal joins the sus
     await reconcileNow(system);
     await inFlight.answer;
     const job = await system.queue('renewals').getJob(renewalJobId(chainIdOf(addOn), 2));
-    const completed = () =>
-      expect.poll(async () => job?.getState(), { timeout: 10_000 }).toBe('completed');
+    const completed = async () => {
+      await expect.poll(async () => job?.getState(), { timeout: 10_000 }).toBe('completed');
+      // One order call: the held attempt went on (no timeout and retry took the other path).
+      const sent = proxy.calls.filter(
+        (c) => c.method === 'createOrder' && c.params.id === renewalId,
+      );
+      expect(sent).toHaveLength(1);
+    };
     return { addOn, renewalId, inFlight, job, completed };
   }
 
@@ -353,8 +361,10 @@ describe('remote mode when a payment lands while an add-on renewal joins the sus
     await system.send('payment.received', { order: 'AJ-2' });
     await unsuspend.answer;
     inFlight.release();
-    await completed();
+    // Recorded while the payment is halfway: the renewal waits for the main chain to align.
+    await system.waitForChain(addOn, (c) => c.term.count === 2);
     unsuspend.release();
+    await completed();
 
     await system.waitForChain('AJ-2', (c) => c.status === 'active');
     expect(await status(renewalId)).toBe('active');
@@ -368,5 +378,19 @@ describe('remote mode when a payment lands while an add-on renewal joins the sus
     await job?.retry('completed');
     await completed();
     expect(await status(renewalId)).toBe('active');
+  });
+
+  it('unsuspends it when the job died after suspending it, before its record, and the main chain was paid', async () => {
+    const { system } = remote;
+    const { addOn, renewalId, params } = await suspendedWithReplayedAddOn('AJ-4');
+    // What the dead job did before it died: the order made, and suspended to join the family.
+    await system.started.provisioning.createOrder(params);
+    await system.started.provisioning.suspendOrder({ id: renewalId });
+    await system.send('payment.received', { order: 'AJ-4' });
+    await system.waitForChain('AJ-4', (c) => c.status === 'active');
+
+    await reconcileNow(system);
+    await system.waitForChain(addOn, (c) => c.term.count === 2);
+    await expect.poll(() => status(renewalId), { timeout: 10_000 }).toBe('active');
   });
 });
