@@ -492,11 +492,12 @@ async function inSuspendedFamily(deps: WorkerDeps, chain: Chain): Promise<boolea
 
 /**
  * Brings an add-on's recorded renewal order in line with its family's suspension, under the
- * main chain's lock. The add-on decided whether to join the suspension from a read without that
- * lock, and while its order was in flight a payment or a suspension could have listed the
- * family without it (or it died between its calls). Under the lock no payment or suspension job
- * is between its read and its calls, and one that starts later lists this order itself. A busy
+ * main chain's lock. The add-on decided from a read of its main chain without that lock, and
+ * while its order was in flight a payment or a suspension could have listed the family without
+ * it (or the job died between its calls). Under the lock no payment or suspension job is
+ * between its read and its calls, and one that starts later lists this order itself. A busy
  * main chain puts the job back for a moment; the retry finds its term recorded and aligns again.
+ * `maySuspended`: the order may be suspended (a replay or a retry); a fresh one never is.
  */
 async function alignWithFamily(
   deps: WorkerDeps,
@@ -504,16 +505,23 @@ async function alignWithFamily(
   jobToken: string | undefined,
   addOn: Chain,
   orderId: string,
+  { maySuspended }: { maySuspended: boolean },
 ): Promise<void> {
   if (addOn.mainChain === null) return;
   await withChainLock(deps.chains, job, jobToken, addOn.mainChain, async ({ chain: main }) => {
     if (!main || main.status === 'cancelled') return;
     const suspended = main.status === 'suspended' || main.suspending !== null;
-    if (suspended && main.payment === 'overdue') {
-      await suspendRenewalOrder(deps, addOn, orderId);
-    } else if (deps.provisioning.variant === 'marketplace') {
-      // Active, paid, or in a grace period: a suspension to come lists this order itself.
-      await deps.provisioning.unsuspendOrder({ id: orderId });
+    try {
+      if (suspended && main.payment === 'overdue') {
+        await suspendRenewalOrder(deps, addOn, orderId);
+      } else if (maySuspended && deps.provisioning.variant === 'marketplace') {
+        // Active, paid, or in a grace period: a suspension to come lists this order itself.
+        await deps.provisioning.unsuspendOrder({ id: orderId });
+      }
+    } catch (error) {
+      // Only a cancelled order refuses these: cancelled meanwhile, there is nothing to align.
+      if (!(error instanceof RefusalError)) throw error;
+      deps.log.warn({ order: orderId, err: error }, 'renewal order not aligned with its family');
     }
   });
 }
@@ -621,7 +629,9 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
             if (mine && decision.reason !== 'cancelled') {
               const { orderId } = current.term;
               if (current.mainChain !== null) {
-                await alignWithFamily(deps, job, jobToken, current, orderId);
+                await alignWithFamily(deps, job, jobToken, current, orderId, {
+                  maySuspended: true,
+                });
               } else if (await inSuspendedFamily(deps, current)) {
                 await suspendRenewalOrder(deps, current, orderId);
               }
@@ -660,8 +670,9 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
         const held = { chain: current, token };
         const sending = intent;
         // Only a replayed intent can meet a suspended family (one decided or claimed now found
-        // the payment ok). It joins the suspension under the lock, between the order and its
-        // record, so a payment cannot unsuspend the chain in between: not in one step with it.
+        // the payment ok; an add-on's read may be overtaken, which alignWithFamily settles). It
+        // joins the suspension between the order and its record, so a main chain's payment
+        // (waiting on this lock) cannot unsuspend the chain in between.
         const joining = replayed && (await inSuspendedFamily(deps, current));
         let sent: Sent;
         try {
@@ -677,7 +688,10 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
         }
         if (joining) await suspendRenewalOrder(deps, current, sending.orderId);
         const renewed = await finishRenewal(deps, jobLog, sending, sent);
-        if (replayed) await alignWithFamily(deps, job, jobToken, current, sending.orderId);
+        // An add-on always aligns: also a fresh decision read its main chain without the lock.
+        await alignWithFamily(deps, job, jobToken, current, sending.orderId, {
+          maySuspended: replayed,
+        });
         return renewed;
       },
       claim,

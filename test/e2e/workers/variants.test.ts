@@ -393,4 +393,32 @@ describe('remote mode when a payment lands while an add-on renewal joins the sus
     await system.waitForChain(addOn, (c) => c.term.count === 2);
     await expect.poll(() => status(renewalId), { timeout: 10_000 }).toBe('active');
   });
+
+  it('suspends a fresh renewal order when the family was suspended while it was in flight', async () => {
+    const { system } = remote;
+    const proxy = remote.proxy as NonNullable<typeof remote.proxy>;
+    await system.send('order.placed', orderPlaced({ order: 'AJ-5', licenses: 5 }));
+    await system.waitForChain('AJ-5', () => true);
+    await system.send('seats.changed', { order: 'AJ-5', licenses: 8 });
+    const main = await system.waitForChain('AJ-5', (c) => c.addOns.length === 1);
+    const addOn = (main.addOns[0] as NonNullable<(typeof main.addOns)[0]>).order;
+    // The add-on's term ends in 3 days: its renewal is due, decided afresh with the payment ok.
+    const now = systemClock.now();
+    await leftByDeadJob(system, addOn, 'test-make-due', (chain) => ({
+      term: { ...chain.term, expiresAt: now + 3 * DAY },
+      nextRenewalAt: now,
+    }));
+    const renewalId = `${addOn}.r2`;
+    const inFlight = proxy.hold('createOrder', renewalId);
+    await reconcileNow(system);
+    await inFlight.answer;
+
+    // No grace: the suspension lists the family while the renewal's order is in flight.
+    await system.send('payment.overdue', { order: 'AJ-5' });
+    await system.waitForChain('AJ-5', (c) => c.status === 'suspended');
+    inFlight.release();
+    await system.waitForChain(addOn, (c) => c.term.count === 2);
+    await expect.poll(() => status(renewalId), { timeout: 10_000 }).toBe('suspended');
+    expect(await status(addOn)).toBe('suspended');
+  });
 });
