@@ -1,6 +1,7 @@
 // The `renewals` queue: one delayed job per term renews a chain on time, exactly once.
 import { type Job, type Queue, UnrecoverableError } from 'bullmq';
 import { z } from 'zod';
+import { markAddOnCancelled } from '../src/chains/cancel.js';
 import { governedNextRenewalAt } from '../src/chains/family.js';
 import { type Chain, chainRecord, type Intent, intentRecord } from '../src/chains/records.js';
 import type { ChainStore, SaveInput } from '../src/chains/store.js';
@@ -509,7 +510,11 @@ async function alignWithFamily(
 ): Promise<void> {
   if (addOn.mainChain === null) return;
   await withChainLock(deps.chains, job, jobToken, addOn.mainChain, async ({ chain: main }) => {
-    if (!main || main.status === 'cancelled') return;
+    if (!main) return;
+    if (main.status === 'cancelled') {
+      await cancelWithMainChain(deps, job, addOn, orderId);
+      return;
+    }
     const suspended = main.status === 'suspended' || main.suspending !== null;
     try {
       if (suspended && main.payment === 'overdue') {
@@ -524,6 +529,35 @@ async function alignWithFamily(
       deps.log.warn({ order: orderId, err: error }, 'renewal order not aligned with its family');
     }
   });
+}
+
+/**
+ * An add-on renewal recorded after its main chain was cancelled: the cancel listed the family
+ * while this order was in flight, and could not mark the add-on, whose lock the renewal held.
+ * The order is cancelled as well (external: the add-on's chain, by its first order) and the
+ * add-on recorded as cancelled with its main chain; both are safe to repeat. `held`: the
+ * add-on's lock, when the job holds it.
+ */
+async function cancelWithMainChain(
+  deps: WorkerDeps,
+  job: Job,
+  addOn: Chain,
+  orderId: string,
+  held?: { chain: Chain; token: string },
+): Promise<void> {
+  const id = deps.provisioning.variant === 'external' ? addOn.order : orderId;
+  await deps.provisioning.cancelOrder({ id });
+  const now = deps.clock.now();
+  await markAddOnCancelled(
+    deps.chains,
+    held?.chain ?? addOn,
+    now,
+    { jobId: job.id ?? '' },
+    {
+      ...(held ? { held } : {}),
+      detail: `cancelled with its main chain; its renewal ${orderId}, ordered while the cancel ran, cancelled at the provider`,
+    },
+  );
 }
 
 /** Suspends a renewal's order; idempotent, so a retry after a crash suspends it again. */
@@ -626,7 +660,14 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
             // This job's term was ordered and recorded by an attempt that died before it was
             // done: the suspension of its order, or the next term's job, may be missing.
             const mine = current.term.count === data.count;
-            if (mine && decision.reason !== 'cancelled') {
+            const addOnOfCancelled = current.mainChain !== null && current.status !== 'cancelled';
+            if (mine && decision.reason === 'cancelled' && addOnOfCancelled) {
+              // Recorded after its main chain was cancelled, by an attempt that died then.
+              await cancelWithMainChain(deps, job, current, current.term.orderId, {
+                chain: current,
+                token,
+              });
+            } else if (mine && decision.reason !== 'cancelled') {
               const { orderId } = current.term;
               if (current.mainChain !== null) {
                 await alignWithFamily(deps, job, jobToken, current, orderId, {

@@ -74,24 +74,42 @@ export async function cancelChain(input: {
 
 /**
  * Records an add-on as cancelled with its main chain. Best effort: an add-on whose own renewal
- * job holds it right now is left, and that job skips because its main chain is cancelled.
+ * job holds it right now is left, and that job cancels what it ordered once it sees its main
+ * chain cancelled (renewals.ts). `held`: the add-on as its caller holds it (lock token).
  */
-async function markAddOnCancelled(chains: ChainStore, addOn: Chain, now: number, cause: Cause) {
+export async function markAddOnCancelled(
+  chains: ChainStore,
+  addOn: Chain,
+  now: number,
+  cause: Cause,
+  options: { held?: { chain: Chain; token: string }; detail?: string } = {},
+) {
   if (addOn.status === 'cancelled') return;
+  const save = (chain: Chain, token: string) =>
+    chains.save({
+      chainId: addOn.id,
+      token,
+      previous: chain,
+      next: { ...chain, status: 'cancelled', nextRenewalAt: null, updatedAt: now },
+      history: [
+        {
+          at: now,
+          event: 'chain.cancelled',
+          detail: options.detail ?? 'cancelled with its main chain',
+          cause,
+        },
+      ],
+      release: false,
+    });
+  if (options.held) {
+    await save(options.held.chain, options.held.token);
+    return;
+  }
   const token = `cancel/${addOn.id}/${randomUUID()}`;
   const lock = await chains.lock(addOn.id, token);
   if (lock.kind === 'locked' || !lock.chain) return;
   try {
-    await chains.save({
-      chainId: addOn.id,
-      token,
-      previous: lock.chain,
-      next: { ...lock.chain, status: 'cancelled', nextRenewalAt: null, updatedAt: now },
-      history: [
-        { at: now, event: 'chain.cancelled', detail: 'cancelled with its main chain', cause },
-      ],
-      release: false,
-    });
+    await save(lock.chain, token);
   } finally {
     await chains.unlock(addOn.id, token);
   }

@@ -4,6 +4,7 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { renewalJobId } from '../../../jobs/renewals.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
+import { ChainStore } from '../../../src/chains/store.js';
 import { type Clock, manualClock, systemClock } from '../../../src/clock.js';
 import { addTerms } from '../../../src/domain/periods.js';
 import { partnerKeys } from '../../../src/provisioning/keys.js';
@@ -394,15 +395,16 @@ describe('remote mode when a payment lands while an add-on renewal joins the sus
     await expect.poll(() => status(renewalId), { timeout: 10_000 }).toBe('active');
   });
 
-  it('suspends a fresh renewal order when the family was suspended while it was in flight', async () => {
+  /** An add-on whose renewal, decided afresh (payment ok), is in flight: its answer held. */
+  async function freshAddOnRenewalInFlight(order: string) {
     const { system } = remote;
     const proxy = remote.proxy as NonNullable<typeof remote.proxy>;
-    await system.send('order.placed', orderPlaced({ order: 'AJ-5', licenses: 5 }));
-    await system.waitForChain('AJ-5', () => true);
-    await system.send('seats.changed', { order: 'AJ-5', licenses: 8 });
-    const main = await system.waitForChain('AJ-5', (c) => c.addOns.length === 1);
+    await system.send('order.placed', orderPlaced({ order, licenses: 5 }));
+    await system.waitForChain(order, () => true);
+    await system.send('seats.changed', { order, licenses: 8 });
+    const main = await system.waitForChain(order, (c) => c.addOns.length === 1);
     const addOn = (main.addOns[0] as NonNullable<(typeof main.addOns)[0]>).order;
-    // The add-on's term ends in 3 days: its renewal is due, decided afresh with the payment ok.
+    // The add-on's term ends in 3 days: its renewal is due.
     const now = systemClock.now();
     await leftByDeadJob(system, addOn, 'test-make-due', (chain) => ({
       term: { ...chain.term, expiresAt: now + 3 * DAY },
@@ -412,7 +414,12 @@ describe('remote mode when a payment lands while an add-on renewal joins the sus
     const inFlight = proxy.hold('createOrder', renewalId);
     await reconcileNow(system);
     await inFlight.answer;
+    return { addOn, renewalId, inFlight };
+  }
 
+  it('suspends a fresh renewal order when the family was suspended while it was in flight', async () => {
+    const { system } = remote;
+    const { addOn, renewalId, inFlight } = await freshAddOnRenewalInFlight('AJ-5');
     // No grace: the suspension lists the family while the renewal's order is in flight.
     await system.send('payment.overdue', { order: 'AJ-5' });
     await system.waitForChain('AJ-5', (c) => c.status === 'suspended');
@@ -420,5 +427,45 @@ describe('remote mode when a payment lands while an add-on renewal joins the sus
     await system.waitForChain(addOn, (c) => c.term.count === 2);
     await expect.poll(() => status(renewalId), { timeout: 10_000 }).toBe('suspended');
     expect(await status(addOn)).toBe('suspended');
+  });
+
+  it('cancels a renewal order recorded after its main chain was cancelled', async () => {
+    const { system } = remote;
+    const { addOn, renewalId, inFlight } = await freshAddOnRenewalInFlight('AJ-6');
+    // The cancel lists the family while the renewal's order is in flight.
+    await system.send('order.cancelled', { order: 'AJ-6' });
+    await system.waitForChain('AJ-6', (c) => c.status === 'cancelled');
+    inFlight.release();
+    const job = await system.queue('renewals').getJob(renewalJobId(chainIdOf(addOn), 2));
+    await expect.poll(async () => job?.getState(), { timeout: 10_000 }).toBe('completed');
+    expect(await status(renewalId)).toBe('cancelled');
+    expect(await status(addOn)).toBe('cancelled');
+    const main = await system.chain('AJ-6');
+    expect(main.addOns[0]).toMatchObject({ status: 'cancelled', term: { orderId: renewalId } });
+  });
+
+  it('records the add-on cancelled on a retry that finds its main chain cancelled', async () => {
+    const { system } = remote;
+    const { addOn, renewalId, inFlight } = await freshAddOnRenewalInFlight('AJ-7');
+    inFlight.release();
+    const job = await system.queue('renewals').getJob(renewalJobId(chainIdOf(addOn), 2));
+    await expect.poll(async () => job?.getState(), { timeout: 10_000 }).toBe('completed');
+    // The main chain is cancelled while a job holds the add-on, so the cancel cannot mark it
+    // (it cancels the add-on's orders at the provider all the same).
+    const chains = new ChainStore(system.started.runtime.redis);
+    const token = 'test-holds-the-add-on';
+    await chains.lock(chainIdOf(addOn), token);
+    await system.send('order.cancelled', { order: 'AJ-7' });
+    await system.waitForChain('AJ-7', (c) => c.status === 'cancelled');
+    await chains.unlock(chainIdOf(addOn), token);
+    // (The ops view shows an add-on with its main chain's status; the record is its own.)
+    expect((await chains.get(chainIdOf(addOn)))?.status).toBe('active');
+
+    await job?.retry('completed');
+    await expect.poll(async () => job?.getState(), { timeout: 10_000 }).toBe('completed');
+    expect((await chains.get(chainIdOf(addOn)))?.status).toBe('cancelled');
+    const history = await chains.history(chainIdOf(addOn));
+    expect(history.at(-1)?.detail).toContain(renewalId);
+    expect(await status(renewalId)).toBe('cancelled');
   });
 });
