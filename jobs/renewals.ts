@@ -560,6 +560,31 @@ async function cancelWithMainChain(
   );
 }
 
+/**
+ * A retry that finds its term ordered and recorded by an attempt that died before it was done:
+ * what that attempt may have left undone with the order (the caller restores the next term's
+ * job). A main chain joins its suspension; an add-on aligns with its family, or is cancelled
+ * with its main chain when the cancel could not mark it (`cancelled`: the renewal view is).
+ */
+async function settleRecordedTerm(
+  deps: WorkerDeps,
+  job: Job,
+  jobToken: string | undefined,
+  held: { chain: Chain; token: string },
+  cancelled: boolean,
+): Promise<void> {
+  const { chain } = held;
+  const { orderId } = chain.term;
+  if (chain.mainChain === null) {
+    if (!cancelled && (await inSuspendedFamily(deps, chain)))
+      await suspendRenewalOrder(deps, chain, orderId);
+  } else if (!cancelled) {
+    await alignWithFamily(deps, job, jobToken, chain, orderId, { maySuspended: true });
+  } else if (chain.status !== 'cancelled') {
+    await cancelWithMainChain(deps, job, chain, orderId, held);
+  }
+}
+
 /** Suspends a renewal's order; idempotent, so a retry after a crash suspends it again. */
 async function suspendRenewalOrder(deps: WorkerDeps, chain: Chain, orderId: string) {
   // External suspensions name a chain's first order and cover all its orders.
@@ -660,22 +685,9 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
             // This job's term was ordered and recorded by an attempt that died before it was
             // done: the suspension of its order, or the next term's job, may be missing.
             const mine = current.term.count === data.count;
-            const addOnOfCancelled = current.mainChain !== null && current.status !== 'cancelled';
-            if (mine && decision.reason === 'cancelled' && addOnOfCancelled) {
-              // Recorded after its main chain was cancelled, by an attempt that died then.
-              await cancelWithMainChain(deps, job, current, current.term.orderId, {
-                chain: current,
-                token,
-              });
-            } else if (mine && decision.reason !== 'cancelled') {
-              const { orderId } = current.term;
-              if (current.mainChain !== null) {
-                await alignWithFamily(deps, job, jobToken, current, orderId, {
-                  maySuspended: true,
-                });
-              } else if (await inSuspendedFamily(deps, current)) {
-                await suspendRenewalOrder(deps, current, orderId);
-              }
+            if (mine) {
+              const cancelled = decision.reason === 'cancelled';
+              await settleRecordedTerm(deps, job, jobToken, { chain: current, token }, cancelled);
             }
             if (decision.reason === 'already_renewed' && mine) {
               await ensureRenewalJob(deps.queues.renewals, current, now, {
