@@ -270,26 +270,32 @@ describe('remote mode when a payment arrives while a suspension is half done', (
   });
 });
 
-describe('remote mode when a payment lands while an add-on renewal joins the suspension', () => {
-  // An add-on's replayed renewal decides to join its family's suspension from the main chain,
-  // read without the main chain's lock: a payment may unsuspend the family in between.
+describe('remote mode: an add-on renewal in flight while its family is paid, suspended or cancelled', () => {
+  // An add-on's renewal decides from its main chain read without the main chain's lock: a
+  // payment, a suspension or a cancel may list the family while the order is in flight.
   const remote = useRemote({
     viaProxy: true,
     // A client timeout longer than any hold, so the held attempt is the one that goes on.
     env: { PAYMENT_GRACE_DAYS: '0', SEAT_INCREASE: 'addon', PROVISIONING_TIMEOUT_MS: '60000' },
   });
 
-  /** A suspended main chain whose add-on has a renewal intent that a dead job left. */
-  async function suspendedWithReplayedAddOn(order: string) {
+  /** A main chain with one add-on (3 licenses): the main chain's view and the add-on's. */
+  async function familyWithAddOn(order: string) {
     const { system } = remote;
     await system.send('order.placed', orderPlaced({ order, licenses: 5 }));
     await system.waitForChain(order, () => true);
     await system.send('seats.changed', { order, licenses: 8 });
     const main = await system.waitForChain(order, (c) => c.addOns.length === 1);
+    const addOn = main.addOns[0] as NonNullable<(typeof main.addOns)[0]>;
+    return { addOn, renewalId: `${addOn.order}.r2` };
+  }
+
+  /** A suspended main chain whose add-on has a renewal intent that a dead job left. */
+  async function suspendedWithReplayedAddOn(order: string) {
+    const { system } = remote;
+    const { addOn, renewalId } = await familyWithAddOn(order);
     await system.send('payment.overdue', { order });
     await system.waitForChain(order, (c) => c.status === 'suspended');
-    const addOn = main.addOns[0] as NonNullable<(typeof main.addOns)[0]>;
-    const renewalId = `${addOn.order}.r2`;
     const params = {
       customer: addOn.customer,
       id: renewalId,
@@ -311,17 +317,27 @@ describe('remote mode when a payment lands while an add-on renewal joins the sus
     return { addOn: addOn.order, renewalId, params };
   }
 
+  /** An add-on whose term ends in 3 days: its renewal is due, to be decided afresh. */
+  async function dueAddOn(order: string) {
+    const { addOn, renewalId } = await familyWithAddOn(order);
+    const now = systemClock.now();
+    await leftByDeadJob(remote.system, addOn.order, 'test-make-due', (chain) => ({
+      term: { ...chain.term, expiresAt: now + 3 * DAY },
+      nextRenewalAt: now,
+    }));
+    return { addOn: addOn.order, renewalId };
+  }
+
   const status = async (id: string) =>
     (await remote.provider.started.runtime.store.getOrder(remote.partner, id))?.status;
 
   /** The add-on's renewal sent, its answer held at the proxy: made there, not yet recorded. */
-  async function addOnRenewalInFlight(order: string) {
+  async function inFlight({ addOn, renewalId }: { addOn: string; renewalId: string }) {
     const { system } = remote;
     const proxy = remote.proxy as NonNullable<typeof remote.proxy>;
-    const { addOn, renewalId } = await suspendedWithReplayedAddOn(order);
-    const inFlight = proxy.hold('createOrder', renewalId);
+    const held = proxy.hold('createOrder', renewalId);
     await reconcileNow(system);
-    await inFlight.answer;
+    await held.answer;
     const job = await system.queue('renewals').getJob(renewalJobId(chainIdOf(addOn), 2));
     const completed = async () => {
       await expect.poll(async () => job?.getState(), { timeout: 10_000 }).toBe('completed');
@@ -331,8 +347,12 @@ describe('remote mode when a payment lands while an add-on renewal joins the sus
       );
       expect(sent).toHaveLength(1);
     };
-    return { addOn, renewalId, inFlight, job, completed };
+    return { addOn, renewalId, inFlight: held, job, completed };
   }
+
+  const addOnRenewalInFlight = async (order: string) =>
+    inFlight(await suspendedWithReplayedAddOn(order));
+  const freshAddOnRenewalInFlight = async (order: string) => inFlight(await dueAddOn(order));
 
   /** The payment, completed while the renewal's answer is still held (then released). */
   async function paidWhileInFlight(order: string) {
@@ -395,28 +415,6 @@ describe('remote mode when a payment lands while an add-on renewal joins the sus
     await expect.poll(() => status(renewalId), { timeout: 10_000 }).toBe('active');
   });
 
-  /** An add-on whose renewal, decided afresh (payment ok), is in flight: its answer held. */
-  async function freshAddOnRenewalInFlight(order: string) {
-    const { system } = remote;
-    const proxy = remote.proxy as NonNullable<typeof remote.proxy>;
-    await system.send('order.placed', orderPlaced({ order, licenses: 5 }));
-    await system.waitForChain(order, () => true);
-    await system.send('seats.changed', { order, licenses: 8 });
-    const main = await system.waitForChain(order, (c) => c.addOns.length === 1);
-    const addOn = (main.addOns[0] as NonNullable<(typeof main.addOns)[0]>).order;
-    // The add-on's term ends in 3 days: its renewal is due.
-    const now = systemClock.now();
-    await leftByDeadJob(system, addOn, 'test-make-due', (chain) => ({
-      term: { ...chain.term, expiresAt: now + 3 * DAY },
-      nextRenewalAt: now,
-    }));
-    const renewalId = `${addOn}.r2`;
-    const inFlight = proxy.hold('createOrder', renewalId);
-    await reconcileNow(system);
-    await inFlight.answer;
-    return { addOn, renewalId, inFlight };
-  }
-
   it('suspends a fresh renewal order when the family was suspended while it was in flight', async () => {
     const { system } = remote;
     const { addOn, renewalId, inFlight } = await freshAddOnRenewalInFlight('AJ-5');
@@ -431,13 +429,12 @@ describe('remote mode when a payment lands while an add-on renewal joins the sus
 
   it('cancels a renewal order recorded after its main chain was cancelled', async () => {
     const { system } = remote;
-    const { addOn, renewalId, inFlight } = await freshAddOnRenewalInFlight('AJ-6');
+    const { addOn, renewalId, inFlight, completed } = await freshAddOnRenewalInFlight('AJ-6');
     // The cancel lists the family while the renewal's order is in flight.
     await system.send('order.cancelled', { order: 'AJ-6' });
     await system.waitForChain('AJ-6', (c) => c.status === 'cancelled');
     inFlight.release();
-    const job = await system.queue('renewals').getJob(renewalJobId(chainIdOf(addOn), 2));
-    await expect.poll(async () => job?.getState(), { timeout: 10_000 }).toBe('completed');
+    await completed();
     expect(await status(renewalId)).toBe('cancelled');
     expect(await status(addOn)).toBe('cancelled');
     const main = await system.chain('AJ-6');
@@ -446,10 +443,9 @@ describe('remote mode when a payment lands while an add-on renewal joins the sus
 
   it('records the add-on cancelled on a retry that finds its main chain cancelled', async () => {
     const { system } = remote;
-    const { addOn, renewalId, inFlight } = await freshAddOnRenewalInFlight('AJ-7');
+    const { addOn, renewalId, inFlight, job, completed } = await freshAddOnRenewalInFlight('AJ-7');
     inFlight.release();
-    const job = await system.queue('renewals').getJob(renewalJobId(chainIdOf(addOn), 2));
-    await expect.poll(async () => job?.getState(), { timeout: 10_000 }).toBe('completed');
+    await completed();
     // The main chain is cancelled while a job holds the add-on, so the cancel cannot mark it
     // (it cancels the add-on's orders at the provider all the same).
     const chains = new ChainStore(system.started.runtime.redis);
@@ -462,7 +458,7 @@ describe('remote mode when a payment lands while an add-on renewal joins the sus
     expect((await chains.get(chainIdOf(addOn)))?.status).toBe('active');
 
     await job?.retry('completed');
-    await expect.poll(async () => job?.getState(), { timeout: 10_000 }).toBe('completed');
+    await completed();
     expect((await chains.get(chainIdOf(addOn)))?.status).toBe('cancelled');
     const history = await chains.history(chainIdOf(addOn));
     expect(history.at(-1)?.detail).toContain(renewalId);
