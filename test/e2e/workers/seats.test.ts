@@ -361,4 +361,26 @@ describe('the external variant (add-ons only)', () => {
     const chain = await system.waitForChain('E-2', (c) => c.addOns.length === 1);
     expect(chain.addOns[0]).toMatchObject({ order: 'E-2.a1', licenses: 1 });
   });
+
+  it('buys nothing for a decrease (the newest add-on shrinks at renewal) and ignores a stale event', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'E-3', licenses: 2 }));
+    await system.waitForChain('E-3', () => true);
+    const t = clock.now();
+    await system.send('seats.changed', { order: 'E-3', licenses: 5, occurredAt: t });
+    await system.waitForChain('E-3', (c) => c.addOns.length === 1);
+
+    clock.advance(60);
+    await system.send('seats.changed', { order: 'E-3', licenses: 3, occurredAt: t + 60 });
+    const decreased = await system.waitForChain('E-3', (c) => c.addOns[0]?.nextLicenses === 1);
+    expect(lastEvent(decreased)).toBe('seats.changed');
+    expect(decreased.nextLicenses).toBe(2);
+    expect(decreased.addOns).toHaveLength(1);
+    expect(decreased.addOns[0]?.licenses).toBe(3);
+
+    await system.send('seats.changed', { order: 'E-3', licenses: 9, occurredAt: t + 30 });
+    const stale = await system.waitForChain('E-3', (c) => lastEvent(c) === 'seats.stale');
+    expect(stale.addOns).toHaveLength(1);
+    expect(stale.addOns[0]?.nextLicenses).toBe(1);
+    expect(await system.providerOrder('E-3.a2')).toBeNull();
+  });
 });
