@@ -3,6 +3,7 @@ import { type Job, type Queue, UnrecoverableError } from 'bullmq';
 import { z } from 'zod';
 import { markAddOnCancelled } from '../src/chains/cancel.js';
 import { governedNextRenewalAt } from '../src/chains/family.js';
+import { orderToChange } from '../src/chains/orders-in-force.js';
 import { type Chain, chainRecord, type Intent, intentRecord } from '../src/chains/records.js';
 import type { ChainStore, SaveInput } from '../src/chains/store.js';
 import type { OrderResponse } from '../src/client/provisioning-client.js';
@@ -545,8 +546,9 @@ async function cancelWithMainChain(
   orderId: string,
   held?: { chain: Chain; token: string },
 ): Promise<void> {
-  const id = deps.provisioning.variant === 'external' ? addOn.order : orderId;
-  await deps.provisioning.cancelOrder({ id });
+  await deps.provisioning.cancelOrder({
+    id: orderToChange(addOn, orderId, deps.provisioning.variant),
+  });
   const now = deps.clock.now();
   await markAddOnCancelled(
     deps.chains,
@@ -587,9 +589,9 @@ async function settleRecordedTerm(
 
 /** Suspends a renewal's order; idempotent, so a retry after a crash suspends it again. */
 async function suspendRenewalOrder(deps: WorkerDeps, chain: Chain, orderId: string) {
-  // External suspensions name a chain's first order and cover all its orders.
-  const id = deps.provisioning.variant === 'external' ? chain.order : orderId;
-  await deps.provisioning.suspendOrder({ id });
+  await deps.provisioning.suspendOrder({
+    id: orderToChange(chain, orderId, deps.provisioning.variant),
+  });
 }
 
 /** The chain after its renewal order came back. */

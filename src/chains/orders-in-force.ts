@@ -2,6 +2,18 @@
 import type { Chain } from './records.js';
 
 /**
+ * The order a change at the provider (suspend, cancel) names for the chain's order `orderId`:
+ * external changes name the chain's first order and apply to every order of it.
+ */
+export function orderToChange(
+  chain: Chain,
+  orderId: string,
+  variant: 'marketplace' | 'external',
+): string {
+  return variant === 'external' ? chain.order : orderId;
+}
+
+/**
  * External: the whole chain, named by its first order (the provider applies the change to every
  * order of it). Marketplace: each order still in force or ahead: the term in force, a next term
  * already ordered, and partials. Orders that already ended are left as they are.

@@ -170,20 +170,22 @@ function spawnRedisServer(bin: string, dir: string, port: number): Promise<Child
     ...['--save', '', '--daemonize', 'no', '--protected-mode', 'yes'],
   ];
   const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'], detached: true });
-  return untilRedisReady(child, (reason, output, cause) => {
-    const tail = output.slice(-OUTPUT_TAIL_CHARS);
-    return new ConfigError(
-      'redis_start_failed',
-      `redis-server ${bin} for --dir ${dir} on port ${port} ${reason}; its output:\n${tail}`,
-      { bin, dir, port, output: tail },
-      { cause },
-    );
-  });
+  // The output it gives is already its tail (at most OUTPUT_TAIL_CHARS).
+  return untilRedisReady(
+    child,
+    (reason, tail, cause) =>
+      new ConfigError(
+        'redis_start_failed',
+        `redis-server ${bin} for --dir ${dir} on port ${port} ${reason}; its output:\n${tail}`,
+        { bin, dir, port, output: tail },
+        { cause },
+      ),
+  );
 }
 
 /**
  * Resolves with the spawned redis-server (stdout and stderr piped) once it accepts connections;
- * rejects with `failure(reason, its last output)` when it exits first, cannot run, or is not
+ * rejects with `failure(reason, the tail of its output)` when it exits first, cannot run, or is not
  * ready within READY_TIMEOUT_MS (then it is killed). Also the test suites' way to start one.
  */
 export function untilRedisReady(
