@@ -1,5 +1,7 @@
 // Benchmark: the real renewal worker draining N chains that fall due at once, against BullMQ
 // no-op jobs at the same concurrency on the same Redis (STYLE.md "Benchmarks", DESIGN §4).
+import { writeFile } from 'node:fs/promises';
+import { Session } from 'node:inspector/promises';
 import { availableParallelism } from 'node:os';
 import { parseArgs } from 'node:util';
 import { type Job, type Processor, Queue, Worker } from 'bullmq';
@@ -43,6 +45,8 @@ interface Options {
   rounds: number;
   json: boolean;
   redisUrl: string | undefined;
+  /** Where to write a V8 CPU profile of each round's renewal phase, when given. */
+  cpuProfile: string | undefined;
 }
 
 function positiveInt(flag: string, value: string): number {
@@ -63,6 +67,7 @@ function parseOptions(argv: string[]): Options {
       rounds: { type: 'string', default: '3' },
       json: { type: 'boolean', default: false },
       'redis-url': { type: 'string' },
+      'cpu-profile': { type: 'string' },
     },
   });
   return {
@@ -71,6 +76,7 @@ function parseOptions(argv: string[]): Options {
     rounds: positiveInt('--rounds', values.rounds),
     json: values.json,
     redisUrl: values['redis-url'],
+    cpuProfile: values['cpu-profile'],
   };
 }
 
@@ -245,12 +251,17 @@ interface Phase {
   byCommand: Map<string, number>;
   redisCpuSeconds: number;
   nodeCpuSeconds: number;
+  /** Bytes sent to Redis and received from it, over every connection. */
+  bytesIn: number;
+  bytesOut: number;
 }
 
 interface RedisCounters {
   commands: number;
   byCommand: Map<string, number>;
   cpuSeconds: number;
+  /** Bytes Redis read from and wrote to its clients. */
+  netBytes: { in: number; out: number };
 }
 
 function infoNumber(info: string, field: string): number {
@@ -272,6 +283,10 @@ async function redisCounters(admin: Redis): Promise<RedisCounters> {
     commands: infoNumber(stats, 'total_commands_processed'),
     byCommand,
     cpuSeconds: infoNumber(cpu, 'used_cpu_user') + infoNumber(cpu, 'used_cpu_sys'),
+    netBytes: {
+      in: infoNumber(stats, 'total_net_input_bytes'),
+      out: infoNumber(stats, 'total_net_output_bytes'),
+    },
   };
 }
 
@@ -299,6 +314,8 @@ async function measure(admin: Redis, jobs: number, run: () => Promise<void>): Pr
     byCommand,
     redisCpuSeconds: after.cpuSeconds - before.cpuSeconds,
     nodeCpuSeconds: (nodeCpu.user + nodeCpu.system) / 1e6,
+    bytesIn: after.netBytes.in - before.netBytes.in,
+    bytesOut: after.netBytes.out - before.netBytes.out,
   };
 }
 
@@ -377,14 +394,39 @@ async function timeNoopJobs(bench: Bench, n: number, concurrency: number): Promi
   }
 }
 
-async function timeRenewals(bench: Bench, deps: WorkerDeps, n: number, concurrency: number) {
+async function timeRenewals(
+  bench: Bench,
+  deps: WorkerDeps,
+  n: number,
+  concurrency: number,
+  profileTo: string | undefined,
+) {
   const renewals = refusalsFailJobs(makeRenewalProcessor(deps));
   const worker = openWorker(bench, QUEUES.renewals, renewals, concurrency);
   // startWorkers counts every completed job; keep that cost in the measured path.
   worker.on('completed', () =>
     deps.metrics.jobs.inc({ queue: QUEUES.renewals, outcome: 'completed' }),
   );
-  return runWorker(worker, n, (run) => measure(bench.admin, n, run));
+  return runWorker(worker, n, (run) =>
+    measure(bench.admin, n, profileTo ? () => profiled(profileTo, run) : run),
+  );
+}
+
+/** Runs `run` under V8's CPU profiler and writes the profile (for Chrome DevTools) to `file`. */
+async function profiled(file: string, run: () => Promise<void>): Promise<void> {
+  const session = new Session();
+  session.connect();
+  try {
+    await session.post('Profiler.enable');
+    // Every 100 µs (V8's default is 1 ms): a renewal takes a few hundred µs of CPU.
+    await session.post('Profiler.setSamplingInterval', { interval: 100 });
+    await session.post('Profiler.start');
+    await run();
+    const { profile } = await session.post('Profiler.stop');
+    await writeFile(file, JSON.stringify(profile));
+  } finally {
+    session.disconnect();
+  }
 }
 
 /** Every chain must be at term 2 with no intent left, and the core must hold exactly 2N orders. */
@@ -419,12 +461,17 @@ interface Round {
 }
 
 /** A clean database, N due chains (untimed), then the baseline and the renewals, each timed. */
-async function runRound(bench: Bench, n: number, concurrency: number): Promise<Round> {
+async function runRound(
+  bench: Bench,
+  n: number,
+  concurrency: number,
+  profileTo?: string,
+): Promise<Round> {
   await bench.admin.flushdb();
   const { deps, partner } = await freshDeps(bench);
   const orderIds = await placeChains(bench, deps, n, concurrency);
   const baseline = await timeNoopJobs(bench, n, concurrency);
-  const candidate = await timeRenewals(bench, deps, n, concurrency);
+  const candidate = await timeRenewals(bench, deps, n, concurrency, profileTo);
   await verifyRenewed(bench, deps, partner, orderIds);
   return { baseline, candidate };
 }
@@ -462,6 +509,8 @@ function summarize(rounds: readonly Round[]) {
     scripts: pair(rounds, (p) => perJob(p, scriptCalls(p))),
     redisCpuUs: pair(rounds, (p) => perJob(p, p.redisCpuSeconds) * 1e6),
     nodeCpuUs: pair(rounds, (p) => perJob(p, p.nodeCpuSeconds) * 1e6),
+    bytesIn: pair(rounds, (p) => perJob(p, p.bytesIn)),
+    bytesOut: pair(rounds, (p) => perJob(p, p.bytesOut)),
   };
 }
 
@@ -522,6 +571,7 @@ function printHuman(rounds: readonly Round[]): void {
     `redis round trips per renewal ${s.roundTrips.value.toFixed(1)} (no-op job ${s.roundTrips.baseline.toFixed(1)})  [a command sent alone, or a whole pipeline, is one]`,
     `redis commands per renewal ${s.commands.value.toFixed(1)} (no-op job ${s.commands.baseline.toFixed(1)})  [each command a Lua script runs counts; script calls ${s.scripts.value.toFixed(1)} (no-op ${s.scripts.baseline.toFixed(1)})]`,
     `cpu per renewal: node ${s.nodeCpuUs.value.toFixed(0)} µs, redis ${s.redisCpuUs.value.toFixed(0)} µs  (no-op job: node ${s.nodeCpuUs.baseline.toFixed(0)} µs, redis ${s.redisCpuUs.baseline.toFixed(0)} µs)`,
+    `bytes per renewal: to redis ${s.bytesIn.value.toFixed(0)}, from redis ${s.bytesOut.value.toFixed(0)}  (no-op job: ${s.bytesIn.baseline.toFixed(0)}, ${s.bytesOut.baseline.toFixed(0)})`,
     `redis commands per renewal by name: ${commandsByName(rounds)}`,
   ];
   process.stdout.write(`${out.join('\n')}\n`);
@@ -559,7 +609,9 @@ async function benchmark(options: Options, url: string, log: (line: string) => v
     await runRound(bench, Math.min(WARMUP_CHAINS, options.chains), options.concurrency);
     const rounds: Round[] = [];
     for (let i = 1; i <= options.rounds; i += 1) {
-      const round = await runRound(bench, options.chains, options.concurrency);
+      const profileTo =
+        options.cpuProfile && `${options.cpuProfile}/renewals-round-${i}.cpuprofile`;
+      const round = await runRound(bench, options.chains, options.concurrency, profileTo);
       log(
         `round ${i}: renewals/s ${rate(round.candidate).toFixed(0)}, no-op jobs/s ${rate(round.baseline).toFixed(0)}`,
       );
@@ -573,7 +625,7 @@ async function benchmark(options: Options, url: string, log: (line: string) => v
 }
 
 const USAGE =
-  'usage: npm run bench -- [--chains N] [--concurrency C] [--rounds R] [--json] [--redis-url URL]';
+  'usage: npm run bench -- [--chains N] [--concurrency C] [--rounds R] [--json] [--redis-url URL] [--cpu-profile DIR]';
 
 async function main(options: Options): Promise<void> {
   countRoundTrips();
