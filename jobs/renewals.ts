@@ -609,7 +609,8 @@ function renewedChain(
     status: chain.status === 'expired' ? 'active' : chain.status,
     licenses: order.licenses,
     term: { orderId: intent.orderId, count, startsAt: order.startsAt, expiresAt: order.expiresAt },
-    previousTerm: inForce && order.startsAt > now ? chain.term : null,
+    previousTerm:
+      inForce && order.startsAt > now ? { ...chain.term, licenses: chain.licenses } : null,
     partials: chain.partials.filter((p) => p.expiresAt > now),
     intent: null,
     flagged: null,

@@ -18,6 +18,7 @@ import {
   finishPendingSeatPurchase,
   finishSeatIntent,
   paidInForce,
+  paidInTermInForce,
   partialIntent,
 } from './seat-purchases.js';
 
@@ -110,6 +111,7 @@ async function applySeatEvent(
     const decision = planSeatChange({
       total: ev.licenses,
       paid: paidInForce(chain, addOns, now),
+      termInForce: paidInTermInForce(chain, addOns, now),
       neededAt: ev.effectiveAt ?? now,
       now,
       termEnd: chain.term.expiresAt,
@@ -147,7 +149,7 @@ async function applySeatEvent(
 
     const jobId = job.id ?? null;
     if (deps.settings.seatIncrease === 'coterm') {
-      const intent = partialIntent(chain, decision.licenses, decision.startsAt, event, jobId);
+      const intent = partialIntent(chain, decision.licenses, decision, event, jobId);
       const held = await save(
         { ...chain, intent, partialCount: chain.partialCount + 1, pendingAddOn: null },
         {

@@ -35,6 +35,37 @@ export function paidInForce(chain: Chain, addOns: readonly Chain[], now: number)
   return chain.licenses + partials + live.reduce((sum, a) => sum + a.licenses, 0);
 }
 
+/**
+ * After a renewal ordered ahead of time: the term still in force (it ends where the latest
+ * ordered term starts) and the licenses paid for the rest of it: its main order, its partials
+ * (and those that run on into the next term), and the add-ons in force before it ends. Undefined
+ * when no such term is in force, or its record predates keeping its count.
+ */
+export function paidInTermInForce(
+  chain: Chain,
+  addOns: readonly Chain[],
+  now: number,
+): { endsAt: number; paid: number } | undefined {
+  const term = chain.previousTerm;
+  if (term === null || term.licenses === undefined || term.expiresAt <= now) return undefined;
+  const endsAt = term.expiresAt;
+  const partials = chain.partials
+    .filter((p) => p.expiresAt > now && p.startsAt < endsAt && p.expiresAt >= endsAt)
+    .reduce((sum, p) => sum + p.licenses, 0);
+  const addOnLicenses = addOns
+    .filter((a) => a.status !== 'cancelled')
+    .reduce((sum, a) => sum + licensesBefore(a, endsAt, now), 0);
+  return { endsAt, paid: term.licenses + partials + addOnLicenses };
+}
+
+/** An add-on's licenses in force from now until `until`: its own early renewal counts too. */
+function licensesBefore(addOn: Chain, until: number, now: number): number {
+  const earlier = addOn.previousTerm;
+  if (earlier !== null && earlier.expiresAt > now) return earlier.licenses ?? addOn.licenses;
+  const { term } = addOn;
+  return term.startsAt < until && term.expiresAt > now ? addOn.licenses : 0;
+}
+
 /** The chain's next-renewal counts for a total, over itself and its add-ons. */
 export function allocation(
   deps: WorkerDeps,
@@ -67,10 +98,11 @@ export function describeAllocation(next: {
     : `the next renewals carry ${next.nextLicenses} (main) + ${addOns.join(' + ')} (add-ons)`;
 }
 
+/** A co-terminated partial order: it ends with the latest ordered term, or the term in force. */
 export function partialIntent(
   chain: Chain,
   licenses: number,
-  startsAt: number,
+  { startsAt, endsAt }: { startsAt: number; endsAt: number },
   event: Intent['event'],
   jobId: string | null,
 ): Intent {
@@ -85,7 +117,7 @@ export function partialIntent(
       product: chain.product,
       licenses,
       startsAt,
-      expiresAt: chain.term.expiresAt,
+      expiresAt: endsAt,
     },
     jobId,
     event,

@@ -46,8 +46,15 @@ export const chainRecord = z.object({
   /** What the next renewal not yet ordered will carry. */
   nextLicenses: z.int(),
   term: termRecord,
-  /** The term in force when `term` was ordered early and has not started yet. */
-  previousTerm: termRecord.nullable().default(null),
+  /**
+   * The term in force when `term` was ordered early and has not started yet, with its main
+   * order's licenses (absent in records written before they were kept: seat changes then count
+   * only the latest term).
+   */
+  previousTerm: termRecord
+    .extend({ licenses: z.int().min(0).optional() })
+    .nullable()
+    .default(null),
   partials: z.array(partialRecord).default([]),
   addOns: z.array(z.string()).default([]),
   /** Chain id of the main chain when this chain is an add-on. */

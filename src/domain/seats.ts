@@ -4,6 +4,10 @@
 // so licenses already paid stay usable for the rest of the term and an increase reuses them
 // before it buys more. Over one term the licenses bought therefore equal the largest total
 // reached above what was paid at the start of the term.
+//
+// After a renewal ordered ahead of time, two terms lie ahead: the one still in force and the one
+// ordered, each with its own count. Each is checked on its own, so the count of the term ordered
+// never hides licenses missing today, nor the reverse.
 
 export type SeatDecision =
   | { readonly kind: 'stale'; readonly lastAppliedAt: number }
@@ -12,12 +16,15 @@ export type SeatDecision =
   | {
       readonly kind: 'buy';
       readonly total: number;
-      /** The licenses to buy: the total minus what is paid and in force. */
+      /** The licenses to buy: the most the total exceeds what is paid, over the terms short. */
       readonly licenses: number;
       /** When the bought licenses are needed (epoch seconds; never before now). */
       readonly startsAt: number;
-      /** End of the latest ordered term: a co-terminated order ends here. */
-      readonly termEnd: number;
+      /**
+       * Where a co-terminated order ends: the end of the latest ordered term, or the end of the
+       * term in force when only that term is short (the term ordered ahead already has them).
+       */
+      readonly endsAt: number;
     };
 
 export type SeatNoBuyReason = 'decrease' | 'already_paid' | 'after_term';
@@ -25,19 +32,47 @@ export type SeatNoBuyReason = 'decrease' | 'already_paid' | 'after_term';
 export interface SeatChangeInput {
   /** The new total the chain needs. */
   readonly total: number;
-  /** Licenses paid and in force now: main term, partials, add-ons (and add-ons waiting to start). */
+  /** Licenses paid for the latest ordered term: its main order, partials, add-ons. */
   readonly paid: number;
   /** When the new total is needed (epoch seconds). */
   readonly neededAt: number;
   readonly now: number;
   /** End of the latest ordered term of the chain (epoch seconds). */
   readonly termEnd: number;
+  /**
+   * The term still in force when the latest one was ordered ahead of time (a renewal made
+   * early): when it ends (the latest term's start) and the licenses paid for it.
+   */
+  readonly termInForce?: { readonly endsAt: number; readonly paid: number } | undefined;
   /** When the event happened, and the last applied seat event of this chain (null: none yet). */
   readonly occurredAt: number;
   readonly lastAppliedAt: number | null;
 }
 
-/** Decides one seat event: stale, nothing to buy now, or a purchase of the missing licenses. */
+/** A stretch of time ahead with one count paid throughout (a term, or what is left of it). */
+interface PaidStretch {
+  readonly from: number;
+  readonly to: number;
+  readonly paid: number;
+}
+
+/** The terms the licenses are needed in, from `startsAt` to the end of the latest ordered term. */
+function stretchesAhead(input: SeatChangeInput, startsAt: number): PaidStretch[] {
+  const inForce = input.termInForce;
+  if (inForce === undefined || startsAt >= inForce.endsAt) {
+    return [{ from: startsAt, to: input.termEnd, paid: input.paid }];
+  }
+  return [
+    { from: startsAt, to: inForce.endsAt, paid: inForce.paid },
+    { from: inForce.endsAt, to: input.termEnd, paid: input.paid },
+  ];
+}
+
+/**
+ * Decides one seat event: stale, nothing to buy now, or a purchase of the missing licenses. One
+ * order buys them, from the first term short to the last: when both terms ahead are short by
+ * different counts, it buys the larger (licenses cannot be bought for less than a term's rest).
+ */
 export function planSeatChange(input: SeatChangeInput): SeatDecision {
   if (input.lastAppliedAt !== null && input.occurredAt < input.lastAppliedAt) {
     return { kind: 'stale', lastAppliedAt: input.lastAppliedAt };
@@ -46,7 +81,10 @@ export function planSeatChange(input: SeatChangeInput): SeatDecision {
   if (startsAt >= input.termEnd) {
     return { kind: 'next_renewal_only', total: input.total, reason: 'after_term' };
   }
-  if (input.total <= input.paid) {
+  const short = stretchesAhead(input, startsAt).filter((s) => input.total > s.paid);
+  const first = short[0];
+  const last = short.at(-1);
+  if (first === undefined || last === undefined) {
     return {
       kind: 'next_renewal_only',
       total: input.total,
@@ -56,9 +94,9 @@ export function planSeatChange(input: SeatChangeInput): SeatDecision {
   return {
     kind: 'buy',
     total: input.total,
-    licenses: input.total - input.paid,
-    startsAt,
-    termEnd: input.termEnd,
+    licenses: Math.max(...short.map((s) => input.total - s.paid)),
+    startsAt: first.from,
+    endsAt: last.to,
   };
 }
 

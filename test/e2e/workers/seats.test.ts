@@ -7,7 +7,7 @@ import { renewalJobId } from '../../../jobs/renewals.js';
 import { addOnJobId } from '../../../jobs/seat-changes.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
 import type { ChainView } from '../../../src/chains/view.js';
-import { manualClock, systemClock } from '../../../src/clock.js';
+import { type ManualClock, manualClock, systemClock } from '../../../src/clock.js';
 import { addTerms } from '../../../src/domain/periods.js';
 import { DAY, leftByDeadJob, orderPlaced, type System, useSystem } from '../../helpers/system.js';
 
@@ -29,6 +29,27 @@ async function seats(
 ) {
   const res = await system.send('seats.changed', { order, licenses, ...extra });
   expect(res.status).toBe(202);
+}
+
+/**
+ * Places a chain of `licenses`, sets its next count to `next`, renews it 7 days early and moves
+ * on a day: term 1 is still in force, term 2 ordered with `next`.
+ */
+async function renewedEarly(
+  system: System,
+  clock: ManualClock,
+  order: string,
+  { licenses, next }: { licenses: number; next: number },
+) {
+  const placed = await place(system, order, licenses);
+  await seats(system, order, next, { effectiveAt: placed.term.expiresAt });
+  await system.waitForChain(order, (c) => c.nextLicenses === next);
+  clock.set(placed.term.expiresAt - 7 * DAY);
+  await system.promote('renewals', renewalJobId(chainIdOf(order), 2));
+  const renewed = await system.waitForChain(order, (c) => c.term.count === 2);
+  expect(renewed.licenses).toBe(next);
+  clock.advance(DAY);
+  return { placed, renewed };
 }
 
 const lastEvent = (chain: ChainView) => chain.history.at(-1)?.event;
@@ -170,6 +191,38 @@ describe('marketplace, after an early renewal', () => {
     expect((await system.providerOrder('R-1.p2'))?.licenses).toBe(3);
   });
 
+  it('buys for the rest of the term in force when only the next term has the total', async () => {
+    // 10 in force until term 1 ends; term 2 was ordered with 14 (asked from then on).
+    const { placed } = await renewedEarly(system, clock, 'R-3', { licenses: 10, next: 14 });
+    await seats(system, 'R-3', 14);
+    const chain = await system.waitForChain('R-3', (c) => c.partials.length === 1);
+    expect(chain.partials[0]).toMatchObject({
+      orderId: 'R-3.p1',
+      licenses: 4,
+      startsAt: clock.now(),
+      expiresAt: placed.term.expiresAt,
+    });
+    expect(await system.providerOrder('R-3.p1')).toMatchObject({
+      licenses: 4,
+      expiresAt: placed.term.expiresAt,
+    });
+    expect(chain.nextLicenses).toBe(14);
+  });
+
+  it('buys from the start of the next term when only it is short (a decrease renewed)', async () => {
+    // 10 in force until term 1 ends; term 2 was ordered with 6 after a decrease.
+    const { renewed } = await renewedEarly(system, clock, 'R-4', { licenses: 10, next: 6 });
+    await seats(system, 'R-4', 8);
+    const chain = await system.waitForChain('R-4', (c) => c.partials.length === 1);
+    expect(chain.partials[0]).toMatchObject({
+      orderId: 'R-4.p1',
+      licenses: 2,
+      startsAt: renewed.term.startsAt,
+      expiresAt: renewed.term.expiresAt,
+    });
+    expect(chain.nextLicenses).toBe(8);
+  });
+
   it('finishes a purchase a crashed seat job left half done before renewing', async () => {
     const startsAt = clock.now() - 25 * DAY;
     await system.send(
@@ -261,6 +314,18 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     await system.promote('renewals', renewalJobId(chainIdOf('A-1.a1'), 2));
     const ended = await system.waitForChain('A-1', (c) => c.addOns[0]?.nextRenewalAt === null);
     expect(ended.addOns[0]?.history.at(-1)?.event).toBe('addon.stopped');
+  });
+
+  it('after an early renewal, starts an add-on with the next term when only that term is short', async () => {
+    // 10 in force until term 1 ends; term 2 was ordered with 6 after a decrease.
+    const { renewed } = await renewedEarly(system, clock, 'A-8', { licenses: 10, next: 6 });
+    await seats(system, 'A-8', 8);
+    const chain = await system.waitForChain('A-8', (c) => c.addOns.length === 1);
+    expect(chain.addOns[0]).toMatchObject({
+      order: 'A-8.a1',
+      licenses: 2,
+      term: { startsAt: renewed.term.startsAt },
+    });
   });
 
   it('keeps a stopped add-on stopped: later totals go to the main chain', async () => {

@@ -77,7 +77,7 @@ describe('planSeatChange', () => {
         total: 40,
         licenses: 30,
         startsAt: termEnd - 1,
-        termEnd,
+        endsAt: termEnd,
       });
     });
 
@@ -97,7 +97,7 @@ describe('planSeatChange', () => {
         total: 15,
         licenses: 5,
         startsAt: now,
-        termEnd,
+        endsAt: termEnd,
       });
     });
   });
@@ -126,8 +126,104 @@ describe('planSeatChange', () => {
         total: 25,
         licenses: 15,
         startsAt: neededAt,
-        termEnd,
+        endsAt: termEnd,
       });
+    });
+  });
+
+  describe('after a renewal ordered ahead of time (two terms ahead, each with its own count)', () => {
+    // The term in force ends at `renewedAt`, where the term ordered ahead starts.
+    const renewedAt = now + 5 * DAY;
+    const ahead = (inForce: number, ordered: number, total: number, at = now) =>
+      plan({
+        total,
+        paid: ordered,
+        termInForce: { endsAt: renewedAt, paid: inForce },
+        now: at,
+        neededAt: at,
+      });
+
+    it('buys for the rest of the term in force when only it is short, ending with it', () => {
+      // 5 in force, 8 already ordered for the next term (an increase asked from then on).
+      expect(ahead(5, 8, 8)).toEqual({
+        kind: 'buy',
+        total: 8,
+        licenses: 3,
+        startsAt: now,
+        endsAt: renewedAt,
+      });
+    });
+
+    it('buys from the start of the term ordered when only it is short', () => {
+      // 10 in force, the next term ordered with 6 after a decrease; 8 needed now.
+      expect(ahead(10, 6, 8)).toEqual({
+        kind: 'buy',
+        total: 8,
+        licenses: 2,
+        startsAt: renewedAt,
+        endsAt: termEnd,
+      });
+    });
+
+    it('buys the larger shortfall over both terms when both are short', () => {
+      expect(ahead(5, 6, 9)).toEqual({
+        kind: 'buy',
+        total: 9,
+        licenses: 4,
+        startsAt: now,
+        endsAt: termEnd,
+      });
+    });
+
+    it('buys nothing when both terms have the total', () => {
+      expect(ahead(8, 10, 8)).toEqual({
+        kind: 'next_renewal_only',
+        total: 8,
+        reason: 'decrease',
+      });
+      expect(ahead(10, 8, 8)).toMatchObject({ kind: 'next_renewal_only', reason: 'already_paid' });
+    });
+
+    it('looks only at the term ordered once the term in force has ended', () => {
+      expect(ahead(1, 8, 10, renewedAt)).toEqual({
+        kind: 'buy',
+        total: 10,
+        licenses: 2,
+        startsAt: renewedAt,
+        endsAt: termEnd,
+      });
+    });
+
+    it('never leaves a second short, and buys for no term that is not short', () => {
+      fc.assert(
+        fc.property(
+          fc.integer({ min: 0, max: 100 }),
+          fc.integer({ min: 0, max: 100 }),
+          fc.integer({ min: 1, max: 150 }),
+          fc.integer({ min: now, max: termEnd - 1 }),
+          (inForce, ordered, total, at) => {
+            const decision = ahead(inForce, ordered, total, at);
+            const stretches = [
+              { from: at, to: renewedAt, paid: inForce },
+              { from: Math.max(at, renewedAt), to: termEnd, paid: ordered },
+            ].filter((s) => s.from < s.to);
+            const covers = (s: { from: number; to: number }) =>
+              decision.kind === 'buy' && decision.startsAt <= s.from && s.to <= decision.endsAt;
+            for (const stretch of stretches) {
+              const bought = covers(stretch) && decision.kind === 'buy' ? decision.licenses : 0;
+              // Enough in every second from now to the end of the latest ordered term.
+              expect(stretch.paid + bought).toBeGreaterThanOrEqual(total);
+              // A term that already has the total gets none of the order.
+              if (stretch.paid >= total) expect(covers(stretch)).toBe(false);
+            }
+            if (decision.kind === 'buy') {
+              expect(decision.licenses).toBe(
+                Math.max(...stretches.filter((s) => s.paid < total).map((s) => total - s.paid)),
+              );
+            }
+          },
+        ),
+      );
     });
   });
 
@@ -145,7 +241,7 @@ describe('planSeatChange', () => {
             total: paid + extra,
             licenses: extra,
             startsAt: Math.max(neededAt, at),
-            termEnd,
+            endsAt: termEnd,
           });
         },
       ),
@@ -268,10 +364,10 @@ describe('seat events over one term', () => {
       { total: 20, neededAt: at(40), occurredAt: at(40), now: at(40) },
     ]);
     expect(run.steps.map((s) => s.decision)).toEqual([
-      { kind: 'buy', total: 15, licenses: 5, startsAt: at(10), termEnd: term.end },
+      { kind: 'buy', total: 15, licenses: 5, startsAt: at(10), endsAt: term.end },
       { kind: 'next_renewal_only', total: 8, reason: 'decrease' },
       { kind: 'next_renewal_only', total: 14, reason: 'decrease' },
-      { kind: 'buy', total: 20, licenses: 5, startsAt: at(40), termEnd: term.end },
+      { kind: 'buy', total: 20, licenses: 5, startsAt: at(40), endsAt: term.end },
     ]);
     expect(run.bought).toBe(10);
   });
@@ -312,7 +408,7 @@ describe('seat events over one term', () => {
             expect(decision.licenses).toBeGreaterThanOrEqual(1);
             expect(decision.startsAt).toBe(Math.max(event.neededAt, event.now));
             expect(decision.startsAt).toBeLessThan(term.end);
-            expect(decision.termEnd).toBe(term.end);
+            expect(decision.endsAt).toBe(term.end);
           }
         }),
       );
