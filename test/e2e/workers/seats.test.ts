@@ -419,6 +419,79 @@ describe('the external variant (add-ons only)', () => {
     expect(order?.instance).toBe(first?.instance);
   });
 
+  it('moves a waiting add-on to the date a newer event needs, and drops it when nothing is missing', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'E-4', licenses: 5 }));
+    await system.waitForChain('E-4', () => true);
+    const jobId = addOnJobId(chainIdOf('E-4'));
+    const scheduled = (c: ChainView) =>
+      c.history.filter((h) => h.event === 'seats.addon_scheduled').length;
+    const firstDate = clock.now() + 3 * DAY;
+    await seats(system, 'E-4', 7, { effectiveAt: firstDate });
+    await system.waitForChain('E-4', (c) => scheduled(c) === 1);
+
+    // Later and larger: the one waiting job now fires on the new date, for the new count.
+    clock.advance(60);
+    const laterDate = clock.now() + 5 * DAY;
+    await seats(system, 'E-4', 10, { effectiveAt: laterDate });
+    await system.waitForChain('E-4', (c) => scheduled(c) === 2);
+    const moved = await system.queue('seat-changes').getJob(jobId);
+    expect(moved?.data).toMatchObject({ startsAt: laterDate });
+    expect(moved && (await moved.getState())).toBe('delayed');
+    // Its delay runs from the event's processing (the test clock has not moved since) to then.
+    expect(moved?.delay).toBe((laterDate - clock.now()) * 1000);
+
+    // Fired early (on the first date), it puts itself off to the new one and buys nothing.
+    clock.set(firstDate);
+    await system.promote('seat-changes', jobId);
+    await expect
+      .poll(async () =>
+        system
+          .queue('seat-changes')
+          .getJob(jobId)
+          .then((j) => j?.getState()),
+      )
+      .toBe('delayed');
+    expect((await system.waitForChain('E-4', () => true)).addOns).toEqual([]);
+
+    clock.set(laterDate);
+    await system.promote('seat-changes', jobId);
+    const bought = await system.waitForChain('E-4', (c) => c.addOns.length === 1);
+    expect(bought.addOns[0]).toMatchObject({
+      order: 'E-4.a1',
+      licenses: 5,
+      term: { startsAt: laterDate },
+    });
+
+    // A total already paid drops a waiting add-on: its job goes, and nothing more is bought.
+    clock.advance(60);
+    await seats(system, 'E-4', 20, { effectiveAt: clock.now() + 2 * DAY });
+    await system.waitForChain('E-4', (c) => scheduled(c) === 3);
+    clock.advance(60);
+    await seats(system, 'E-4', 10);
+    await system.waitForChain('E-4', (c) => lastEvent(c) === 'seats.changed');
+    expect(await system.queue('seat-changes').getJob(jobId)).toBeUndefined();
+    expect(await system.providerOrder('E-4.a2')).toBeNull();
+  });
+
+  it('never buys a license twice or loses one under concurrent events on one chain', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'E-5', licenses: 5 }));
+    await system.waitForChain('E-5', () => true);
+    const totals = [7, 12, 6, 15, 9, 11, 8, 14, 10, 13];
+    await Promise.all(totals.map((licenses) => seats(system, 'E-5', licenses)));
+    const chain = await system.waitForChain(
+      'E-5',
+      (c) =>
+        c.history.filter((h) => h.event.startsWith('seats.') && h.event !== 'seats.buying')
+          .length === totals.length,
+      45_000,
+    );
+    // Every event is needed now: each increase that finds licenses missing buys an add-on.
+    expect(chain.addOns.reduce((sum, a) => sum + a.licenses, 0)).toBe(15 - 5);
+    const atProvider = await Promise.all(chain.addOns.map((a) => system.providerOrder(a.order)));
+    expect(atProvider.reduce((sum, o) => sum + (o?.licenses ?? 0), 0)).toBe(10);
+    expect(await system.providerOrder(`E-5.a${chain.addOns.length + 1}`)).toBeNull();
+  }, 60_000);
+
   it('orders an add-on at once when the licenses are needed now', async () => {
     await system.send('order.placed', orderPlaced({ order: 'E-2', licenses: 2 }));
     await system.waitForChain('E-2', () => true);
