@@ -112,6 +112,7 @@ async function applySeatEvent(
       total: ev.licenses,
       paid: paidInForce(chain, addOns, now),
       termInForce: paidInTermInForce(chain, addOns, now),
+      buys: deps.settings.seatIncrease === 'coterm' ? 'partial' : 'addon',
       neededAt: ev.effectiveAt ?? now,
       now,
       termEnd: chain.term.expiresAt,
@@ -136,6 +137,8 @@ async function applySeatEvent(
         decrease: 'a decrease refunds nothing',
         already_paid: 'already paid',
         after_term: 'needed from the next term',
+        next_term_has_it:
+          'short only until the next term, already ordered with enough, starts: an add-on would run a whole term',
       }[decision.reason];
       await save(
         { ...chain, ...applied(chain, event), ...counts, pendingAddOn: null },
@@ -173,6 +176,7 @@ async function applySeatEvent(
             licenses: decision.licenses,
             startsAt: decision.startsAt,
             occurredAt: data.occurredAt,
+            total: decision.total,
           },
         },
         {
@@ -210,7 +214,7 @@ async function buyDueAddOn(deps: WorkerDeps, job: Job, jobToken: string | undefi
     if (now < pending.startsAt) return delayJobUntil(job, jobToken, pending.startsAt, now);
     if (chain.status === 'cancelled') return 'skipped: chain cancelled';
     const addOns = await deps.chains.getMany(chain.addOns);
-    const total = paidInForce(chain, addOns, now) + pending.licenses;
+    const total = pending.total ?? paidInForce(chain, addOns, now) + pending.licenses;
     const event = {
       webhookId: chain.appliedSeatEvents.at(-1) ?? '',
       occurredAt: pending.occurredAt,

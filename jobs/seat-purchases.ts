@@ -58,10 +58,16 @@ export function paidInTermInForce(
   return { endsAt, paid: term.licenses + partials + addOnLicenses };
 }
 
-/** An add-on's licenses in force from now until `until`: its own early renewal counts too. */
+/**
+ * An add-on's licenses in force throughout the rest of the term in force (until `until`): the
+ * lower of its two counts when its own early renewal changes them before then.
+ */
 function licensesBefore(addOn: Chain, until: number, now: number): number {
   const earlier = addOn.previousTerm;
-  if (earlier !== null && earlier.expiresAt > now) return earlier.licenses ?? addOn.licenses;
+  if (earlier !== null && earlier.expiresAt > now) {
+    const before = earlier.licenses ?? addOn.licenses;
+    return earlier.expiresAt >= until ? before : Math.min(before, addOn.licenses);
+  }
   const { term } = addOn;
   return term.startsAt < until && term.expiresAt > now ? addOn.licenses : 0;
 }

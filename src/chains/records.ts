@@ -80,7 +80,13 @@ export const chainRecord = z.object({
   suspending: z.int().min(1).nullable().default(null),
   /** An add-on bought for a date that has not come yet (external: createFirstOrder starts now). */
   pendingAddOn: z
-    .object({ licenses: z.int().min(1), startsAt: z.int(), occurredAt: z.int() })
+    .object({
+      licenses: z.int().min(1),
+      startsAt: z.int(),
+      occurredAt: z.int(),
+      /** The event's total (absent in older records: then what is paid plus `licenses`). */
+      total: z.int().min(0).optional(),
+    })
     .nullable()
     .default(null),
   /** How many partials and add-ons were made, for their derived ids `.p{k}` and `.a{k}`. */

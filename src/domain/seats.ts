@@ -27,7 +27,7 @@ export type SeatDecision =
       readonly endsAt: number;
     };
 
-export type SeatNoBuyReason = 'decrease' | 'already_paid' | 'after_term';
+export type SeatNoBuyReason = 'decrease' | 'already_paid' | 'after_term' | 'next_term_has_it';
 
 export interface SeatChangeInput {
   /** The new total the chain needs. */
@@ -44,6 +44,12 @@ export interface SeatChangeInput {
    * early): when it ends (the latest term's start) and the licenses paid for it.
    */
   readonly termInForce?: { readonly endsAt: number; readonly paid: number } | undefined;
+  /**
+   * How missing licenses are bought. A partial can end with the term in force; an add-on runs
+   * whole terms of its own, so it is sized for the latest ordered term, and a shortfall of the
+   * term in force alone (its last days, once the next term is ordered with enough) buys nothing.
+   */
+  readonly buys: 'partial' | 'addon';
   /** When the event happened, and the last applied seat event of this chain (null: none yet). */
   readonly occurredAt: number;
   readonly lastAppliedAt: number | null;
@@ -71,7 +77,7 @@ function stretchesAhead(input: SeatChangeInput, startsAt: number): PaidStretch[]
 /**
  * Decides one seat event: stale, nothing to buy now, or a purchase of the missing licenses. One
  * order buys them, from the first term short to the last: when both terms ahead are short by
- * different counts, it buys the larger (licenses cannot be bought for less than a term's rest).
+ * different counts, it buys the larger (a partial) or what the latest term lacks (an add-on).
  */
 export function planSeatChange(input: SeatChangeInput): SeatDecision {
   if (input.lastAppliedAt !== null && input.occurredAt < input.lastAppliedAt) {
@@ -81,7 +87,9 @@ export function planSeatChange(input: SeatChangeInput): SeatDecision {
   if (startsAt >= input.termEnd) {
     return { kind: 'next_renewal_only', total: input.total, reason: 'after_term' };
   }
-  const short = stretchesAhead(input, startsAt).filter((s) => input.total > s.paid);
+  const ahead = stretchesAhead(input, startsAt);
+  const latest = ahead.at(-1) as PaidStretch;
+  const short = ahead.filter((s) => input.total > s.paid);
   const first = short[0];
   const last = short.at(-1);
   if (first === undefined || last === undefined) {
@@ -91,10 +99,14 @@ export function planSeatChange(input: SeatChangeInput): SeatDecision {
       reason: input.total < input.paid ? 'decrease' : 'already_paid',
     };
   }
+  if (input.buys === 'addon' && last !== latest) {
+    return { kind: 'next_renewal_only', total: input.total, reason: 'next_term_has_it' };
+  }
+  const missing = (s: PaidStretch) => input.total - s.paid;
   return {
     kind: 'buy',
     total: input.total,
-    licenses: Math.max(...short.map((s) => input.total - s.paid)),
+    licenses: input.buys === 'addon' ? missing(latest) : Math.max(...short.map(missing)),
     startsAt: first.from,
     endsAt: last.to,
   };

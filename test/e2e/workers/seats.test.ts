@@ -328,6 +328,19 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     });
   });
 
+  it('after an early renewal, buys no add-on for the last days of a term the next one covers', async () => {
+    // 10 in force until term 1 ends; term 2 was ordered with 14 (asked from then on).
+    await renewedEarly(system, clock, 'A-9', { licenses: 10, next: 14 });
+    await seats(system, 'A-9', 14);
+    const chain = await system.waitForChain(
+      'A-9',
+      (c) => c.history.filter((h) => h.event === 'seats.changed').length === 2,
+    );
+    expect(chain.history.at(-1)?.detail).toContain('an add-on would run a whole term');
+    expect(chain.addOns).toEqual([]);
+    expect(await system.providerOrder('A-9.a1')).toBeNull();
+  });
+
   it('keeps a stopped add-on stopped: later totals go to the main chain', async () => {
     await place(system, 'A-2', 5);
     await seats(system, 'A-2', 8);

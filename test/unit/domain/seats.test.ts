@@ -23,6 +23,7 @@ function plan(overrides: Partial<SeatChangeInput> = {}): SeatDecision {
     neededAt: now,
     now,
     termEnd,
+    buys: 'partial',
     occurredAt: now,
     lastAppliedAt: null,
     ...overrides,
@@ -134,13 +135,20 @@ describe('planSeatChange', () => {
   describe('after a renewal ordered ahead of time (two terms ahead, each with its own count)', () => {
     // The term in force ends at `renewedAt`, where the term ordered ahead starts.
     const renewedAt = now + 5 * DAY;
-    const ahead = (inForce: number, ordered: number, total: number, at = now) =>
+    const ahead = (
+      inForce: number,
+      ordered: number,
+      total: number,
+      at = now,
+      buys: SeatChangeInput['buys'] = 'partial',
+    ) =>
       plan({
         total,
         paid: ordered,
         termInForce: { endsAt: renewedAt, paid: inForce },
         now: at,
         neededAt: at,
+        buys,
       });
 
     it('buys for the rest of the term in force when only it is short, ending with it', () => {
@@ -225,6 +233,46 @@ describe('planSeatChange', () => {
         ),
       );
     });
+    describe('with add-ons, which run whole terms', () => {
+      const addOn = (inForce: number, ordered: number, total: number) =>
+        ahead(inForce, ordered, total, now, 'addon');
+
+      it('buys nothing when only the term in force is short: the next term has the total', () => {
+        expect(addOn(5, 8, 8)).toEqual({
+          kind: 'next_renewal_only',
+          total: 8,
+          reason: 'next_term_has_it',
+        });
+      });
+
+      it('sizes the add-on for the next term, from the first term short', () => {
+        // 5 in force, 8 ordered, 9 needed: 1 more for the next term, bought from now.
+        expect(addOn(5, 8, 9)).toEqual({
+          kind: 'buy',
+          total: 9,
+          licenses: 1,
+          startsAt: now,
+          endsAt: termEnd,
+        });
+        // 10 in force, 6 ordered (a decrease renewed), 8 needed: 2 from the next term's start.
+        expect(addOn(10, 6, 8)).toMatchObject({ licenses: 2, startsAt: renewedAt });
+      });
+
+      it('never makes the next term carry more than the total', () => {
+        fc.assert(
+          fc.property(
+            fc.integer({ min: 0, max: 100 }),
+            fc.integer({ min: 0, max: 100 }),
+            fc.integer({ min: 1, max: 150 }),
+            (inForce, ordered, total) => {
+              const decision = addOn(inForce, ordered, total);
+              const bought = decision.kind === 'buy' ? decision.licenses : 0;
+              expect(Math.max(ordered, total)).toBe(ordered + bought);
+            },
+          ),
+        );
+      });
+    });
   });
 
   it('buys exactly the missing licenses from max(date needed, now) for any increase in the term', () => {
@@ -281,6 +329,7 @@ function runTerm(p0: number, term: Term, events: readonly SeatEvent[]) {
       neededAt: event.neededAt,
       now: event.now,
       termEnd: term.end,
+      buys: 'partial',
       occurredAt: event.occurredAt,
       lastAppliedAt,
     });
