@@ -152,7 +152,13 @@ async function applySeatEvent(
 
     const jobId = job.id ?? null;
     if (deps.settings.seatIncrease === 'coterm') {
-      const intent = partialIntent(chain, decision.licenses, decision, event, jobId);
+      const intent = partialIntent(
+        chain,
+        decision.licenses,
+        decision,
+        decision.rest ? { ...event, rest: true } : event,
+        jobId,
+      );
       const held = await save(
         { ...chain, intent, partialCount: chain.partialCount + 1, pendingAddOn: null },
         {
@@ -162,6 +168,9 @@ async function applySeatEvent(
       );
       if (chain.pendingAddOn) await removeAddOnJob(deps, chain);
       await finishSeatIntent(deps, job, { chain: held, token });
+      // The term in force still lacks licenses: the job runs again at once and buys them, with
+      // the event still unapplied, so a crash in between loses nothing.
+      if (decision.rest) return delayJobUntil(job, jobToken, now, now);
       return `partial: ${intent.orderId}`;
     }
     if (deps.provisioning.variant === 'external' && decision.startsAt > now) {

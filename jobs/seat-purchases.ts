@@ -167,7 +167,7 @@ function recordPurchase(
   deps: WorkerDeps,
   { chain, token }: { chain: Chain; token: string },
   purchase: {
-    event: { webhookId: string; occurredAt: number; total: number };
+    event: { webhookId: string; occurredAt: number; total: number; rest?: boolean | undefined };
     now: number;
     change: Pick<Partial<Chain>, 'partials' | 'addOns'>;
     addOns: readonly Chain[];
@@ -178,7 +178,8 @@ function recordPurchase(
   const { event, now, entry } = purchase;
   const next = {
     ...chain,
-    ...applied(chain, event),
+    // An event with a purchase still to make is applied by the last one (a retry plans it again).
+    ...(event.rest ? {} : applied(chain, event)),
     intent: null,
     ...purchase.change,
     updatedAt: now,

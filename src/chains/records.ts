@@ -18,8 +18,18 @@ export const intentRecord = z.object({
   params: z.record(z.string(), z.unknown()),
   /** The job that wrote it (the first attempt's), for the history's cause. */
   jobId: z.string().nullable(),
-  /** For seat purchases: the event that asked for them, so whoever finishes the intent records it. */
-  event: z.object({ webhookId: z.string(), occurredAt: z.int(), total: z.int() }).optional(),
+  /**
+   * For seat purchases: the event that asked for them, so whoever finishes the intent records it.
+   * `rest`: the event needs one more purchase, so recording this one does not apply it yet.
+   */
+  event: z
+    .object({
+      webhookId: z.string(),
+      occurredAt: z.int(),
+      total: z.int(),
+      rest: z.boolean().optional(),
+    })
+    .optional(),
 });
 export type Intent = z.infer<typeof intentRecord>;
 

@@ -25,6 +25,11 @@ export type SeatDecision =
        * term in force when only that term is short (the term ordered ahead already has them).
        */
       readonly endsAt: number;
+      /**
+       * The term in force is still short after this order (it lacked more than the next term):
+       * plan again once it is recorded, which buys the rest with a partial that ends with it.
+       */
+      readonly rest: boolean;
     };
 
 export type SeatNoBuyReason = 'decrease' | 'already_paid' | 'after_term' | 'next_term_has_it';
@@ -75,9 +80,11 @@ function stretchesAhead(input: SeatChangeInput, startsAt: number): PaidStretch[]
 }
 
 /**
- * Decides one seat event: stale, nothing to buy now, or a purchase of the missing licenses. One
- * order buys them, from the first term short to the last: when both terms ahead are short by
- * different counts, it buys the larger (a partial) or what the latest term lacks (an add-on).
+ * Decides one seat event: stale, nothing to buy now, or a purchase of the missing licenses, from
+ * the first term short to the last. When both terms ahead are short, the order buys what the
+ * latest term lacks; a partial buys at least what the term in force lacks too, unless that is
+ * more, which leaves the rest to a second partial that ends with the term in force (`rest`). The
+ * latest term is never over-bought; the term in force at most for the days it has left.
  */
 export function planSeatChange(input: SeatChangeInput): SeatDecision {
   if (input.lastAppliedAt !== null && input.occurredAt < input.lastAppliedAt) {
@@ -103,12 +110,14 @@ export function planSeatChange(input: SeatChangeInput): SeatDecision {
     return { kind: 'next_renewal_only', total: input.total, reason: 'next_term_has_it' };
   }
   const missing = (s: PaidStretch) => input.total - s.paid;
+  const firstLacksMore = first !== latest && missing(first) > missing(latest);
   return {
     kind: 'buy',
     total: input.total,
-    licenses: input.buys === 'addon' ? missing(latest) : Math.max(...short.map(missing)),
+    licenses: last === latest ? missing(latest) : missing(first),
     startsAt: first.from,
     endsAt: last.to,
+    rest: input.buys === 'partial' && last === latest && firstLacksMore,
   };
 }
 

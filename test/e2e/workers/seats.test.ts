@@ -223,6 +223,23 @@ describe('marketplace, after an early renewal', () => {
     expect(chain.nextLicenses).toBe(8);
   });
 
+  it('buys the next term exactly and the rest of the term in force with a second partial', async () => {
+    // 5 in force, 8 ordered, 9 needed now: the next term lacks 1, the term in force 4.
+    const { placed, renewed } = await renewedEarly(system, clock, 'R-5', { licenses: 5, next: 8 });
+    await seats(system, 'R-5', 9);
+    const chain = await system.waitForChain('R-5', (c) => c.partials.length === 2);
+    expect(chain.partials).toEqual([
+      { orderId: 'R-5.p1', licenses: 1, startsAt: clock.now(), expiresAt: renewed.term.expiresAt },
+      { orderId: 'R-5.p2', licenses: 3, startsAt: clock.now(), expiresAt: placed.term.expiresAt },
+    ]);
+    expect(chain.nextLicenses).toBe(9);
+    const ordered = chain.history.filter((h) => h.event === 'seats.partial_ordered');
+    expect(ordered.map((h) => h.cause.webhookId)).toEqual([
+      ordered[0]?.cause.webhookId,
+      ordered[0]?.cause.webhookId,
+    ]);
+  });
+
   it('finishes a purchase a crashed seat job left half done before renewing', async () => {
     const startsAt = clock.now() - 25 * DAY;
     await system.send(
