@@ -16,7 +16,7 @@ import { ensureRenewalJob } from './renewals.js';
 const REMEMBERED_EVENTS = 50;
 export function applied(chain: Chain, event: { webhookId: string; occurredAt: number }) {
   return {
-    lastSeatEventAt: Math.max(chain.lastSeatEventAt ?? event.occurredAt, event.occurredAt),
+    lastSeatEventAt: lastSeenAt(chain, event),
     appliedSeatEvents: [...chain.appliedSeatEvents, event.webhookId].slice(-REMEMBERED_EVENTS),
   };
 }
@@ -70,6 +70,11 @@ function licensesBefore(addOn: Chain, until: number, now: number): number {
   }
   const { term } = addOn;
   return term.startsAt < until && term.expiresAt > now ? addOn.licenses : 0;
+}
+
+/** The last seat event's instant once `event` is seen: events older than it are stale. */
+function lastSeenAt(chain: Chain, event: { occurredAt: number }): number {
+  return Math.max(chain.lastSeatEventAt ?? event.occurredAt, event.occurredAt);
 }
 
 /** The chain's next-renewal counts for a total, over itself and its add-ons. */
@@ -178,8 +183,9 @@ function recordPurchase(
   const { event, now, entry } = purchase;
   const next = {
     ...chain,
-    // An event with a purchase still to make is applied by the last one (a retry plans it again).
-    ...(event.rest ? {} : applied(chain, event)),
+    // An event with a purchase still to make is applied by the last one (a retry plans it
+    // again); events older than it are stale already, so none buys for an outdated total.
+    ...(event.rest ? { lastSeatEventAt: lastSeenAt(chain, event) } : applied(chain, event)),
     intent: null,
     ...purchase.change,
     updatedAt: now,

@@ -240,6 +240,35 @@ describe('marketplace, after an early renewal', () => {
     ]);
   });
 
+  it('makes an older event stale once the first of two partials is bought', async () => {
+    const { renewed } = await renewedEarly(system, clock, 'R-6', { licenses: 5, next: 8 });
+    const t1 = clock.now();
+    // A job for 9 licenses died after writing its first partial's intent (the rest to follow).
+    await leftByDeadJob(system, 'R-6', 'crashed-seat-job', (chain) => ({
+      partialCount: 1,
+      intent: {
+        kind: 'partial',
+        method: 'createOrder',
+        orderId: 'R-6.p1',
+        params: {
+          customer: chain.customer,
+          id: 'R-6.p1',
+          product: chain.product,
+          licenses: 1,
+          startsAt: t1,
+          expiresAt: renewed.term.expiresAt,
+        },
+        jobId: 'lost',
+        event: { webhookId: 'lost-seat', occurredAt: t1, total: 9, rest: true },
+      },
+    }));
+    // An older event for more arrives: it finishes that partial, then finds itself stale.
+    await system.send('seats.changed', { order: 'R-6', licenses: 12, occurredAt: t1 - 60 });
+    const chain = await system.waitForChain('R-6', (c) => lastEvent(c) === 'seats.stale');
+    expect(chain.partials.map((p) => [p.orderId, p.licenses])).toEqual([['R-6.p1', 1]]);
+    expect(await system.providerOrder('R-6.p2')).toBeNull();
+  });
+
   it('finishes a purchase a crashed seat job left half done before renewing', async () => {
     const startsAt = clock.now() - 25 * DAY;
     await system.send(
