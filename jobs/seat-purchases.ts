@@ -31,8 +31,12 @@ export function paidInForce(chain: Chain, addOns: readonly Chain[], now: number)
   const partials = chain.partials
     .filter((p) => p.expiresAt > now && p.expiresAt >= chain.term.expiresAt)
     .reduce((sum, p) => sum + p.licenses, 0);
-  const live = addOns.filter((a) => a.status !== 'cancelled' && a.term.expiresAt > now);
-  return chain.licenses + partials + live.reduce((sum, a) => sum + a.licenses, 0);
+  // The latest term's stretch starts when the term in force (if any) ends.
+  const from = Math.max(now, chain.previousTerm?.expiresAt ?? now);
+  const addOnLicenses = addOns
+    .filter((a) => a.status !== 'cancelled' && a.term.expiresAt > now)
+    .reduce((sum, a) => sum + addOnLicensesDuring(a, { from, until: chain.term.expiresAt }), 0);
+  return chain.licenses + partials + addOnLicenses;
 }
 
 /**
@@ -54,22 +58,27 @@ export function paidInTermInForce(
     .reduce((sum, p) => sum + p.licenses, 0);
   const addOnLicenses = addOns
     .filter((a) => a.status !== 'cancelled')
-    .reduce((sum, a) => sum + licensesBefore(a, endsAt, now), 0);
+    .reduce((sum, a) => sum + addOnLicensesDuring(a, { from: now, until: endsAt }), 0);
   return { endsAt, paid: term.licenses + partials + addOnLicenses };
 }
 
 /**
- * An add-on's licenses in force throughout the rest of the term in force (until `until`): the
- * lower of its two counts when its own early renewal changes them before then.
+ * An add-on's licenses in force throughout [from, until): the lower of its two counts when its
+ * own early renewal changes them in between. One that starts later in the stretch counts from
+ * when it was ordered, as partials do (no gap orders); one that stopped and ends before the
+ * stretch does not count.
  */
-function licensesBefore(addOn: Chain, until: number, now: number): number {
+function addOnLicensesDuring(addOn: Chain, { from, until }: { from: number; until: number }) {
   const earlier = addOn.previousTerm;
-  if (earlier !== null && earlier.expiresAt > now) {
+  if (earlier !== null && earlier.expiresAt > from) {
     const before = earlier.licenses ?? addOn.licenses;
     return earlier.expiresAt >= until ? before : Math.min(before, addOn.licenses);
   }
   const { term } = addOn;
-  return term.startsAt < until && term.expiresAt > now ? addOn.licenses : 0;
+  if (term.startsAt >= until) return 0;
+  // Ended before the stretch: it counts only if it renews (its next term not ordered yet).
+  if (term.expiresAt <= from && addOn.nextRenewalAt === null) return 0;
+  return addOn.licenses;
 }
 
 /** The last seat event's instant once `event` is seen: events older than it are stale. */

@@ -1,0 +1,108 @@
+// What a seat change counts as paid, per term ahead: the main order, partials and add-ons, with
+// add-ons that renewed early themselves, and add-ons that stopped.
+import { describe, expect, it } from 'vitest';
+import { paidInForce, paidInTermInForce } from '../../../jobs/seat-purchases.js';
+import { type Chain, newChainRecord } from '../../../src/chains/records.js';
+import { SECONDS_PER_DAY } from '../../../src/domain/periods.js';
+
+const DAY = SECONDS_PER_DAY;
+const now = Date.UTC(2026, 5, 24) / 1000;
+/** The main term in force ends on Jun 30; the next one, renewed early, runs to Jul 30. */
+const renewedAt = now + 6 * DAY;
+const nextEnd = renewedAt + 30 * DAY;
+
+function chain(fields: Partial<Chain> & Pick<Chain, 'id' | 'licenses' | 'term'>): Chain {
+  return {
+    ...newChainRecord({
+      order: fields.id,
+      customer: 'C-1',
+      product: 'suite-std',
+      duration: 'monthly',
+      status: 'active',
+      autoRenew: true,
+      payment: 'ok',
+      nextLicenses: fields.licenses,
+      intent: null,
+      nextRenewalAt: fields.term.expiresAt - 7 * DAY,
+      createdAt: now - 60 * DAY,
+      updatedAt: now,
+      ...fields,
+    }),
+    version: 1,
+  };
+}
+
+/** A main chain of 10 in force to Jun 30, renewed early with `next` to Jul 30. */
+function main(next: number, addOns: string[] = []): Chain {
+  return chain({
+    id: 'M',
+    licenses: next,
+    term: { orderId: 'M.r2', count: 2, startsAt: renewedAt, expiresAt: nextEnd },
+    previousTerm: {
+      orderId: 'M',
+      count: 1,
+      startsAt: renewedAt - 30 * DAY,
+      expiresAt: renewedAt,
+      licenses: 10,
+    },
+    addOns,
+  });
+}
+
+describe('paid per term ahead, after an early renewal', () => {
+  it('counts the term in force and the next term apart', () => {
+    const m = main(6);
+    expect(paidInTermInForce(m, [], now)).toEqual({ endsAt: renewedAt, paid: 10 });
+    expect(paidInForce(m, [], now)).toBe(6);
+  });
+
+  it('counts an add-on that renewed early itself by its lower count while both its terms run', () => {
+    // Add-on: 5 until Jun 27, then 2 (a decrease renewed) to Jul 27.
+    const addOn = chain({
+      id: 'A',
+      licenses: 2,
+      mainChain: 'M',
+      term: { orderId: 'A.r2', count: 2, startsAt: now + 3 * DAY, expiresAt: now + 33 * DAY },
+      previousTerm: {
+        orderId: 'A',
+        count: 1,
+        startsAt: now - 27 * DAY,
+        expiresAt: now + 3 * DAY,
+        licenses: 5,
+      },
+    });
+    const m = main(10, ['A']);
+    // Jun 24..30: 5 until Jun 27, then 2: 2 throughout.
+    expect(paidInTermInForce(m, [addOn], now)?.paid).toBe(10 + 2);
+    expect(paidInForce(m, [addOn], now)).toBe(10 + 2);
+
+    // The reverse (2, renewed early with 5) running into the next main term: 2 throughout it.
+    const grown = {
+      ...addOn,
+      licenses: 5,
+      term: { ...addOn.term, startsAt: renewedAt + 3 * DAY, expiresAt: renewedAt + 33 * DAY },
+      previousTerm: {
+        ...(addOn.previousTerm as NonNullable<Chain['previousTerm']>),
+        expiresAt: renewedAt + 3 * DAY,
+        licenses: 2,
+      },
+    };
+    expect(paidInForce(m, [grown], now)).toBe(10 + 2);
+    expect(paidInTermInForce(m, [grown], now)?.paid).toBe(10 + 2);
+  });
+
+  it('does not count for the next term an add-on that stopped and ends before it', () => {
+    const stopped = chain({
+      id: 'A',
+      licenses: 3,
+      mainChain: 'M',
+      nextRenewalAt: null,
+      term: { orderId: 'A', count: 1, startsAt: now - 27 * DAY, expiresAt: now + 3 * DAY },
+    });
+    const m = main(10, ['A']);
+    expect(paidInTermInForce(m, [stopped], now)?.paid).toBe(10 + 3);
+    expect(paidInForce(m, [stopped], now)).toBe(10);
+    // One that renews on its own cycle still counts: its next term is not ordered yet.
+    expect(paidInForce(m, [{ ...stopped, nextRenewalAt: now }], now)).toBe(10 + 3);
+  });
+});
