@@ -2,6 +2,9 @@
 
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
+import type { Redis } from 'ioredis';
+import { afterAll, beforeAll } from 'vitest';
+import { connectRedis } from '../../src/redis/connection.js';
 import { findFreePort, untilRedisReady } from '../../src/redis/private-redis.js';
 
 export interface TestRedis {
@@ -27,6 +30,30 @@ export async function startTestRedis(): Promise<TestRedis> {
     },
     restart: async () => {
       child = await runRedisServer(port);
+    },
+  };
+}
+
+/**
+ * A redis-server for one test file and a connection to it in the workers' role (the one BullMQ
+ * and the chain store take), opened before the file's tests and closed after them. Read
+ * `redis` from the returned holder inside hooks and tests, once it is open.
+ */
+export function useTestRedisConnection(): { readonly redis: Redis } {
+  let server: TestRedis | undefined;
+  let redis: Redis | undefined;
+  beforeAll(async () => {
+    server = await startTestRedis();
+    redis = await connectRedis(server.url, 'worker');
+  });
+  afterAll(async () => {
+    await redis?.quit();
+    await server?.stop();
+  });
+  return {
+    get redis(): Redis {
+      if (!redis) throw new Error('the test Redis connection opens in beforeAll');
+      return redis;
     },
   };
 }

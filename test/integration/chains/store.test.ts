@@ -1,6 +1,5 @@
 // The chain store against a real redis-server: its lock, versioned saves, history and indexes.
-import type { Redis } from 'ioredis';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { chainIdOf, chainKeys } from '../../../src/chains/keys.js';
 import {
   type Chain,
@@ -11,31 +10,19 @@ import {
 } from '../../../src/chains/records.js';
 import { ChainStore } from '../../../src/chains/store.js';
 import { TransientError } from '../../../src/errors.js';
-import { connectRedis } from '../../../src/redis/connection.js';
-import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
+import { useTestRedisConnection } from '../../helpers/redis-server.js';
 
 const NOW = Date.UTC(2025, 2, 1) / 1000;
 const DAY = 86_400;
 /** Short enough to wait out in a test, long enough for a few round trips. */
 const SHORT_LEASE_MS = 200;
 
-let server: TestRedis;
-let redis: Redis;
+const db = useTestRedisConnection();
 let store: ChainStore;
 
-beforeAll(async () => {
-  server = await startTestRedis();
-  redis = await connectRedis(server.url, 'worker');
-});
-
-afterAll(async () => {
-  await redis?.quit();
-  await server?.stop();
-});
-
 beforeEach(async () => {
-  await redis.flushdb();
-  store = new ChainStore(redis);
+  await db.redis.flushdb();
+  store = new ChainStore(db.redis);
 });
 
 /** A chain as the workers would write it, for the first order `order`. */
@@ -107,7 +94,7 @@ describe('ChainStore lock', () => {
   it('is re-entrant for the same token and renews its lease', async () => {
     expect((await store.lock(chainId, 'a', 5_000)).kind).toBe('held');
     expect((await store.lock(chainId, 'a', 60_000)).kind).toBe('held');
-    expect(await redis.pttl(chainKeys(chainId).lock)).toBeGreaterThan(5_000);
+    expect(await db.redis.pttl(chainKeys(chainId).lock)).toBeGreaterThan(5_000);
   });
 
   it('reads the stored chain in the same call', async () => {
@@ -134,7 +121,7 @@ describe('ChainStore lock', () => {
     await store.lock(chainId, 'a');
     await store.unlock(chainId, 'b');
     expect((await store.lock(chainId, 'b')).kind).toBe('locked');
-    expect(await redis.get(chainKeys(chainId).lock)).toBe('a');
+    expect(await db.redis.get(chainKeys(chainId).lock)).toBe('a');
   });
 });
 
@@ -196,7 +183,7 @@ describe('ChainStore claimRenewal', () => {
   it('writes nothing for a chain that does not exist', async () => {
     const chainId = chainIdOf('ord-none');
     expect(await store.claimRenewal(chainId, 'a', claim(0))).toEqual({ kind: 'held', chain: null });
-    expect(await redis.exists(chainKeys(chainId).intent)).toBe(0);
+    expect(await db.redis.exists(chainKeys(chainId).intent)).toBe(0);
   });
 
   it('writes nothing while another job holds the lock', async () => {
@@ -220,7 +207,7 @@ describe('ChainStore claimRenewal', () => {
       release: true,
     });
     expect((await store.get(saved.id))?.intent).toBeNull();
-    expect(await redis.exists(chainKeys(saved.id).intent)).toBe(0);
+    expect(await db.redis.exists(chainKeys(saved.id).intent)).toBe(0);
   });
 });
 
@@ -236,13 +223,13 @@ describe('ChainStore save', () => {
     it('releases the lock when asked to', async () => {
       const next = chainFor('ord-1');
       await create(next, { release: true });
-      expect(await redis.exists(chainKeys(next.id).lock)).toBe(0);
+      expect(await db.redis.exists(chainKeys(next.id).lock)).toBe(0);
     });
 
     it('keeps the lock when not asked to release it', async () => {
       const next = chainFor('ord-1');
       await create(next, { token: 'keeper', release: false });
-      expect(await redis.get(chainKeys(next.id).lock)).toBe('keeper');
+      expect(await db.redis.get(chainKeys(next.id).lock)).toBe('keeper');
     });
 
     it('refuses to create a chain that already exists', async () => {
@@ -369,7 +356,7 @@ describe('ChainStore save', () => {
       expect(await store.get(first.id)).toEqual(first);
       expect(await store.history(first.id)).toEqual([]);
       expect(await store.chainIdOfOrder('ord-1.r2')).toBe(null);
-      expect(await redis.get(chainKeys(first.id).lock)).toBe('fast');
+      expect(await db.redis.get(chainKeys(first.id).lock)).toBe('fast');
     });
   });
 
@@ -389,7 +376,7 @@ describe('ChainStore save', () => {
       expect(await store.save(renewal(first))).toMatchObject({ version: 1, licenses: 12 });
       expect(await store.get(first.id)).toMatchObject({ version: 1, licenses: 12 });
       expect(await store.chainIdOfOrder('ord-1.r2')).toBe(first.id);
-      expect(await redis.exists(chainKeys(first.id).lock)).toBe(0);
+      expect(await db.redis.exists(chainKeys(first.id).lock)).toBe(0);
     });
 
     it("refuses while a job holds the lock, and leaves that job's lock alone", async () => {
@@ -401,7 +388,7 @@ describe('ChainStore save', () => {
       });
       expect(await store.get(first.id)).toEqual(first);
       expect(await store.history(first.id)).toEqual([]);
-      expect(await redis.get(chainKeys(first.id).lock)).toBe('seat-change');
+      expect(await db.redis.get(chainKeys(first.id).lock)).toBe('seat-change');
     });
 
     it('refuses while an intent is pending, though the version did not move', async () => {

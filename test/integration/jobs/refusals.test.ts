@@ -2,37 +2,24 @@
 // provider's message; a transient failure is retried.
 import { randomUUID } from 'node:crypto';
 import { type Job, Queue, Worker } from 'bullmq';
-import type { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { RefusalError, TransientError } from '../../../src/errors.js';
 import { defaultJobOptions } from '../../../src/queues.js';
-import { connectRedis } from '../../../src/redis/connection.js';
 import { refusalsFailJobs } from '../../../src/workers.js';
-import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
+import { useTestRedisConnection } from '../../helpers/redis-server.js';
 
-let server: TestRedis;
-let redis: Redis;
-
-beforeAll(async () => {
-  server = await startTestRedis();
-  redis = await connectRedis(server.url, 'worker');
-});
-
-afterAll(async () => {
-  await redis?.quit();
-  await server?.stop();
-});
+const db = useTestRedisConnection();
 
 /** Runs one job (the product's job options, short backoff) until it fails for good. */
 async function runUntilFailed(fail: (attempt: number) => Error): Promise<Job> {
   const name = `refusals-${randomUUID()}`;
-  const queue = new Queue(name, { connection: redis });
+  const queue = new Queue(name, { connection: db.redis });
   const worker = new Worker(
     name,
     refusalsFailJobs(async (job) => {
       throw fail(job.attemptsMade + 1);
     }),
-    { connection: redis },
+    { connection: db.redis },
   );
   try {
     const failed = new Promise<Job>((resolve) => {

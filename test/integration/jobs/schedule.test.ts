@@ -2,8 +2,7 @@
 import { randomUUID } from 'node:crypto';
 import { type Job, Queue, UnrecoverableError, Worker } from 'bullmq';
 import fc from 'fast-check';
-import type { Redis } from 'ioredis';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import {
   addNextRenewalJob,
   ensureRenewalJob,
@@ -13,34 +12,22 @@ import {
 import { chainIdOf } from '../../../src/chains/keys.js';
 import { type Chain, chainRecord } from '../../../src/chains/records.js';
 import { QUEUES } from '../../../src/queues.js';
-import { connectRedis } from '../../../src/redis/connection.js';
-import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
+import { useTestRedisConnection } from '../../helpers/redis-server.js';
 
 /** The fixed clock of every test: delays are relative to it, never to the system time. */
 const NOW = Date.UTC(2025, 2, 1) / 1000;
 const DAY = 86_400;
 const HOUR = 3_600;
 
-let server: TestRedis;
-let redis: Redis;
+const db = useTestRedisConnection();
 let prefix: string;
 let queue: Queue;
 const workers: Worker[] = [];
 
-beforeAll(async () => {
-  server = await startTestRedis();
-  redis = await connectRedis(server.url, 'worker');
-});
-
-afterAll(async () => {
-  await redis?.quit();
-  await server?.stop();
-});
-
 beforeEach(async () => {
-  await redis.flushdb();
+  await db.redis.flushdb();
   prefix = `test-${randomUUID()}`;
-  queue = new Queue(QUEUES.renewals, { connection: redis, prefix });
+  queue = new Queue(QUEUES.renewals, { connection: db.redis, prefix });
 });
 
 afterEach(async () => {
@@ -80,7 +67,7 @@ async function jobOf(chain: Chain): Promise<Job> {
 
 /** When BullMQ will really fire the delayed job (ms), from its score in the delayed set. */
 async function firesAt(jobId: string): Promise<number | null> {
-  const score = await redis.zscore(`${prefix}:${QUEUES.renewals}:delayed`, jobId);
+  const score = await db.redis.zscore(`${prefix}:${QUEUES.renewals}:delayed`, jobId);
   return score === null ? null : Math.floor(Number(score) / 0x1000);
 }
 
@@ -90,7 +77,7 @@ async function runJob(
   processor: () => Promise<string>,
   event: 'completed' | 'failed',
 ): Promise<void> {
-  const worker = new Worker(QUEUES.renewals, processor, { connection: redis, prefix });
+  const worker = new Worker(QUEUES.renewals, processor, { connection: db.redis, prefix });
   workers.push(worker);
   await new Promise<void>((resolve) => {
     const settle = (job: Job | undefined): void => {
