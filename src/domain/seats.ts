@@ -16,7 +16,10 @@ export type SeatDecision =
   | {
       readonly kind: 'buy';
       readonly total: number;
-      /** The licenses to buy: the most the total exceeds what is paid, over the terms short. */
+      /**
+       * The licenses to buy: what the latest ordered term lacks, or, when only the term in force
+       * is short, what that term lacks.
+       */
       readonly licenses: number;
       /** When the bought licenses are needed (epoch seconds; never before now). */
       readonly startsAt: number;
