@@ -33,9 +33,10 @@ export function paidInForce(chain: Chain, addOns: readonly Chain[], now: number)
     .reduce((sum, p) => sum + p.licenses, 0);
   // The latest term's stretch starts when the term in force (if any) ends.
   const from = Math.max(now, chain.previousTerm?.expiresAt ?? now);
-  const addOnLicenses = addOns
-    .filter((a) => a.status !== 'cancelled' && a.term.expiresAt > now)
-    .reduce((sum, a) => sum + addOnLicensesDuring(a, { from, until: chain.term.expiresAt }), 0);
+  const addOnLicenses = liveAddOns(addOns, now).reduce(
+    (sum, a) => sum + addOnLicensesDuring(a, { from, until: chain.term.expiresAt }),
+    0,
+  );
   return chain.licenses + partials + addOnLicenses;
 }
 
@@ -56,10 +57,16 @@ export function paidInTermInForce(
   const partials = chain.partials
     .filter((p) => p.expiresAt > now && p.startsAt < endsAt && p.expiresAt >= endsAt)
     .reduce((sum, p) => sum + p.licenses, 0);
-  const addOnLicenses = addOns
-    .filter((a) => a.status !== 'cancelled')
-    .reduce((sum, a) => sum + addOnLicensesDuring(a, { from: now, until: endsAt }), 0);
+  const addOnLicenses = liveAddOns(addOns, now).reduce(
+    (sum, a) => sum + addOnLicensesDuring(a, { from: now, until: endsAt }),
+    0,
+  );
   return { endsAt, paid: term.licenses + partials + addOnLicenses };
+}
+
+/** Add-ons that count at all: not cancelled, and their latest ordered term not ended. */
+function liveAddOns(addOns: readonly Chain[], now: number): Chain[] {
+  return addOns.filter((a) => a.status !== 'cancelled' && a.term.expiresAt > now);
 }
 
 /**

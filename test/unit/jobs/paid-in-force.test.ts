@@ -105,4 +105,17 @@ describe('paid per term ahead, after an early renewal', () => {
     // One that renews on its own cycle still counts: its next term is not ordered yet.
     expect(paidInForce(m, [{ ...stopped, nextRenewalAt: now }], now)).toBe(10 + 3);
   });
+
+  it('counts in neither term an add-on whose term has ended, even one about to renew', () => {
+    const ended = chain({
+      id: 'A',
+      licenses: 3,
+      mainChain: 'M',
+      nextRenewalAt: now,
+      term: { orderId: 'A', count: 1, startsAt: now - 30 * DAY, expiresAt: now },
+    });
+    const m = main(10, ['A']);
+    expect(paidInTermInForce(m, [ended], now)?.paid).toBe(10);
+    expect(paidInForce(m, [ended], now)).toBe(10);
+  });
 });
