@@ -112,7 +112,7 @@ async function applySeatEvent(
       total: ev.licenses,
       paid: paidInForce(chain, addOns, now),
       termInForce: paidInTermInForce(chain, addOns, now),
-      buys: deps.settings.seatIncrease === 'coterm' ? 'partial' : 'addon',
+      style: deps.settings.seatIncrease,
       neededAt: ev.effectiveAt ?? now,
       now,
       termEnd: chain.term.expiresAt,

@@ -53,11 +53,12 @@ export interface SeatChangeInput {
    */
   readonly termInForce?: { readonly endsAt: number; readonly paid: number } | undefined;
   /**
-   * How missing licenses are bought. A partial can end with the term in force; an add-on runs
-   * whole terms of its own, so it is sized for the latest ordered term, and a shortfall of the
-   * term in force alone (its last days, once the next term is ordered with enough) buys nothing.
+   * How missing licenses are bought (SEAT_INCREASE, as in allocateNextLicenses). A co-terminated
+   * partial can end with the term in force; an add-on runs whole terms of its own, so it is sized
+   * for the latest ordered term, and a shortfall of the term in force alone (its last days, once
+   * the next term is ordered with enough) buys nothing.
    */
-  readonly buys: 'partial' | 'addon';
+  readonly style: 'coterm' | 'addon';
   /** When the event happened, and the last applied seat event of this chain (null: none yet). */
   readonly occurredAt: number;
   readonly lastAppliedAt: number | null;
@@ -109,7 +110,7 @@ export function planSeatChange(input: SeatChangeInput): SeatDecision {
       reason: input.total < input.paid ? 'decrease' : 'already_paid',
     };
   }
-  if (input.buys === 'addon' && last !== latest) {
+  if (input.style === 'addon' && last !== latest) {
     return { kind: 'next_renewal_only', total: input.total, reason: 'next_term_has_it' };
   }
   const missing = (s: PaidStretch) => input.total - s.paid;
@@ -120,7 +121,7 @@ export function planSeatChange(input: SeatChangeInput): SeatDecision {
     licenses: last === latest ? missing(latest) : missing(first),
     startsAt: first.from,
     endsAt: last.to,
-    rest: input.buys === 'partial' && last === latest && firstLacksMore,
+    rest: input.style === 'coterm' && last === latest && firstLacksMore,
   };
 }
 

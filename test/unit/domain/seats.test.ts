@@ -23,7 +23,7 @@ function plan(overrides: Partial<SeatChangeInput> = {}): SeatDecision {
     neededAt: now,
     now,
     termEnd,
-    buys: 'partial',
+    style: 'coterm',
     occurredAt: now,
     lastAppliedAt: null,
     ...overrides,
@@ -143,7 +143,7 @@ describe('planSeatChange', () => {
       ordered: number,
       total: number,
       at = now,
-      buys: SeatChangeInput['buys'] = 'partial',
+      style: SeatChangeInput['style'] = 'coterm',
     ) =>
       plan({
         total,
@@ -151,7 +151,7 @@ describe('planSeatChange', () => {
         termInForce: { endsAt: renewedAt, paid: inForce },
         now: at,
         neededAt: at,
-        buys,
+        style,
       });
 
     it('buys for the rest of the term in force when only it is short, ending with it', () => {
@@ -367,7 +367,7 @@ function runTerm(p0: number, term: Term, events: readonly SeatEvent[]) {
       neededAt: event.neededAt,
       now: event.now,
       termEnd: term.end,
-      buys: 'partial',
+      style: 'coterm',
       occurredAt: event.occurredAt,
       lastAppliedAt,
     });
