@@ -109,7 +109,12 @@ export function prepareRenewal(
   chain: Chain,
   { stored }: { stored: boolean },
 ): PreparedRenewal | undefined {
-  if (chain.mainChain !== null || chain.intent !== null || chain.nextRenewalAt === null) {
+  if (
+    chain.mainChain !== null ||
+    chain.intent !== null ||
+    chain.unfinishedSeatEvent !== null ||
+    chain.nextRenewalAt === null
+  ) {
     return undefined;
   }
   const validFrom = renewalDueAt(chain.term.expiresAt, deps.settings.leadDays);

@@ -167,11 +167,12 @@ async function applySeatEvent(
         },
       );
       if (chain.pendingAddOn) await removeAddOnJob(deps, chain);
-      await finishSeatIntent(deps, job, { chain: held, token });
-      // The term in force still lacks licenses: the job runs again at once and buys them, with
-      // the event still unapplied, so a crash in between loses nothing.
-      if (decision.rest) return delayJobUntil(job, jobToken, now, now);
-      return `partial: ${intent.orderId}`;
+      // With `rest`, the term in force lacks more than this partial buys: finishing it buys the
+      // rest too, and the chain keeps the event until then, so a crash in between loses nothing.
+      const done = await finishSeatIntent(deps, job, { chain: held, token });
+      const before = new Set(chain.partials.map((p) => p.orderId));
+      const bought = done.partials.filter((p) => !before.has(p.orderId)).map((p) => p.orderId);
+      return `partial: ${bought.join(', ') || intent.orderId}`;
     }
     if (deps.provisioning.variant === 'external' && decision.startsAt > now) {
       // createFirstOrder starts at once: the add-on is bought on the date it is needed. The job

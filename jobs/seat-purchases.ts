@@ -6,8 +6,9 @@ import { chainIdOf } from '../src/chains/keys.js';
 import { type Cause, type Chain, type Intent, newChainRecord } from '../src/chains/records.js';
 import { addOnOrderId, partialOrderId } from '../src/domain/ids.js';
 import { withNextRenewalAt } from '../src/domain/renewal.js';
-import { allocateNextLicenses } from '../src/domain/seats.js';
+import { allocateNextLicenses, planSeatChange } from '../src/domain/seats.js';
 import { RefusalError } from '../src/errors.js';
+import { formatInstant } from '../src/format.js';
 import type { WorkerDeps } from './deps.js';
 import { describeTerm, sendIntent } from './intents.js';
 import { ensureRenewalJob } from './renewals.js';
@@ -189,6 +190,8 @@ function recordPurchase(
   { chain, token }: { chain: Chain; token: string },
   purchase: {
     event: { webhookId: string; occurredAt: number; total: number; rest?: boolean | undefined };
+    /** When the bought licenses start: where the rest of an unfinished event is planned from. */
+    startsAt: number;
     now: number;
     change: Pick<Partial<Chain>, 'partials' | 'addOns'>;
     addOns: readonly Chain[];
@@ -199,9 +202,19 @@ function recordPurchase(
   const { event, now, entry } = purchase;
   const next = {
     ...chain,
-    // An event with a purchase still to make is applied by the last one (a retry plans it
-    // again); events older than it are stale already, so none buys for an outdated total.
-    ...(event.rest ? { lastSeatEventAt: lastSeenAt(chain, event) } : applied(chain, event)),
+    // An event with a purchase still to make is applied by the last one and kept on the chain
+    // until then; events older than it are stale already, so none buys for an outdated total.
+    ...(event.rest
+      ? {
+          lastSeatEventAt: lastSeenAt(chain, event),
+          unfinishedSeatEvent: {
+            webhookId: event.webhookId,
+            occurredAt: event.occurredAt,
+            total: event.total,
+            neededAt: purchase.startsAt,
+          },
+        }
+      : { ...applied(chain, event), unfinishedSeatEvent: null }),
     intent: null,
     ...purchase.change,
     updatedAt: now,
@@ -236,11 +249,88 @@ export async function finishPendingSeatPurchase(
   job: Job,
   held: { chain: Chain; token: string },
 ): Promise<Chain> {
-  const kind = held.chain.intent?.kind;
-  if (kind !== 'partial' && kind !== 'addon') return held.chain;
+  const { chain, token } = held;
+  const kind = chain.intent?.kind;
   // This job's own purchase (an earlier attempt of it crashed) still fails it when refused.
-  const own = held.chain.intent?.jobId === job.id;
-  return finishSeatIntent(deps, job, held, { refusal: own ? 'fail' : 'record' });
+  const refusal = chain.intent?.jobId === job.id ? 'fail' : 'record';
+  if (kind === 'partial' || kind === 'addon') return finishSeatIntent(deps, job, held, { refusal });
+  // A job that died between an event's two partials: the rest is bought before anything else.
+  if (chain.intent === null && chain.unfinishedSeatEvent !== null) {
+    return finishUnfinishedSeatEvent(deps, job, { chain, token }, { refusal: 'record' });
+  }
+  return chain;
+}
+
+/**
+ * Buys the rest of a seat event whose first partial is recorded: what the term in force still
+ * lacks, planned again from the chain as it is now, as a partial that ends with that term; or
+ * nothing when it lacks none any more (its end passed, or other purchases covered it). Either
+ * way the event is then applied. It is finished as it began, with partials, whatever
+ * SEAT_INCREASE says now.
+ */
+async function finishUnfinishedSeatEvent(
+  deps: WorkerDeps,
+  job: Job,
+  { chain, token }: { chain: Chain; token: string },
+  options: { refusal: 'fail' | 'record' },
+): Promise<Chain> {
+  const unfinished = chain.unfinishedSeatEvent as NonNullable<Chain['unfinishedSeatEvent']>;
+  const now = deps.clock.now();
+  const addOns = await deps.chains.getMany(chain.addOns);
+  const decision = planSeatChange({
+    total: unfinished.total,
+    paid: paidInForce(chain, addOns, now),
+    termInForce: paidInTermInForce(chain, addOns, now),
+    style: 'coterm',
+    neededAt: unfinished.neededAt,
+    now,
+    termEnd: chain.term.expiresAt,
+    occurredAt: unfinished.occurredAt,
+    // Its own event: it was the latest when its first partial was recorded.
+    lastAppliedAt: null,
+  });
+  const { neededAt: _planned, ...event } = unfinished;
+  const cause = { jobId: job.id ?? '', ...(event.webhookId ? { webhookId: event.webhookId } : {}) };
+  if (decision.kind !== 'buy') {
+    return deps.chains.save({
+      chainId: chain.id,
+      token,
+      previous: chain,
+      next: { ...chain, ...applied(chain, event), unfinishedSeatEvent: null, updatedAt: now },
+      history: [
+        {
+          at: now,
+          event: 'seats.changed',
+          detail: `${event.total} licenses: the term in force lacks none any more, nothing left to buy`,
+          cause,
+        },
+      ],
+      release: false,
+    });
+  }
+  const intent = partialIntent(
+    chain,
+    decision.licenses,
+    decision,
+    decision.rest ? { ...event, rest: true } : event,
+    job.id ?? null,
+  );
+  const buying = await deps.chains.save({
+    chainId: chain.id,
+    token,
+    previous: chain,
+    next: { ...chain, intent, partialCount: chain.partialCount + 1, updatedAt: now },
+    history: [
+      {
+        at: now,
+        event: 'seats.buying',
+        detail: `buying the rest of the term in force: ${decision.licenses} licenses from ${formatInstant(decision.startsAt)} as ${intent.orderId}`,
+        cause,
+      },
+    ],
+    release: false,
+  });
+  return finishSeatIntent(deps, job, { chain: buying, token }, options);
 }
 
 /**
@@ -278,7 +368,8 @@ export async function finishSeatIntent(
       chainId: chain.id,
       token,
       previous: chain,
-      next: { ...chain, intent: null, updatedAt: now },
+      // A refused rest is not tried again by every job that takes the chain.
+      next: { ...chain, intent: null, unfinishedSeatEvent: null, updatedAt: now },
       history: [
         {
           at: now,
@@ -298,8 +389,9 @@ export async function finishSeatIntent(
   const addOns = await deps.chains.getMany(chain.addOns);
   if (intent.kind === 'partial') {
     deps.metrics.orders.inc({ kind: 'partial' });
-    return recordPurchase(deps, held, {
+    const recorded = await recordPurchase(deps, held, {
       event,
+      startsAt: order.startsAt,
       now,
       change: {
         partials: [
@@ -320,6 +412,9 @@ export async function finishSeatIntent(
       },
       orderIds: [intent.orderId],
     });
+    // The first of two partials: the rest is bought now, under the same lock.
+    if (recorded.unfinishedSeatEvent === null) return recorded;
+    return finishUnfinishedSeatEvent(deps, job, { chain: recorded, token }, options);
   }
 
   const addOn = await createChain(
@@ -363,6 +458,7 @@ export async function finishSeatIntent(
   );
   const saved = await recordPurchase(deps, held, {
     event,
+    startsAt: order.startsAt,
     now,
     change: { addOns: [...chain.addOns, addOn.id] },
     addOns: [...addOns, addOn],

@@ -99,6 +99,21 @@ export const chainRecord = z.object({
     })
     .nullable()
     .default(null),
+  /**
+   * A seat event whose first partial is bought and whose second (the rest of the term in force,
+   * which lacked more than the next term) is not yet: whoever holds the chain next buys it, as
+   * it finishes an intent, so neither a crash nor a newer event in between loses it.
+   * `neededAt`: when the first partial started.
+   */
+  unfinishedSeatEvent: z
+    .object({
+      webhookId: z.string(),
+      occurredAt: z.int(),
+      total: z.int().min(0),
+      neededAt: z.int(),
+    })
+    .nullable()
+    .default(null),
   /** How many partials and add-ons were made, for their derived ids `.p{k}` and `.a{k}`. */
   partialCount: z.int().min(0).default(0),
   addOnCount: z.int().min(0).default(0),

@@ -262,11 +262,60 @@ describe('marketplace, after an early renewal', () => {
         event: { webhookId: 'lost-seat', occurredAt: t1, total: 9, rest: true },
       },
     }));
-    // An older event for more arrives: it finishes that partial, then finds itself stale.
+    // An older event for more arrives: it finishes that purchase, the first partial and the
+    // rest of the term in force (5 + 1 paid, 9 needed), then finds itself stale.
     await system.send('seats.changed', { order: 'R-6', licenses: 12, occurredAt: t1 - 60 });
     const chain = await system.waitForChain('R-6', (c) => lastEvent(c) === 'seats.stale');
-    expect(chain.partials.map((p) => [p.orderId, p.licenses])).toEqual([['R-6.p1', 1]]);
-    expect(await system.providerOrder('R-6.p2')).toBeNull();
+    expect(chain.partials.map((p) => [p.orderId, p.licenses])).toEqual([
+      ['R-6.p1', 1],
+      ['R-6.p2', 3],
+    ]);
+    expect(await system.providerOrder('R-6.p3')).toBeNull();
+    expect(chain.nextLicenses).toBe(9);
+  });
+
+  it('buys the rest of an event a job left between its two partials before a newer event', async () => {
+    // 5 in force, 8 ordered; an event for 9 bought its first partial (the next term's 1), then
+    // its job died before the rest of the term in force (3) was bought.
+    const { placed, renewed } = await renewedEarly(system, clock, 'R-7', { licenses: 5, next: 8 });
+    const t1 = clock.now();
+    const first = {
+      orderId: 'R-7.p1',
+      licenses: 1,
+      startsAt: t1,
+      expiresAt: renewed.term.expiresAt,
+    };
+    await system.started.provisioning.createOrder({
+      customer: renewed.customer,
+      id: first.orderId,
+      product: renewed.product,
+      licenses: first.licenses,
+      startsAt: first.startsAt,
+      expiresAt: first.expiresAt,
+    });
+    await leftByDeadJob(system, 'R-7', 'crashed-seat-job', () => ({
+      partials: [first],
+      partialCount: 1,
+      nextLicenses: 9,
+      lastSeatEventAt: t1,
+      unfinishedSeatEvent: { webhookId: 'lost-seat', occurredAt: t1, total: 9, neededAt: t1 },
+    }));
+    // A newer event asks for 10 from the next term on: the term in force still gets its 9.
+    clock.advance(60);
+    await seats(system, 'R-7', 10, { effectiveAt: renewed.term.startsAt });
+    const chain = await system.waitForChain('R-7', (c) => c.partials.length === 3);
+    expect(chain.partials.map((p) => [p.orderId, p.licenses, p.startsAt, p.expiresAt])).toEqual([
+      ['R-7.p1', 1, t1, renewed.term.expiresAt],
+      ['R-7.p2', 3, clock.now(), placed.term.expiresAt],
+      ['R-7.p3', 1, renewed.term.startsAt, renewed.term.expiresAt],
+    ]);
+    expect(chain.nextLicenses).toBe(10);
+    // The first partial was recorded by the dead job's stand-in, without a history entry.
+    const bought = chain.history.filter((h) => h.event === 'seats.partial_ordered');
+    expect(bought.map((h) => [h.cause.orderId, h.cause.webhookId === 'lost-seat'])).toEqual([
+      ['R-7.p2', true],
+      ['R-7.p3', false],
+    ]);
   });
 
   it('finishes a purchase a crashed seat job left half done before renewing', async () => {
