@@ -73,8 +73,9 @@ function liveAddOns(addOns: readonly Chain[], now: number): Chain[] {
 /**
  * An add-on's licenses in force throughout [from, until): the lower of its two counts when its
  * own early renewal changes them in between. One that starts later in the stretch counts from
- * when it was ordered, as partials do (no gap orders); one that stopped and ends before the
- * stretch does not count.
+ * when it was ordered, as partials do (no gap orders). One that stopped counts only if it runs
+ * to the stretch's end: licenses needed after it ends are bought from now, overlapping its last
+ * days (it stops at its renewal, at most the renewal lead before it ends).
  */
 function addOnLicensesDuring(addOn: Chain, { from, until }: { from: number; until: number }) {
   const earlier = addOn.previousTerm;
@@ -84,8 +85,8 @@ function addOnLicensesDuring(addOn: Chain, { from, until }: { from: number; unti
   }
   const { term } = addOn;
   if (term.startsAt >= until) return 0;
-  // Ended before the stretch: it counts only if it renews (its next term not ordered yet).
-  if (term.expiresAt <= from && addOn.nextRenewalAt === null) return 0;
+  // Ending before the stretch does: it counts only if it renews (its next term not ordered yet).
+  if (term.expiresAt < until && addOn.nextRenewalAt === null) return 0;
   return addOn.licenses;
 }
 

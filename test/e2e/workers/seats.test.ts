@@ -411,6 +411,37 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     expect(ended.addOns[0]?.history.at(-1)?.event).toBe('addon.stopped');
   });
 
+  it('replaces an add-on that stopped and ends before the main term does', async () => {
+    // 5 + an add-on of 3; the total falls back to 5, so the add-on stops at its renewal.
+    const placed = await place(system, 'A-10', 5);
+    await seats(system, 'A-10', 8);
+    const bought = await system.waitForChain('A-10', (c) => c.addOns.length === 1);
+    const addOnEnd = bought.addOns[0]?.term.expiresAt ?? 0;
+    clock.advance(60);
+    await seats(system, 'A-10', 5);
+    await system.waitForChain('A-10', (c) => c.addOns[0]?.nextLicenses === 0);
+    // The main chain renews (term 2 runs past the add-on's end), then the add-on stops.
+    clock.set(placed.term.expiresAt - 7 * DAY);
+    await system.promote('renewals', renewalJobId(chainIdOf('A-10'), 2));
+    const renewed = await system.waitForChain('A-10', (c) => c.term.count === 2);
+    expect(renewed.term.expiresAt).toBeGreaterThan(addOnEnd);
+    clock.set(addOnEnd - 7 * DAY);
+    await system.promote('renewals', renewalJobId(chainIdOf('A-10.a1'), 2));
+    await system.waitForChain('A-10', (c) => c.addOns[0]?.nextRenewalAt === null);
+
+    // 8 again: the stopped add-on's 3 end with it, so a new add-on buys them from now.
+    clock.advance(DAY);
+    await seats(system, 'A-10', 8);
+    const chain = await system.waitForChain('A-10', (c) => c.addOns.length === 2);
+    expect(chain.addOns[1]).toMatchObject({
+      order: 'A-10.a2',
+      licenses: 3,
+      term: { startsAt: clock.now() },
+    });
+    expect(chain.nextLicenses).toBe(5);
+    expect(chain.addOns.map((a) => a.nextLicenses)).toEqual([0, 3]);
+  });
+
   it('after an early renewal, starts an add-on with the next term when only that term is short', async () => {
     // 10 in force until term 1 ends; term 2 was ordered with 6 after a decrease.
     const { renewed } = await renewedEarly(system, clock, 'A-8', { licenses: 10, next: 6 });

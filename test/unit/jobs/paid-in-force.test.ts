@@ -91,7 +91,7 @@ describe('paid per term ahead, after an early renewal', () => {
     expect(paidInTermInForce(m, [grown], now)?.paid).toBe(10 + 2);
   });
 
-  it('does not count for the next term an add-on that stopped and ends before it', () => {
+  it('counts an add-on that stopped only for the terms it runs through', () => {
     const stopped = chain({
       id: 'A',
       licenses: 3,
@@ -100,10 +100,37 @@ describe('paid per term ahead, after an early renewal', () => {
       term: { orderId: 'A', count: 1, startsAt: now - 27 * DAY, expiresAt: now + 3 * DAY },
     });
     const m = main(10, ['A']);
-    expect(paidInTermInForce(m, [stopped], now)?.paid).toBe(10 + 3);
+    // It ends on Jun 27, before either main term does: it counts for neither.
+    expect(paidInTermInForce(m, [stopped], now)?.paid).toBe(10);
     expect(paidInForce(m, [stopped], now)).toBe(10);
     // One that renews on its own cycle still counts: its next term is not ordered yet.
-    expect(paidInForce(m, [{ ...stopped, nextRenewalAt: now }], now)).toBe(10 + 3);
+    const renewing = { ...stopped, nextRenewalAt: now };
+    expect(paidInTermInForce(m, [renewing], now)?.paid).toBe(10 + 3);
+    expect(paidInForce(m, [renewing], now)).toBe(10 + 3);
+    // Ending on Jul 3, it runs through the term in force but not the next one.
+    const later = { ...stopped, term: { ...stopped.term, expiresAt: renewedAt + 3 * DAY } };
+    expect(paidInTermInForce(m, [later], now)?.paid).toBe(10 + 3);
+    expect(paidInForce(m, [later], now)).toBe(10);
+  });
+
+  it('counts an add-on that stopped and ends before the main term does, without an early renewal', () => {
+    const m = chain({
+      id: 'M',
+      licenses: 5,
+      addOns: ['A'],
+      term: { orderId: 'M', count: 1, startsAt: now - 10 * DAY, expiresAt: now + 20 * DAY },
+    });
+    const stopped = chain({
+      id: 'A',
+      licenses: 3,
+      mainChain: 'M',
+      nextRenewalAt: null,
+      term: { orderId: 'A', count: 1, startsAt: now - 25 * DAY, expiresAt: now + 5 * DAY },
+    });
+    expect(paidInTermInForce(m, [stopped], now)).toBeUndefined();
+    expect(paidInForce(m, [stopped], now)).toBe(5);
+    const throughTerm = { ...stopped, term: { ...stopped.term, expiresAt: now + 20 * DAY } };
+    expect(paidInForce(m, [throughTerm], now)).toBe(5 + 3);
   });
 
   it('counts in neither term an add-on whose term has ended, even one about to renew', () => {
