@@ -35,7 +35,7 @@ export function paidInForce(chain: Chain, addOns: readonly Chain[], now: number)
   // The latest term's stretch starts when the term in force (if any) ends.
   const from = Math.max(now, chain.previousTerm?.expiresAt ?? now);
   const addOnLicenses = liveAddOns(addOns, now).reduce(
-    (sum, a) => sum + addOnLicensesDuring(a, { from, until: chain.term.expiresAt }),
+    (sum, a) => sum + addOnLicensesDuring(chain, a, { from, until: chain.term.expiresAt }),
     0,
   );
   return chain.licenses + partials + addOnLicenses;
@@ -59,7 +59,7 @@ export function paidInTermInForce(
     .filter((p) => p.expiresAt > now && p.startsAt < endsAt && p.expiresAt >= endsAt)
     .reduce((sum, p) => sum + p.licenses, 0);
   const addOnLicenses = liveAddOns(addOns, now).reduce(
-    (sum, a) => sum + addOnLicensesDuring(a, { from: now, until: endsAt }),
+    (sum, a) => sum + addOnLicensesDuring(chain, a, { from: now, until: endsAt }),
     0,
   );
   return { endsAt, paid: term.licenses + partials + addOnLicenses };
@@ -73,11 +73,15 @@ function liveAddOns(addOns: readonly Chain[], now: number): Chain[] {
 /**
  * An add-on's licenses in force throughout [from, until): the lower of its two counts when its
  * own early renewal changes them in between. One that starts later in the stretch counts from
- * when it was ordered, as partials do (no gap orders). One that stopped counts only if it runs
- * to the stretch's end: licenses needed after it ends are bought from now, overlapping its last
- * days (it stops at its renewal, at most the renewal lead before it ends).
+ * when it was ordered, as partials do (no gap orders). One that will not renew as things stand
+ * (it stopped, or its main chain does not renew) counts only if it runs to the stretch's end:
+ * licenses needed after it ends are bought from now, overlapping its last days.
  */
-function addOnLicensesDuring(addOn: Chain, { from, until }: { from: number; until: number }) {
+function addOnLicensesDuring(
+  main: Chain,
+  addOn: Chain,
+  { from, until }: { from: number; until: number },
+) {
   const earlier = addOn.previousTerm;
   if (earlier !== null && earlier.expiresAt > from) {
     const before = earlier.licenses ?? addOn.licenses;
@@ -86,7 +90,7 @@ function addOnLicensesDuring(addOn: Chain, { from, until }: { from: number; unti
   const { term } = addOn;
   if (term.startsAt >= until) return 0;
   // Ending before the stretch does: it counts only if it renews (its next term not ordered yet).
-  if (term.expiresAt < until && addOn.nextRenewalAt === null) return 0;
+  if (term.expiresAt < until && governedNextRenewalAt(main, addOn) === null) return 0;
   return addOn.licenses;
 }
 
@@ -292,7 +296,9 @@ async function finishUnfinishedSeatEvent(
   });
   const { neededAt: _planned, ...event } = unfinished;
   const cause = { jobId: job.id ?? '', ...(event.webhookId ? { webhookId: event.webhookId } : {}) };
-  if (decision.kind !== 'buy') {
+  // A chain cancelled (or expired) meanwhile buys nothing more.
+  const ended = chain.status === 'cancelled' || chain.status === 'expired';
+  if (ended || decision.kind !== 'buy') {
     return deps.chains.save({
       chainId: chain.id,
       token,
@@ -301,8 +307,10 @@ async function finishUnfinishedSeatEvent(
       history: [
         {
           at: now,
-          event: 'seats.changed',
-          detail: `${event.total} licenses: the term in force lacks none any more, nothing left to buy`,
+          event: ended ? 'seats.ignored' : 'seats.changed',
+          detail: ended
+            ? `${event.total} licenses: the rest of the term in force is not bought for a ${chain.status} chain`
+            : `${event.total} licenses: the term in force lacks none any more, nothing left to buy`,
           cause,
         },
       ],
@@ -314,7 +322,9 @@ async function finishUnfinishedSeatEvent(
     decision.licenses,
     decision,
     decision.rest ? { ...event, rest: true } : event,
-    job.id ?? null,
+    // Its owner is the event's own job, which alone fails on a refusal; another job that buys
+    // the rest (and dies) must not fail its own work on that refusal when it is retried.
+    options.refusal === 'fail' ? (job.id ?? null) : null,
   );
   const buying = await deps.chains.save({
     chainId: chain.id,
@@ -369,8 +379,16 @@ export async function finishSeatIntent(
       chainId: chain.id,
       token,
       previous: chain,
-      // A refused rest is not tried again by every job that takes the chain.
-      next: { ...chain, intent: null, unfinishedSeatEvent: null, updatedAt: now },
+      // A refused rest ends its event: it is applied (its first partial stays bought), so
+      // neither its own job retried nor any other tries it again.
+      next: {
+        ...chain,
+        intent: null,
+        ...(chain.unfinishedSeatEvent
+          ? { ...applied(chain, chain.unfinishedSeatEvent), unfinishedSeatEvent: null }
+          : {}),
+        updatedAt: now,
+      },
       history: [
         {
           at: now,

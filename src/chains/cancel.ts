@@ -55,6 +55,8 @@ export async function cancelChain(input: {
       ...chain,
       status: 'cancelled',
       intent: null,
+      // Nothing more is bought for a cancelled chain, the rest of a seat event included.
+      unfinishedSeatEvent: null,
       nextRenewalAt: null,
       updatedAt: input.now,
     },

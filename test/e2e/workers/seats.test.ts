@@ -6,9 +6,11 @@ import { describe, expect, it } from 'vitest';
 import { renewalJobId } from '../../../jobs/renewals.js';
 import { addOnJobId } from '../../../jobs/seat-changes.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
+import type { Chain } from '../../../src/chains/records.js';
 import type { ChainView } from '../../../src/chains/view.js';
 import { type ManualClock, manualClock, systemClock } from '../../../src/clock.js';
 import { addTerms } from '../../../src/domain/periods.js';
+import { webhookJobId } from '../../../src/intake/webhooks.js';
 import { DAY, leftByDeadJob, orderPlaced, type System, useSystem } from '../../helpers/system.js';
 
 const run = promisify(execFile);
@@ -53,6 +55,49 @@ async function renewedEarly(
 }
 
 const lastEvent = (chain: ChainView) => chain.history.at(-1)?.event;
+
+/**
+ * A chain renewed early (5 in force, 8 ordered) whose seat job, for 9 from now, bought its first
+ * partial (the next term's 1) and died before the rest of the term in force (3). `chain`
+ * changes the record besides (a product the provider refuses, say).
+ */
+async function leftBetweenPartials(
+  system: System,
+  clock: ManualClock,
+  order: string,
+  chain: Partial<Chain> = {},
+) {
+  const { placed, renewed } = await renewedEarly(system, clock, order, { licenses: 5, next: 8 });
+  const t1 = clock.now();
+  const first = {
+    orderId: `${order}.p1`,
+    licenses: 1,
+    startsAt: t1,
+    expiresAt: renewed.term.expiresAt,
+  };
+  await system.started.provisioning.createOrder({
+    customer: renewed.customer,
+    id: first.orderId,
+    product: renewed.product,
+    licenses: first.licenses,
+    startsAt: first.startsAt,
+    expiresAt: first.expiresAt,
+  });
+  await leftByDeadJob(system, order, 'crashed-seat-job', () => ({
+    partials: [first],
+    partialCount: 1,
+    nextLicenses: 9,
+    lastSeatEventAt: t1,
+    unfinishedSeatEvent: {
+      webhookId: `lost-seat-${order.toLowerCase().replace('-', '')}`,
+      occurredAt: t1,
+      total: 9,
+      neededAt: t1,
+    },
+    ...chain,
+  }));
+  return { placed, renewed, t1 };
+}
 
 describe('marketplace, co-terminated partial orders (the default)', () => {
   const clock = manualClock(systemClock.now());
@@ -275,31 +320,7 @@ describe('marketplace, after an early renewal', () => {
   });
 
   it('buys the rest of an event a job left between its two partials before a newer event', async () => {
-    // 5 in force, 8 ordered; an event for 9 bought its first partial (the next term's 1), then
-    // its job died before the rest of the term in force (3) was bought.
-    const { placed, renewed } = await renewedEarly(system, clock, 'R-7', { licenses: 5, next: 8 });
-    const t1 = clock.now();
-    const first = {
-      orderId: 'R-7.p1',
-      licenses: 1,
-      startsAt: t1,
-      expiresAt: renewed.term.expiresAt,
-    };
-    await system.started.provisioning.createOrder({
-      customer: renewed.customer,
-      id: first.orderId,
-      product: renewed.product,
-      licenses: first.licenses,
-      startsAt: first.startsAt,
-      expiresAt: first.expiresAt,
-    });
-    await leftByDeadJob(system, 'R-7', 'crashed-seat-job', () => ({
-      partials: [first],
-      partialCount: 1,
-      nextLicenses: 9,
-      lastSeatEventAt: t1,
-      unfinishedSeatEvent: { webhookId: 'lost-seat', occurredAt: t1, total: 9, neededAt: t1 },
-    }));
+    const { placed, renewed, t1 } = await leftBetweenPartials(system, clock, 'R-7');
     // A newer event asks for 10 from the next term on: the term in force still gets its 9.
     clock.advance(60);
     await seats(system, 'R-7', 10, { effectiveAt: renewed.term.startsAt });
@@ -312,10 +333,35 @@ describe('marketplace, after an early renewal', () => {
     expect(chain.nextLicenses).toBe(10);
     // The first partial was recorded by the dead job's stand-in, without a history entry.
     const bought = chain.history.filter((h) => h.event === 'seats.partial_ordered');
-    expect(bought.map((h) => [h.cause.orderId, h.cause.webhookId === 'lost-seat'])).toEqual([
+    expect(bought.map((h) => [h.cause.orderId, h.cause.webhookId === 'lost-seat-r7'])).toEqual([
       ['R-7.p2', true],
       ['R-7.p3', false],
     ]);
+  });
+
+  it('buys nothing more for an event left between its two partials once the chain is cancelled', async () => {
+    await leftBetweenPartials(system, clock, 'R-8');
+    await system.send('order.cancelled', { order: 'R-8' });
+    await system.waitForChain('R-8', (c) => c.status === 'cancelled');
+    await seats(system, 'R-8', 9);
+    await system.waitForChain('R-8', (c) => lastEvent(c) === 'seats.ignored');
+    expect(await system.providerOrder('R-8.p2')).toBeNull();
+  });
+
+  it('applies an event whose rest the provider refused, so its own job does not buy again', async () => {
+    const { t1 } = await leftBetweenPartials(system, clock, 'R-9', { product: 'no-such-product' });
+    // The event's own job, retried: the rest is refused, and the event counts as applied.
+    await system.send(
+      'seats.changed',
+      { order: 'R-9', licenses: 9, occurredAt: t1 },
+      { id: 'lost-seat-r9' },
+    );
+    const chain = await system.waitForChain('R-9', (c) => lastEvent(c) === 'seats.refused');
+    const job = await system.queue('seat-changes').getJob(webhookJobId('lost-seat-r9'));
+    await expect.poll(async () => job?.getState(), { timeout: 5_000 }).toBe('completed');
+    expect(await job?.returnvalue).toBe('already applied: lost-seat-r9');
+    expect(chain.history.filter((h) => h.event === 'seats.refused')).toHaveLength(1);
+    expect(chain.partials.map((p) => p.orderId)).toEqual(['R-9.p1']);
   });
 
   it('finishes a purchase a crashed seat job left half done before renewing', async () => {

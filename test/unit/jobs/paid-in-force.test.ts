@@ -131,6 +131,11 @@ describe('paid per term ahead, after an early renewal', () => {
     expect(paidInForce(m, [stopped], now)).toBe(5);
     const throughTerm = { ...stopped, term: { ...stopped.term, expiresAt: now + 20 * DAY } };
     expect(paidInForce(m, [throughTerm], now)).toBe(5 + 3);
+    // Its own schedule says it renews, but its main chain's does not: it will not renew either.
+    const governed = { ...stopped, nextRenewalAt: now + DAY };
+    expect(paidInForce(m, [governed], now)).toBe(5 + 3);
+    expect(paidInForce({ ...m, autoRenew: false }, [governed], now)).toBe(5);
+    expect(paidInForce({ ...m, needsReactivation: true }, [governed], now)).toBe(5);
   });
 
   it('counts in neither term an add-on whose term has ended, even one about to renew', () => {
