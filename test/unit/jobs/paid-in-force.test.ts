@@ -49,6 +49,17 @@ function main(next: number, addOns: string[] = []): Chain {
   });
 }
 
+/** An add-on of 3 that stopped (a share of 0 at its renewal) and ends at `expiresAt`. */
+function stoppedAddOn(expiresAt: number): Chain {
+  return chain({
+    id: 'A',
+    licenses: 3,
+    mainChain: 'M',
+    nextRenewalAt: null,
+    term: { orderId: 'A', count: 1, startsAt: expiresAt - 30 * DAY, expiresAt },
+  });
+}
+
 describe('paid per term ahead, after an early renewal', () => {
   it('counts the term in force and the next term apart', () => {
     const m = main(6);
@@ -92,13 +103,7 @@ describe('paid per term ahead, after an early renewal', () => {
   });
 
   it('counts an add-on that stopped only for the terms it runs through', () => {
-    const stopped = chain({
-      id: 'A',
-      licenses: 3,
-      mainChain: 'M',
-      nextRenewalAt: null,
-      term: { orderId: 'A', count: 1, startsAt: now - 27 * DAY, expiresAt: now + 3 * DAY },
-    });
+    const stopped = stoppedAddOn(now + 3 * DAY);
     const m = main(10, ['A']);
     // It ends on Jun 27, before either main term does: it counts for neither.
     expect(paidInTermInForce(m, [stopped], now)?.paid).toBe(10);
@@ -120,13 +125,7 @@ describe('paid per term ahead, after an early renewal', () => {
       addOns: ['A'],
       term: { orderId: 'M', count: 1, startsAt: now - 10 * DAY, expiresAt: now + 20 * DAY },
     });
-    const stopped = chain({
-      id: 'A',
-      licenses: 3,
-      mainChain: 'M',
-      nextRenewalAt: null,
-      term: { orderId: 'A', count: 1, startsAt: now - 25 * DAY, expiresAt: now + 5 * DAY },
-    });
+    const stopped = stoppedAddOn(now + 5 * DAY);
     expect(paidInTermInForce(m, [stopped], now)).toBeUndefined();
     expect(paidInForce(m, [stopped], now)).toBe(5);
     const throughTerm = { ...stopped, term: { ...stopped.term, expiresAt: now + 20 * DAY } };
