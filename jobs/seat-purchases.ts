@@ -426,7 +426,7 @@ export async function finishSeatIntent(
       addOns,
       entry: {
         event: 'seats.partial_ordered',
-        detail: `partial ${intent.orderId}: ${describeTerm(order)}, co-terminated with the term`,
+        detail: `partial ${intent.orderId}: ${describeTerm(order)}, co-terminated with the term${event.rest ? '; the rest of the term in force is bought next' : ''}`,
         cause,
       },
       orderIds: [intent.orderId],

@@ -279,6 +279,7 @@ describe('marketplace, after an early renewal', () => {
     ]);
     expect(chain.nextLicenses).toBe(9);
     const ordered = chain.history.filter((h) => h.event === 'seats.partial_ordered');
+    expect(ordered[0]?.detail).toContain('the rest of the term in force is bought next');
     expect(ordered.map((h) => h.cause.webhookId)).toEqual([
       ordered[0]?.cause.webhookId,
       ordered[0]?.cause.webhookId,
