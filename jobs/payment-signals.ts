@@ -176,10 +176,9 @@ async function markPaid(deps: WorkerDeps, job: Job, held: Held, data: EventJobDa
 
   if (plan.kind === 'unsuspend') {
     const ids = await familyOrderIds(deps, chain, now);
-    for (const id of ids) {
-      await deps.chains.extend(chain.id, token);
-      await deps.provisioning.unsuspendOrder({ id });
-    }
+    await deps.chains.eachOrderUnderLock(chain.id, token, ids, (order) =>
+      deps.provisioning.unsuspendOrder(order),
+    );
     const saved = await deps.chains.save({
       chainId: chain.id,
       token,
@@ -282,10 +281,9 @@ async function suspendChain(deps: WorkerDeps, job: Job, jobToken: string | undef
             next: { ...chain, suspending: data.episode, updatedAt: now },
             release: false,
           });
-    for (const id of ids) {
-      await deps.chains.extend(chain.id, token);
-      await deps.provisioning.suspendOrder({ id });
-    }
+    await deps.chains.eachOrderUnderLock(chain.id, token, ids, (order) =>
+      deps.provisioning.suspendOrder(order),
+    );
     await deps.chains.save({
       chainId: chain.id,
       token,

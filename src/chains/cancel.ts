@@ -41,10 +41,9 @@ export async function cancelChain(input: {
   const { chain, token } = input.held;
   const addOns = await input.chains.getMany(chain.addOns);
   const ids = familyOrdersInForce(chain, addOns, input.provisioning.variant, input.now);
-  for (const id of ids) {
-    await input.chains.extend(chain.id, token);
-    await input.provisioning.cancelOrder({ id });
-  }
+  await input.chains.eachOrderUnderLock(chain.id, token, ids, (order) =>
+    input.provisioning.cancelOrder(order),
+  );
   const pending = await cancelPendingIntent(input.provisioning, chain);
   if (pending) ids.push(pending);
   const saved = await input.chains.save({

@@ -131,6 +131,22 @@ export class ChainStore {
     }
   }
 
+  /**
+   * Calls the provider once per order, one after another, renewing the lock's lease before each
+   * call, so a family with many orders never outlives the lock while the provider answers.
+   */
+  async eachOrderUnderLock(
+    chainId: string,
+    token: string,
+    orderIds: readonly string[],
+    call: (params: { id: string }) => Promise<unknown>,
+  ): Promise<void> {
+    for (const id of orderIds) {
+      await this.extend(chainId, token);
+      await call({ id });
+    }
+  }
+
   async unlock(chainId: string, token: string): Promise<void> {
     if (this.released.delete(token)) return;
     await callScript(this.redis, 'unlockChain', [chainKeys(chainId).lock], [token]);
