@@ -1,7 +1,7 @@
 // The `renewals` queue: one delayed job per term renews a chain on time, exactly once.
 import { type Job, type Queue, UnrecoverableError } from 'bullmq';
 import { z } from 'zod';
-import { markAddOnCancelled } from '../src/chains/cancel.js';
+import { cancelPendingIntent, markAddOnCancelled } from '../src/chains/cancel.js';
 import { governedNextRenewalAt } from '../src/chains/family.js';
 import { orderToChange } from '../src/chains/orders-in-force.js';
 import { type Chain, chainRecord, type Intent, intentRecord } from '../src/chains/records.js';
@@ -167,15 +167,20 @@ export async function ensureRenewalJob(
   now: number,
   options: { overrideDeferral?: boolean; prepared?: PreparedRenewal | undefined } = {},
 ): Promise<void> {
-  const { id, name, data } = renewalJob(chain, options.prepared);
+  // A renewal in flight (its order may be made already) keeps its job whatever the schedule
+  // says now (auto-renew off, a cancelled main chain), due at once: only that job replays the
+  // intent and records what the provider made, which a cancelled family then cancels.
+  const inFlight = chain.intent?.kind === 'renewal' && chain.nextRenewalAt === null;
+  const schedule = inFlight ? { ...chain, nextRenewalAt: now } : chain;
+  const { id, name, data } = renewalJob(schedule, options.prepared);
   const existing = await queue.getJob(id);
-  if (chain.nextRenewalAt === null) {
+  if (schedule.nextRenewalAt === null) {
     if (existing && ['delayed', 'waiting', 'prioritized'].includes(await existing.getState())) {
       await existing.remove();
     }
     return;
   }
-  const delayMs = Math.max(0, chain.nextRenewalAt - now) * 1000;
+  const delayMs = Math.max(0, schedule.nextRenewalAt - now) * 1000;
   if (existing) {
     const state = await existing.getState();
     if (state === 'delayed') {
@@ -587,7 +592,10 @@ async function settleRecordedTerm(
       await suspendRenewalOrder(deps, chain, orderId);
   } else if (!cancelled) {
     await alignWithFamily(deps, job, jobToken, chain, orderId, { maySuspended: true });
-  } else if (chain.status !== 'cancelled') {
+  } else {
+    // Also when the add-on is marked cancelled already: a cancel that listed the family before
+    // this order was recorded marks the add-on it reads later without cancelling that order.
+    // Cancelling is safe to repeat.
     await cancelWithMainChain(deps, job, chain, orderId, held);
   }
 }
@@ -680,6 +688,12 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
           current = await finishPendingSeatPurchase(deps, job, { chain: current, token });
           intent = current.intent;
           replayed = intent !== null;
+          if (
+            intent?.kind === 'renewal' &&
+            (await renewalView(deps, current)).status === 'cancelled'
+          ) {
+            return dropCancelledRenewal(deps, job, { chain: current, token }, intent);
+          }
         }
         if (!intent) {
           const decision = decideRenewal({
@@ -758,6 +772,44 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
       claim,
     );
   };
+}
+
+/**
+ * A renewal intent found on a chain cancelled since it was written (an add-on whose main chain
+ * was cancelled while its job waited to retry): it is not sent, so a cancelled family never
+ * gets a new order. Its order, if the provider made it before, is cancelled; the intent is
+ * cleared and an add-on recorded as cancelled with its main chain.
+ */
+async function dropCancelledRenewal(
+  deps: WorkerDeps,
+  job: Job,
+  { chain, token }: { chain: Chain; token: string },
+  intent: Intent,
+): Promise<string> {
+  const cancelled = await cancelPendingIntent(deps.provisioning, chain);
+  const now = deps.clock.now();
+  const cause = { jobId: job.id ?? '', orderId: intent.orderId };
+  const saved = await deps.chains.save({
+    chainId: chain.id,
+    token,
+    previous: chain,
+    next: { ...chain, intent: null, updatedAt: now },
+    history: [
+      {
+        at: now,
+        event: 'renewal.dropped',
+        detail: cancelled
+          ? `renewal ${intent.orderId} was made while its chain was cancelled: cancelled at the provider`
+          : `renewal ${intent.orderId} not sent: its chain was cancelled`,
+        cause,
+      },
+    ],
+    release: false,
+  });
+  if (saved.mainChain !== null) {
+    await markAddOnCancelled(deps.chains, saved, now, cause, { held: { chain: saved, token } });
+  }
+  return 'skipped: cancelled';
 }
 
 /**

@@ -277,6 +277,67 @@ describe('a renewal whose job ran out of attempts after sending its order', () =
   });
 });
 
+describe('a renewal in flight when auto-renew is switched off', () => {
+  /**
+   * A chain whose renewal job sent its order (made at the provider), lost the answer (a
+   * timeout) and waits to retry, its intent on the chain; `chain` changes the record besides.
+   */
+  async function renewalInFlight(order: string, chain: Partial<Chain>) {
+    const startsAt = now() - 25 * DAY;
+    await system.send('order.placed', orderPlaced({ order, startsAt, autoRenew: false }));
+    const placed = await system.waitForChain(order, () => true);
+    const params = {
+      customer: placed.customer,
+      id: `${order}.r2`,
+      product: placed.product,
+      licenses: 5,
+      duration: placed.duration,
+      startsAt: placed.term.expiresAt,
+      parent: order,
+    };
+    await leftByDeadJob(system, order, 'retrying-renewal-job', () => ({
+      intent: { kind: 'renewal', method: 'createOrder', orderId: params.id, params, jobId: null },
+      ...chain,
+    }));
+    await system.started.provisioning.createOrder(params);
+    return placed;
+  }
+
+  it('keeps its job, which records the order the provider made', async () => {
+    const placed = await renewalInFlight('INFL-1', { autoRenew: true, nextRenewalAt: now() });
+    const data: RenewalJobData = {
+      chainId: chainIdOf('INFL-1'),
+      order: 'INFL-1',
+      customer: placed.customer,
+      count: 2,
+      dueAt: now(),
+    };
+    await renewals.add('renew INFL-1 term 2', data, {
+      jobId: `renew-${chainIdOf('INFL-1')}-2`,
+      delay: 60 * 60_000,
+    });
+
+    const off = await system.ops('PUT', '/ops/chains/INFL-1/auto-renew', { enabled: false });
+    expect(off.status).toBe(200);
+    expect(await renewalJob('INFL-1', 2)).toBeDefined();
+    const chain = await system.waitForChain('INFL-1', (c) => c.term.count === 2);
+    expect(chain).toMatchObject({ autoRenew: false, nextRenewalAt: null });
+    expect(chain.term.orderId).toBe('INFL-1.r2');
+    expect(chain.history.filter((h) => h.event === 'renewal.ordered')).toHaveLength(1);
+    expect(await renewalJob('INFL-1', 3)).toBeUndefined();
+  });
+
+  it('gets its job back from reconcile when it was lost', async () => {
+    await renewalInFlight('INFL-2', { autoRenew: false, nextRenewalAt: null });
+    expect(await renewalJob('INFL-2', 2)).toBeUndefined();
+    const reconcile = await system.queue('maintenance').add('reconcile now', {});
+    await expect.poll(async () => reconcile.getState(), { timeout: 10_000 }).toBe('completed');
+    const chain = await system.waitForChain('INFL-2', (c) => c.term.count === 2);
+    expect(chain.term.orderId).toBe('INFL-2.r2');
+    expect(chain.history.filter((h) => h.event === 'renewal.ordered')).toHaveLength(1);
+  });
+});
+
 describe('a renewal intent replayed after its chain was suspended', () => {
   it('makes the order once and suspends it with the rest of the chain', async () => {
     const startsAt = now() - 25 * DAY;

@@ -489,6 +489,90 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     expect(chain.addOns.map((a) => a.nextLicenses)).toEqual([0, 3]);
   });
 
+  it('cancels an add-on renewal recorded while its main chain was being cancelled', async () => {
+    await place(system, 'A-11', 5);
+    await seats(system, 'A-11', 8);
+    const bought = await system.waitForChain('A-11', (c) => c.addOns.length === 1);
+    const addOn = bought.addOns[0] as ChainView['addOns'][number];
+    clock.set(addOn.term.expiresAt - 7 * DAY);
+    await system.promote('renewals', renewalJobId(chainIdOf('A-11.a1'), 2));
+    await system.waitForChain('A-11', (c) => c.addOns[0]?.term.count === 2);
+    // What the race leaves: the cancel listed the family while the add-on's renewal was in
+    // flight, then marked the add-on (its renewal recorded by then) cancelled, its order live.
+    await leftByDeadJob(system, 'A-11.a1', 'cancel-marking-addon', () => ({
+      status: 'cancelled',
+      nextRenewalAt: null,
+    }));
+    await system.ops('POST', '/ops/chains/A-11/cancel');
+    expect((await system.providerOrder('A-11.a1.r2'))?.status).toBe('active');
+
+    // The renewal job's retry finds its term recorded in a cancelled family: it cancels it.
+    const retry = renewalJobId(chainIdOf('A-11.a1'), 2);
+    await (await system.queue('renewals').getJob(retry))?.remove();
+    await system.queue('renewals').add(
+      'renew A-11.a1 term 2 (retry)',
+      {
+        chainId: chainIdOf('A-11.a1'),
+        order: 'A-11.a1',
+        customer: bought.customer,
+        count: 2,
+        dueAt: clock.now(),
+      },
+      { jobId: retry },
+    );
+    await expect
+      .poll(async () => (await system.providerOrder('A-11.a1.r2'))?.status, { timeout: 5_000 })
+      .toBe('cancelled');
+  });
+
+  /**
+   * A chain with an add-on whose renewal job sent its order (made at the provider when `made`),
+   * lost the answer and waits to retry, its intent on the add-on; then the main chain is
+   * cancelled. Answers the retry's job id.
+   */
+  async function addOnRenewalInFlightAtCancel(order: string, { made }: { made: boolean }) {
+    await place(system, order, 5);
+    await seats(system, order, 8);
+    const bought = await system.waitForChain(order, (c) => c.addOns.length === 1);
+    const addOn = bought.addOns[0] as ChainView['addOns'][number];
+    clock.set(addOn.term.expiresAt - 7 * DAY);
+    const params = {
+      customer: bought.customer,
+      id: `${addOn.order}.r2`,
+      product: addOn.product,
+      licenses: 3,
+      duration: addOn.duration,
+      startsAt: addOn.term.expiresAt,
+      parent: addOn.order,
+    };
+    await leftByDeadJob(system, addOn.order, 'retrying-renewal-job', () => ({
+      intent: { kind: 'renewal', method: 'createOrder', orderId: params.id, params, jobId: null },
+    }));
+    if (made) await system.started.provisioning.createOrder(params);
+    const retry = renewalJobId(chainIdOf(addOn.order), 2);
+    await (await system.queue('renewals').getJob(retry))?.changeDelay(60 * 60_000);
+    await system.ops('POST', `/ops/chains/${order}/cancel`);
+    // The job is kept (due at once): it alone knows the order may be made.
+    expect(await system.queue('renewals').getJob(retry)).toBeDefined();
+    return system.waitForChain(
+      order,
+      (c) => c.addOns[0]?.history.at(-1)?.event === 'renewal.dropped',
+    );
+  }
+
+  it('cancels an add-on renewal made while its main chain was cancelled, and records none', async () => {
+    const chain = await addOnRenewalInFlightAtCancel('A-12', { made: true });
+    expect((await system.providerOrder('A-12.a1.r2'))?.status).toBe('cancelled');
+    expect(chain.addOns[0]).toMatchObject({ status: 'cancelled', term: { count: 1 } });
+  });
+
+  it('does not send an add-on renewal in flight once its main chain is cancelled', async () => {
+    const chain = await addOnRenewalInFlightAtCancel('A-13', { made: false });
+    expect(await system.providerOrder('A-13.a1.r2')).toBeNull();
+    expect(chain.addOns[0]?.history.at(-1)?.detail).toContain('not sent');
+    expect(chain.addOns[0]).toMatchObject({ status: 'cancelled', term: { count: 1 } });
+  });
+
   it('after an early renewal, starts an add-on with the next term when only that term is short', async () => {
     // 10 in force until term 1 ends; term 2 was ordered with 6 after a decrease.
     const { renewed } = await renewedEarly(system, clock, 'A-8', { licenses: 10, next: 6 });
