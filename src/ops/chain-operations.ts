@@ -71,18 +71,22 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
   }
 
   /**
-   * Changes a chain under its lock, then makes its renewal job, and its add-ons' (which it
-   * governs), match the new state.
+   * Changes a chain and makes its renewal job, and its add-ons' (which it governs), match the
+   * new state, both under its lock: two quick changes (off, then on) cannot meet in between,
+   * where the first one's job update would undo the second's.
    */
   async function change(
     order: string,
     work: (held: { chain: Chain; token: string }) => Promise<Chain>,
   ) {
     const found = await find(order);
-    const saved = await withOperatorLock(chains, found.id, work);
-    // An operator acted: a renewal that put itself off is reconsidered now.
-    await ensureFamilyRenewalJobs(deps.renewals, chains, saved, clock.now(), {
-      overrideDeferral: true,
+    const saved = await withOperatorLock(chains, found.id, async (held) => {
+      const changed = await work(held);
+      // An operator acted: a renewal that put itself off is reconsidered now.
+      await ensureFamilyRenewalJobs(deps.renewals, chains, changed, clock.now(), {
+        overrideDeferral: true,
+      });
+      return changed;
     });
     return view(saved);
   }
