@@ -297,6 +297,12 @@ function addChainCommands(program: Command): void {
 }
 
 export async function runCli(argv: readonly string[]): Promise<void> {
+  // Output piped into a reader that stops early (`| head`) ends the command quietly, as other
+  // command-line tools do, instead of a stack trace for the closed pipe.
+  process.stdout.on('error', (error: NodeJS.ErrnoException) => {
+    if (error.code === 'EPIPE') process.exit(0);
+    throw error;
+  });
   try {
     await buildCli().parseAsync([...argv]);
   } catch (error) {

@@ -1,6 +1,7 @@
 // The `billing` command as a user runs it: a real process against a real Redis.
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { once } from 'node:events';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -89,6 +90,21 @@ describe('billing partners', () => {
     const list = await billing(['partners', 'list'], { REDIS_URL: redis.url });
     expect(list.stdout).toMatch(/^id\s+name\s+variant/);
     expect(list.stdout).toMatch(/cli-table\s+marketplace\s+15/);
+  });
+
+  it('ends quietly when the reader of its output stops early (| head)', async () => {
+    const child = spawn(process.execPath, [BIN, 'partners', 'list'], {
+      env: cleanEnv({ REDIS_URL: redis.url }),
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    child.stdout.destroy();
+    let stderr = '';
+    child.stderr.on('data', (chunk) => {
+      stderr += chunk;
+    });
+    const [code] = (await once(child, 'exit')) as [number | null];
+    expect(stderr).not.toMatch(/EPIPE|Error/);
+    expect(code).toBe(0);
   });
 
   it('refuses a duplicate name, a bad variant and a bad window, naming them', async () => {
