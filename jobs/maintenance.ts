@@ -27,7 +27,13 @@ export async function scheduleMaintenance(queue: Queue, everySeconds: number): P
 
 /** A term that ended with nothing ordered after it: the chain is expired (DESIGN §4 status). */
 function hasExpired(chain: Chain, now: number): boolean {
-  return chain.status === 'active' && chain.nextRenewalAt === null && chain.term.expiresAt <= now;
+  // A renewal in flight is finished by its job (reconcile restores it), not expired.
+  return (
+    chain.status === 'active' &&
+    chain.nextRenewalAt === null &&
+    chain.intent?.kind !== 'renewal' &&
+    chain.term.expiresAt <= now
+  );
 }
 
 export function makeProcessor(deps: WorkerDeps) {

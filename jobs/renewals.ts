@@ -775,6 +775,24 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
 }
 
 /**
+ * Cancels at the provider what a renewal intent may have made, answering the order cancelled
+ * (null when none was made). External renewals belong to the add-on's chain, cancelled whole by
+ * its first order: the family's cancel may have left that out (its term had ended).
+ */
+async function cancelUnsentRenewal(
+  deps: WorkerDeps,
+  chain: Chain,
+  intent: Intent,
+): Promise<string | null> {
+  if (deps.provisioning.variant !== 'external') {
+    return cancelPendingIntent(deps.provisioning, chain);
+  }
+  const first = orderToChange(chain, intent.orderId, 'external');
+  await deps.provisioning.cancelOrder({ id: first });
+  return first;
+}
+
+/**
  * A renewal intent found on a chain cancelled since it was written (an add-on whose main chain
  * was cancelled while its job waited to retry): it is not sent, so a cancelled family never
  * gets a new order. Its order, if the provider made it before, is cancelled; the intent is
@@ -786,7 +804,7 @@ async function dropCancelledRenewal(
   { chain, token }: { chain: Chain; token: string },
   intent: Intent,
 ): Promise<string> {
-  const cancelled = await cancelPendingIntent(deps.provisioning, chain);
+  const cancelled = await cancelUnsentRenewal(deps, chain, intent);
   const now = deps.clock.now();
   const cause = { jobId: job.id ?? '', orderId: intent.orderId };
   const saved = await deps.chains.save({
@@ -798,9 +816,12 @@ async function dropCancelledRenewal(
       {
         at: now,
         event: 'renewal.dropped',
-        detail: cancelled
-          ? `renewal ${intent.orderId} was made while its chain was cancelled: cancelled at the provider`
-          : `renewal ${intent.orderId} not sent: its chain was cancelled`,
+        detail:
+          cancelled === null
+            ? `renewal ${intent.orderId} not sent: its chain was cancelled`
+            : cancelled === intent.orderId
+              ? `renewal ${intent.orderId} was made while its chain was cancelled: cancelled at the provider`
+              : `renewal ${intent.orderId} not sent: its chain was cancelled; ${cancelled} cancelled at the provider, with ${intent.orderId} if it was made`,
         cause,
       },
     ],

@@ -327,6 +327,18 @@ describe('a renewal in flight when auto-renew is switched off', () => {
     expect(await renewalJob('INFL-1', 3)).toBeUndefined();
   });
 
+  it('is not marked expired by reconcile when its term ended, and gets its job back', async () => {
+    await renewalInFlight('INFL-3', { autoRenew: false, nextRenewalAt: null });
+    // Its term ended meanwhile: reconcile finishes the renewal instead of expiring the chain.
+    await leftByDeadJob(system, 'INFL-3', 'term-ended', (chain) => ({
+      term: { ...chain.term, expiresAt: now() - 60 },
+    }));
+    const reconcile = await system.queue('maintenance').add('reconcile now', {});
+    await expect.poll(async () => reconcile.getState(), { timeout: 10_000 }).toBe('completed');
+    const chain = await system.waitForChain('INFL-3', (c) => c.term.count === 2);
+    expect(chain.history.map((h) => h.event)).not.toContain('chain.expired');
+  });
+
   it('gets its job back from reconcile when it was lost', async () => {
     await renewalInFlight('INFL-2', { autoRenew: false, nextRenewalAt: null });
     expect(await renewalJob('INFL-2', 2)).toBeUndefined();

@@ -657,6 +657,41 @@ describe('the external variant (add-ons only)', () => {
   const clock = manualClock(systemClock.now());
   const system = useSystem({ clock, env: { PARTNER_VARIANT: 'external' } });
 
+  it('cancels, by its first order, an ended add-on whose renewal was in flight at the cancel', async () => {
+    const placed = await place(system, 'E-6', 5, 0);
+    await seats(system, 'E-6', 8);
+    const bought = await system.waitForChain('E-6', (c) => c.addOns.length === 1);
+    const addOn = bought.addOns[0] as ChainView['addOns'][number];
+    // The main chain renews; then the add-on's term ends while its renewal is in flight (made at
+    // the provider, the answer lost, its job waiting to retry).
+    clock.set(placed.term.expiresAt - 7 * DAY);
+    await system.promote('renewals', renewalJobId(chainIdOf('E-6'), 2));
+    await system.waitForChain('E-6', (c) => c.term.count === 2);
+    clock.set(addOn.term.expiresAt + DAY);
+    const params = { parent: addOn.order, id: `${addOn.order}.r2` };
+    await leftByDeadJob(system, addOn.order, 'retrying-renewal-job', () => ({
+      intent: {
+        kind: 'renewal',
+        method: 'createRenewalOrder',
+        orderId: params.id,
+        params,
+        jobId: null,
+      },
+    }));
+    await system.started.provisioning.createRenewalOrder(params);
+    const retry = renewalJobId(chainIdOf(addOn.order), 2);
+    await (await system.queue('renewals').getJob(retry))?.changeDelay(60 * 60_000);
+
+    // The cancel leaves the ended add-on's first order alone; the renewal's job cancels it.
+    await system.ops('POST', '/ops/chains/E-6/cancel');
+    const chain = await system.waitForChain(
+      'E-6',
+      (c) => c.addOns[0]?.history.at(-1)?.event === 'renewal.dropped',
+    );
+    expect(chain.addOns[0]?.history.at(-1)?.detail).toContain(`${addOn.order} cancelled`);
+    expect((await system.providerOrder(params.id))?.status).toBe('cancelled');
+  });
+
   it('orders an add-on on the date it is needed, with createFirstOrder', async () => {
     await system.send('order.placed', orderPlaced({ order: 'E-1', licenses: 5 }));
     await system.waitForChain('E-1', () => true);
