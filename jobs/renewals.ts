@@ -1,7 +1,7 @@
 // The `renewals` queue: one delayed job per term renews a chain on time, exactly once.
 import { type Job, type Queue, UnrecoverableError } from 'bullmq';
 import { z } from 'zod';
-import { cancelPendingIntent, markAddOnCancelled } from '../src/chains/cancel.js';
+import { cancelIfMade, cancelPendingIntent, markAddOnCancelled } from '../src/chains/cancel.js';
 import { governedNextRenewalAt } from '../src/chains/family.js';
 import { orderToChange } from '../src/chains/orders-in-force.js';
 import { type Chain, chainRecord, type Intent, intentRecord } from '../src/chains/records.js';
@@ -787,9 +787,7 @@ async function cancelUnsentRenewal(
   if (deps.provisioning.variant !== 'external') {
     return cancelPendingIntent(deps.provisioning, chain);
   }
-  const first = orderToChange(chain, intent.orderId, 'external');
-  await deps.provisioning.cancelOrder({ id: first });
-  return first;
+  return cancelIfMade(deps.provisioning, orderToChange(chain, intent.orderId, 'external'));
 }
 
 /**

@@ -297,10 +297,12 @@ function addChainCommands(program: Command): void {
 }
 
 export async function runCli(argv: readonly string[]): Promise<void> {
-  // Output piped into a reader that stops early (`| head`) ends the command quietly, as other
-  // command-line tools do, instead of a stack trace for the closed pipe.
+  // Output piped into a reader that stops early (`| head`) ends the command quietly instead of
+  // with a stack trace, with the status of a process killed by SIGPIPE (128 + 13), as other
+  // command-line tools do: a script with `pipefail` still sees that output was lost (say, a new
+  // partner's API key).
   process.stdout.on('error', (error: NodeJS.ErrnoException) => {
-    if (error.code === 'EPIPE') process.exit(0);
+    if (error.code === 'EPIPE') process.exit(141);
     throw error;
   });
   try {

@@ -17,9 +17,20 @@ export async function cancelPendingIntent(
 ): Promise<string | null> {
   const intent = chain.intent;
   if (!intent || (provisioning.variant === 'external' && intent.kind === 'renewal')) return null;
+  return cancelIfMade(provisioning, intent.orderId);
+}
+
+/**
+ * Cancels an order that may or may not exist at the provider: answers its id, or null when the
+ * provider does not know it (it was never made), which is an outcome, not a failure.
+ */
+export async function cancelIfMade(
+  provisioning: ProvisioningClient,
+  orderId: string,
+): Promise<string | null> {
   try {
-    await provisioning.cancelOrder({ id: intent.orderId });
-    return intent.orderId;
+    await provisioning.cancelOrder({ id: orderId });
+    return orderId;
   } catch (error) {
     if (error instanceof RefusalError && error.message.startsWith('order not found')) return null;
     throw error;

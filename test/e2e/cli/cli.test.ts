@@ -104,7 +104,7 @@ describe('billing partners', () => {
     });
     const [code] = (await once(child, 'exit')) as [number | null];
     expect(stderr).not.toMatch(/EPIPE|Error/);
-    expect(code).toBe(0);
+    expect(code).toBe(141);
   });
 
   it('refuses a duplicate name, a bad variant and a bad window, naming them', async () => {
