@@ -201,6 +201,11 @@ function printChain(chain: ChainView): void {
     lines.push('action    reactivate it at the provider, then: billing chains reactivated ORDER');
   }
   if (chain.flagged) lines.push(`flagged   ${chain.flagged}`);
+  if (chain.inFlight) {
+    lines.push(
+      `in flight ${chain.inFlight.kind} ${chain.inFlight.orderId}, finished by the next job`,
+    );
+  }
   for (const p of chain.partials) {
     lines.push(
       `partial   ${p.orderId}: ${p.licenses} licenses, ${iso(p.startsAt)} – ${iso(p.expiresAt)}`,

@@ -1,5 +1,5 @@
 // The chain as the ops API and CLI show it (DESIGN §5).
-import type { Chain, HistoryEntry, Term } from './records.js';
+import type { Chain, HistoryEntry, Intent, Term } from './records.js';
 
 export interface ChainWithHistory {
   chain: Chain;
@@ -21,6 +21,11 @@ export interface AddOnView {
   partials: Chain['partials'];
   needsReactivation: boolean;
   flagged: string | null;
+  /**
+   * The order a job is making right now, or left half done when it died (its intent). An
+   * operator sees here why seat and payment events wait (for a first order or a renewal).
+   */
+  inFlight: { kind: Intent['kind']; orderId: string } | null;
   history: readonly HistoryEntry[];
 }
 
@@ -44,6 +49,7 @@ function baseView({ chain, history }: ChainWithHistory): AddOnView {
     partials: chain.partials,
     needsReactivation: chain.needsReactivation,
     flagged: chain.flagged,
+    inFlight: chain.intent ? { kind: chain.intent.kind, orderId: chain.intent.orderId } : null,
     history,
   };
 }

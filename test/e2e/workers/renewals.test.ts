@@ -342,10 +342,15 @@ describe('a renewal in flight when auto-renew is switched off', () => {
   it('gets its job back from reconcile when it was lost', async () => {
     await renewalInFlight('INFL-2', { autoRenew: false, nextRenewalAt: null });
     expect(await renewalJob('INFL-2', 2)).toBeUndefined();
+    expect((await system.chain('INFL-2')).inFlight).toEqual({
+      kind: 'renewal',
+      orderId: 'INFL-2.r2',
+    });
     const reconcile = await system.queue('maintenance').add('reconcile now', {});
     await expect.poll(async () => reconcile.getState(), { timeout: 10_000 }).toBe('completed');
     const chain = await system.waitForChain('INFL-2', (c) => c.term.count === 2);
     expect(chain.term.orderId).toBe('INFL-2.r2');
+    expect(chain.inFlight).toBeNull();
     expect(chain.history.filter((h) => h.event === 'renewal.ordered')).toHaveLength(1);
   });
 });
