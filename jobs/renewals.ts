@@ -1,7 +1,7 @@
 // The `renewals` queue: one delayed job per term renews a chain on time, exactly once.
 import { type Job, type Queue, UnrecoverableError } from 'bullmq';
 import { z } from 'zod';
-import { cancelIfMade, cancelPendingIntent, markAddOnCancelled } from '../src/chains/cancel.js';
+import { cancelIfMade, markAddOnCancelled } from '../src/chains/cancel.js';
 import { governedNextRenewalAt } from '../src/chains/family.js';
 import { orderToChange } from '../src/chains/orders-in-force.js';
 import { type Chain, chainRecord, type Intent, intentRecord } from '../src/chains/records.js';
@@ -775,22 +775,6 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
 }
 
 /**
- * Cancels at the provider what a renewal intent may have made, answering the order cancelled
- * (null when none was made). External renewals belong to the add-on's chain, cancelled whole by
- * its first order: the family's cancel may have left that out (its term had ended).
- */
-async function cancelUnsentRenewal(
-  deps: WorkerDeps,
-  chain: Chain,
-  intent: Intent,
-): Promise<string | null> {
-  if (deps.provisioning.variant !== 'external') {
-    return cancelPendingIntent(deps.provisioning, chain);
-  }
-  return cancelIfMade(deps.provisioning, orderToChange(chain, intent.orderId, 'external'));
-}
-
-/**
  * A renewal intent found on a chain cancelled since it was written (an add-on whose main chain
  * was cancelled while its job waited to retry): it is not sent, so a cancelled family never
  * gets a new order. Its order, if the provider made it before, is cancelled; the intent is
@@ -802,7 +786,13 @@ async function dropCancelledRenewal(
   { chain, token }: { chain: Chain; token: string },
   intent: Intent,
 ): Promise<string> {
-  const cancelled = await cancelUnsentRenewal(deps, chain, intent);
+  // What the intent may have made is cancelled: external renewals through the add-on's first
+  // order, which cancels its whole chain (the family's cancel leaves out an add-on whose term
+  // had ended). Null: the provider never made it.
+  const cancelled = await cancelIfMade(
+    deps.provisioning,
+    orderToChange(chain, intent.orderId, deps.provisioning.variant),
+  );
   const now = deps.clock.now();
   const cause = { jobId: job.id ?? '', orderId: intent.orderId };
   const saved = await deps.chains.save({

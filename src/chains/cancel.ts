@@ -11,7 +11,7 @@ import type { ChainStore } from './store.js';
  * cancelled too; if the provider never made it, its "not found" answer is the expected outcome.
  * External renewals belong to the first order's chain, which is cancelled already.
  */
-export async function cancelPendingIntent(
+async function cancelPendingIntent(
   provisioning: ProvisioningClient,
   chain: Chain,
 ): Promise<string | null> {
