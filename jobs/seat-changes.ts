@@ -17,8 +17,8 @@ import {
   describeAllocation,
   finishPendingSeatPurchase,
   finishSeatIntent,
+  paidAhead,
   paidInForce,
-  paidInTermInForce,
   partialIntent,
 } from './seat-purchases.js';
 
@@ -109,13 +109,10 @@ async function applySeatEvent(
     }
     const addOns = await deps.chains.getMany(chain.addOns);
     const decision = planSeatChange({
+      ...paidAhead(chain, addOns, now),
       total: ev.licenses,
-      paid: paidInForce(chain, addOns, now),
-      termInForce: paidInTermInForce(chain, addOns, now),
       style: deps.settings.seatIncrease,
       neededAt: ev.effectiveAt ?? now,
-      now,
-      termEnd: chain.term.expiresAt,
       occurredAt: data.occurredAt,
       lastAppliedAt: chain.lastSeatEventAt,
     });

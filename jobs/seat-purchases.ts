@@ -65,6 +65,19 @@ export function paidInTermInForce(
   return { endsAt, paid: term.licenses + partials + addOnLicenses };
 }
 
+/**
+ * What a seat plan (planSeatChange) reads from the chain: the licenses paid for the latest
+ * ordered term and for a term still in force, and where the latest term ends.
+ */
+export function paidAhead(chain: Chain, addOns: readonly Chain[], now: number) {
+  return {
+    paid: paidInForce(chain, addOns, now),
+    termInForce: paidInTermInForce(chain, addOns, now),
+    termEnd: chain.term.expiresAt,
+    now,
+  };
+}
+
 /** Add-ons that count at all: not cancelled, and their latest ordered term not ended. */
 function liveAddOns(addOns: readonly Chain[], now: number): Chain[] {
   return addOns.filter((a) => a.status !== 'cancelled' && a.term.expiresAt > now);
@@ -281,24 +294,22 @@ async function finishUnfinishedSeatEvent(
 ): Promise<Chain> {
   const unfinished = chain.unfinishedSeatEvent as NonNullable<Chain['unfinishedSeatEvent']>;
   const now = deps.clock.now();
-  const addOns = await deps.chains.getMany(chain.addOns);
-  const decision = planSeatChange({
-    total: unfinished.total,
-    paid: paidInForce(chain, addOns, now),
-    termInForce: paidInTermInForce(chain, addOns, now),
-    style: 'coterm',
-    neededAt: unfinished.neededAt,
-    now,
-    termEnd: chain.term.expiresAt,
-    occurredAt: unfinished.occurredAt,
-    // Its own event: it was the latest when its first partial was recorded.
-    lastAppliedAt: null,
-  });
-  const { neededAt: _planned, ...event } = unfinished;
-  const cause = { jobId: job.id ?? '', ...(event.webhookId ? { webhookId: event.webhookId } : {}) };
   // A chain cancelled (or expired) meanwhile buys nothing more.
   const ended = chain.status === 'cancelled' || chain.status === 'expired';
-  if (ended || decision.kind !== 'buy') {
+  const decision = ended
+    ? null
+    : planSeatChange({
+        ...paidAhead(chain, await deps.chains.getMany(chain.addOns), now),
+        total: unfinished.total,
+        style: 'coterm',
+        neededAt: unfinished.neededAt,
+        occurredAt: unfinished.occurredAt,
+        // Its own event: it was the latest when its first partial was recorded.
+        lastAppliedAt: null,
+      });
+  const { neededAt: _planned, ...event } = unfinished;
+  const cause = { jobId: job.id ?? '', ...(event.webhookId ? { webhookId: event.webhookId } : {}) };
+  if (decision?.kind !== 'buy') {
     return deps.chains.save({
       chainId: chain.id,
       token,
