@@ -16,6 +16,17 @@ const utc = (year: number, month: number, day: number) => Date.UTC(year, month -
 const termEnd = utc(2025, 7, 1);
 const now = utc(2025, 3, 10);
 
+/** The decision to buy `licenses` for [startsAt, endsAt), with `rest` false unless said. */
+function buy(
+  total: number,
+  licenses: number,
+  startsAt: number,
+  endsAt: number,
+  { rest = false }: { rest?: boolean } = {},
+): SeatDecision {
+  return { kind: 'buy', total, licenses, startsAt, endsAt, rest };
+}
+
 function plan(overrides: Partial<SeatChangeInput> = {}): SeatDecision {
   return planSeatChange({
     total: 12,
@@ -73,14 +84,7 @@ describe('planSeatChange', () => {
     });
 
     it('buys for the last second of the term, which is still inside it', () => {
-      expect(plan({ total: 40, neededAt: termEnd - 1 })).toEqual({
-        kind: 'buy',
-        total: 40,
-        licenses: 30,
-        startsAt: termEnd - 1,
-        endsAt: termEnd,
-        rest: false,
-      });
+      expect(plan({ total: 40, neededAt: termEnd - 1 })).toEqual(buy(40, 30, termEnd - 1, termEnd));
     });
 
     it('only sets the next renewal count when a past date is handled after the term ended', () => {
@@ -94,14 +98,7 @@ describe('planSeatChange', () => {
 
   describe('when the date needed is in the past', () => {
     it('buys from now, not from the past date', () => {
-      expect(plan({ total: 15, neededAt: now - 20 * DAY })).toEqual({
-        kind: 'buy',
-        total: 15,
-        licenses: 5,
-        startsAt: now,
-        endsAt: termEnd,
-        rest: false,
-      });
+      expect(plan({ total: 15, neededAt: now - 20 * DAY })).toEqual(buy(15, 5, now, termEnd));
     });
   });
 
@@ -124,14 +121,7 @@ describe('planSeatChange', () => {
 
     it('buys the total minus what is paid, from the date needed to the end of the term', () => {
       const neededAt = now + 5 * DAY;
-      expect(plan({ total: 25, paid: 10, neededAt })).toEqual({
-        kind: 'buy',
-        total: 25,
-        licenses: 15,
-        startsAt: neededAt,
-        endsAt: termEnd,
-        rest: false,
-      });
+      expect(plan({ total: 25, paid: 10, neededAt })).toEqual(buy(25, 15, neededAt, termEnd));
     });
   });
 
@@ -156,58 +146,23 @@ describe('planSeatChange', () => {
 
     it('buys for the rest of the term in force when only it is short, ending with it', () => {
       // 5 in force, 8 already ordered for the next term (an increase asked from then on).
-      expect(ahead(5, 8, 8)).toEqual({
-        kind: 'buy',
-        total: 8,
-        licenses: 3,
-        startsAt: now,
-        endsAt: renewedAt,
-        rest: false,
-      });
+      expect(ahead(5, 8, 8)).toEqual(buy(8, 3, now, renewedAt));
     });
 
     it('buys from the start of the term ordered when only it is short', () => {
       // 10 in force, the next term ordered with 6 after a decrease; 8 needed now.
-      expect(ahead(10, 6, 8)).toEqual({
-        kind: 'buy',
-        total: 8,
-        licenses: 2,
-        startsAt: renewedAt,
-        endsAt: termEnd,
-        rest: false,
-      });
+      expect(ahead(10, 6, 8)).toEqual(buy(8, 2, renewedAt, termEnd));
     });
 
     it('buys what the next term lacks over both terms when it lacks more', () => {
       // 5 in force, 4 ordered, 9 needed: the next term lacks 5, the term in force 4.
-      expect(ahead(5, 4, 9)).toEqual({
-        kind: 'buy',
-        total: 9,
-        licenses: 5,
-        startsAt: now,
-        endsAt: termEnd,
-        rest: false,
-      });
+      expect(ahead(5, 4, 9)).toEqual(buy(9, 5, now, termEnd));
     });
 
     it('leaves the rest of a term in force that lacks more to a second partial', () => {
       // 5 in force, 8 ordered, 9 needed: 1 across both terms, then 3 ending with the term in force.
-      expect(ahead(5, 8, 9)).toEqual({
-        kind: 'buy',
-        total: 9,
-        licenses: 1,
-        startsAt: now,
-        endsAt: termEnd,
-        rest: true,
-      });
-      expect(ahead(6, 9, 9)).toEqual({
-        kind: 'buy',
-        total: 9,
-        licenses: 3,
-        startsAt: now,
-        endsAt: renewedAt,
-        rest: false,
-      });
+      expect(ahead(5, 8, 9)).toEqual(buy(9, 1, now, termEnd, { rest: true }));
+      expect(ahead(6, 9, 9)).toEqual(buy(9, 3, now, renewedAt));
     });
 
     it('buys nothing when both terms have the total', () => {
@@ -220,14 +175,7 @@ describe('planSeatChange', () => {
     });
 
     it('looks only at the term ordered once the term in force has ended', () => {
-      expect(ahead(1, 8, 10, renewedAt)).toEqual({
-        kind: 'buy',
-        total: 10,
-        licenses: 2,
-        startsAt: renewedAt,
-        endsAt: termEnd,
-        rest: false,
-      });
+      expect(ahead(1, 8, 10, renewedAt)).toEqual(buy(10, 2, renewedAt, termEnd));
     });
 
     it('leaves no second short, never over-buys the next term, and needs at most two orders', () => {
@@ -283,14 +231,7 @@ describe('planSeatChange', () => {
 
       it('sizes the add-on for the next term, from the first term short', () => {
         // 5 in force, 8 ordered, 9 needed: 1 more for the next term, bought from now.
-        expect(addOn(5, 8, 9)).toEqual({
-          kind: 'buy',
-          total: 9,
-          licenses: 1,
-          startsAt: now,
-          endsAt: termEnd,
-          rest: false,
-        });
+        expect(addOn(5, 8, 9)).toEqual(buy(9, 1, now, termEnd));
         // 10 in force, 6 ordered (a decrease renewed), 8 needed: 2 from the next term's start.
         expect(addOn(10, 6, 8)).toMatchObject({ licenses: 2, startsAt: renewedAt });
       });
@@ -321,14 +262,7 @@ describe('planSeatChange', () => {
         fc.integer({ min: utc(2024, 1, 1), max: termEnd - 1 }),
         (paid, extra, neededAt, at) => {
           const decision = plan({ total: paid + extra, paid, neededAt, now: at });
-          expect(decision).toEqual({
-            kind: 'buy',
-            total: paid + extra,
-            licenses: extra,
-            startsAt: Math.max(neededAt, at),
-            endsAt: termEnd,
-            rest: false,
-          });
+          expect(decision).toEqual(buy(paid + extra, extra, Math.max(neededAt, at), termEnd));
         },
       ),
     );
@@ -451,10 +385,10 @@ describe('seat events over one term', () => {
       { total: 20, neededAt: at(40), occurredAt: at(40), now: at(40) },
     ]);
     expect(run.steps.map((s) => s.decision)).toEqual([
-      { kind: 'buy', total: 15, licenses: 5, startsAt: at(10), endsAt: term.end, rest: false },
+      buy(15, 5, at(10), term.end),
       { kind: 'next_renewal_only', total: 8, reason: 'decrease' },
       { kind: 'next_renewal_only', total: 14, reason: 'decrease' },
-      { kind: 'buy', total: 20, licenses: 5, startsAt: at(40), endsAt: term.end, rest: false },
+      buy(20, 5, at(40), term.end),
     ]);
     expect(run.bought).toBe(10);
   });
