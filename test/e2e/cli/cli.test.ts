@@ -1,11 +1,10 @@
 // The `billing` command as a user runs it: a real process against a real Redis.
-import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { request } from 'undici';
@@ -14,8 +13,8 @@ import { signWebhook } from '../../../src/intake/sign.js';
 import { QUEUE_PREFIX } from '../../../src/queues.js';
 import { listen } from '../../helpers/proxy.js';
 import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
+import { runScript } from '../../helpers/run-script.js';
 
-const run = promisify(execFile);
 const BIN = join(import.meta.dirname, '../../../bin/billing.js');
 
 let redis: TestRedis;
@@ -25,7 +24,8 @@ beforeAll(async () => {
   redis = await startTestRedis();
   dataDir = await mkdtemp(join(tmpdir(), 'billing-cli-'));
   // The first run may build dist/; later ones reuse it.
-  await run(process.execPath, [BIN, '--help'], { env: cleanEnv() });
+  const help = await runScript(BIN, ['--help'], cleanEnv());
+  if (help.code !== 0) throw new Error(`billing --help failed: ${help.stderr}`);
 }, 120_000);
 
 afterAll(async () => {
@@ -38,16 +38,8 @@ function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
   return { ...env, DATA_DIR: dataDir, LOG_LEVEL: 'warn', ...extra };
 }
 
-async function billing(args: string[], extra: Record<string, string> = {}) {
-  try {
-    const { stdout, stderr } = await run(process.execPath, [BIN, ...args], {
-      env: cleanEnv(extra),
-    });
-    return { code: 0, stdout, stderr };
-  } catch (error) {
-    const e = error as { code: number; stdout: string; stderr: string };
-    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
-  }
+function billing(args: string[], extra: Record<string, string> = {}) {
+  return runScript(BIN, args, cleanEnv(extra));
 }
 
 describe('billing partners', () => {

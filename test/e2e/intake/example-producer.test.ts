@@ -1,27 +1,21 @@
 // The README's example producer (examples/send-webhook.mjs), run as a user runs it against the
 // real service: it signs, the service accepts, deduplicates and renews; bad input is refused.
-import { execFile } from 'node:child_process';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { systemClock } from '../../../src/clock.js';
+import { runScript } from '../../helpers/run-script.js';
 import { DAY, useSystem } from '../../helpers/system.js';
 
-const run = promisify(execFile);
 const EXAMPLE = join(import.meta.dirname, '../../../examples/send-webhook.mjs');
 
 const system = useSystem();
 
-async function send(args: string[], env: Record<string, string> = {}) {
-  try {
-    const { stdout, stderr } = await run(process.execPath, [EXAMPLE, ...args], {
-      env: { ...process.env, WEBHOOK_SECRET: system.settings.WEBHOOK_SECRET as string, ...env },
-    });
-    return { code: 0, stdout, stderr };
-  } catch (error) {
-    const e = error as { code: number; stdout: string; stderr: string };
-    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
-  }
+function send(args: string[], env: Record<string, string> = {}) {
+  return runScript(EXAMPLE, args, {
+    ...process.env,
+    WEBHOOK_SECRET: system.settings.WEBHOOK_SECRET as string,
+    ...env,
+  });
 }
 
 describe('examples/send-webhook.mjs', () => {
