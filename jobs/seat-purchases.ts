@@ -6,7 +6,7 @@ import { chainIdOf } from '../src/chains/keys.js';
 import { type Cause, type Chain, type Intent, newChainRecord } from '../src/chains/records.js';
 import { addOnOrderId, partialOrderId } from '../src/domain/ids.js';
 import { withNextRenewalAt } from '../src/domain/renewal.js';
-import { allocateNextLicenses, planSeatChange } from '../src/domain/seats.js';
+import { allocateNextLicenses, type EndingEarly, planSeatChange } from '../src/domain/seats.js';
 import { RefusalError } from '../src/errors.js';
 import { formatInstant } from '../src/format.js';
 import type { WorkerDeps } from './deps.js';
@@ -29,16 +29,18 @@ export function applied(chain: Chain, event: { webhookId: string; occurredAt: nu
  * counted twice.
  */
 export function paidInForce(chain: Chain, addOns: readonly Chain[], now: number): number {
+  return paidInLatestTerm(chain, addOns, now).paid;
+}
+
+/** paidInForce, and the add-ons that cover only part of the latest term (not counted in it). */
+function paidInLatestTerm(chain: Chain, addOns: readonly Chain[], now: number): PaidDuring {
   const partials = chain.partials
     .filter((p) => p.expiresAt > now && p.expiresAt >= chain.term.expiresAt)
     .reduce((sum, p) => sum + p.licenses, 0);
   // The latest term's stretch starts when the term in force (if any) ends.
   const from = Math.max(now, chain.previousTerm?.expiresAt ?? now);
-  const addOnLicenses = liveAddOns(addOns, now).reduce(
-    (sum, a) => sum + addOnLicensesDuring(chain, a, { from, until: chain.term.expiresAt }),
-    0,
-  );
-  return chain.licenses + partials + addOnLicenses;
+  const fromAddOns = addOnsPaidDuring(chain, addOns, { from, until: chain.term.expiresAt }, now);
+  return { ...fromAddOns, paid: chain.licenses + partials + fromAddOns.paid };
 }
 
 /**
@@ -51,31 +53,55 @@ export function paidInTermInForce(
   chain: Chain,
   addOns: readonly Chain[],
   now: number,
-): { endsAt: number; paid: number } | undefined {
+): (PaidDuring & { endsAt: number }) | undefined {
   const term = chain.previousTerm;
   if (term === null || term.licenses === undefined || term.expiresAt <= now) return undefined;
   const endsAt = term.expiresAt;
   const partials = chain.partials
     .filter((p) => p.expiresAt > now && p.startsAt < endsAt && p.expiresAt >= endsAt)
     .reduce((sum, p) => sum + p.licenses, 0);
-  const addOnLicenses = liveAddOns(addOns, now).reduce(
-    (sum, a) => sum + addOnLicensesDuring(chain, a, { from: now, until: endsAt }),
-    0,
-  );
-  return { endsAt, paid: term.licenses + partials + addOnLicenses };
+  const fromAddOns = addOnsPaidDuring(chain, addOns, { from: now, until: endsAt }, now);
+  return { endsAt, ...fromAddOns, paid: term.licenses + partials + fromAddOns.paid };
 }
 
 /**
  * What a seat plan (planSeatChange) reads from the chain: the licenses paid for the latest
- * ordered term and for a term still in force, and where the latest term ends.
+ * ordered term and for a term still in force, the add-ons that cover only part of either, and
+ * where the latest term ends.
  */
 export function paidAhead(chain: Chain, addOns: readonly Chain[], now: number) {
+  const latest = paidInLatestTerm(chain, addOns, now);
   return {
-    paid: paidInForce(chain, addOns, now),
+    paid: latest.paid,
+    endingEarly: latest.endingEarly,
     termInForce: paidInTermInForce(chain, addOns, now),
     termEnd: chain.term.expiresAt,
     now,
   };
+}
+
+/**
+ * Licenses paid throughout a stretch, and those in force for its first part only (an add-on that
+ * ends inside it and will not renew: planSeatChange buys what they leave missing from their end).
+ */
+interface PaidDuring {
+  paid: number;
+  endingEarly: EndingEarly[];
+}
+
+function addOnsPaidDuring(
+  main: Chain,
+  addOns: readonly Chain[],
+  stretch: { from: number; until: number },
+  now: number,
+): PaidDuring {
+  const paid: PaidDuring = { paid: 0, endingEarly: [] };
+  for (const addOn of liveAddOns(addOns, now)) {
+    const share = addOnLicensesDuring(main, addOn, stretch);
+    if ('endsAt' in share) paid.endingEarly.push(share);
+    else paid.paid += share.licenses;
+  }
+  return paid;
 }
 
 /** Add-ons that count at all: not cancelled, and their latest ordered term not ended. */
@@ -87,24 +113,28 @@ function liveAddOns(addOns: readonly Chain[], now: number): Chain[] {
  * An add-on's licenses in force throughout [from, until): the lower of its two counts when its
  * own early renewal changes them in between. One that starts later in the stretch counts from
  * when it was ordered, as partials do (no gap orders). One that will not renew as things stand
- * (it stopped, or its main chain does not renew) counts only if it runs to the stretch's end:
- * licenses needed after it ends are bought from now, overlapping its last days.
+ * (it stopped, or its main chain does not renew) and ends inside the stretch covers it only until
+ * it ends (`endsAt`).
  */
 function addOnLicensesDuring(
   main: Chain,
   addOn: Chain,
   { from, until }: { from: number; until: number },
-) {
+): { licenses: number } | EndingEarly {
   const earlier = addOn.previousTerm;
   if (earlier !== null && earlier.expiresAt > from) {
     const before = earlier.licenses ?? addOn.licenses;
-    return earlier.expiresAt >= until ? before : Math.min(before, addOn.licenses);
+    return { licenses: earlier.expiresAt >= until ? before : Math.min(before, addOn.licenses) };
   }
   const { term } = addOn;
-  if (term.startsAt >= until) return 0;
-  // Ending before the stretch does: it counts only if it renews (its next term not ordered yet).
-  if (term.expiresAt < until && governedNextRenewalAt(main, addOn) === null) return 0;
-  return addOn.licenses;
+  if (term.startsAt >= until) return { licenses: 0 };
+  // Ending before the stretch does, it runs through it only if it renews (next term not ordered).
+  if (term.expiresAt < until && governedNextRenewalAt(main, addOn) === null) {
+    return term.expiresAt > from
+      ? { endsAt: term.expiresAt, licenses: addOn.licenses }
+      : { licenses: 0 };
+  }
+  return { licenses: addOn.licenses };
 }
 
 /** The last seat event's instant once `event` is seen: events older than it are stale. */

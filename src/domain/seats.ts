@@ -8,6 +8,10 @@
 // After a renewal ordered ahead of time, two terms lie ahead: the one still in force and the one
 // ordered, each with its own count. Each is checked on its own, so the count of the term ordered
 // never hides licenses missing today, nor the reverse.
+//
+// An order that ends inside a stretch and will not renew (a stopped add-on) is not counted in
+// that stretch's count, but it still covers the days it runs: licenses missing after it are
+// bought from the day it ends, not from now, so no day is paid twice.
 
 export type SeatDecision =
   | { readonly kind: 'stale'; readonly lastAppliedAt: number }
@@ -42,6 +46,8 @@ export interface SeatChangeInput {
   readonly total: number;
   /** Licenses paid for the latest ordered term: its main order, partials, add-ons. */
   readonly paid: number;
+  /** Orders in force for part of the latest ordered term only, not counted in `paid`. */
+  readonly endingEarly?: readonly EndingEarly[] | undefined;
   /** When the new total is needed (epoch seconds). */
   readonly neededAt: number;
   readonly now: number;
@@ -51,7 +57,14 @@ export interface SeatChangeInput {
    * The term still in force when the latest one was ordered ahead of time (a renewal made
    * early): when it ends (the latest term's start) and the licenses paid for it.
    */
-  readonly termInForce?: { readonly endsAt: number; readonly paid: number } | undefined;
+  readonly termInForce?:
+    | {
+        readonly endsAt: number;
+        readonly paid: number;
+        /** Orders in force for part of this term only, not counted in its `paid`. */
+        readonly endingEarly?: readonly EndingEarly[] | undefined;
+      }
+    | undefined;
   /**
    * How missing licenses are bought (SEAT_INCREASE, as in allocateNextLicenses). A co-terminated
    * partial can end with the term in force; an add-on runs whole terms of its own, so it is sized
@@ -64,31 +77,68 @@ export interface SeatChangeInput {
   readonly lastAppliedAt: number | null;
 }
 
-/** A stretch of time ahead with one count paid throughout (a term, or what is left of it). */
+/**
+ * Licenses in force only until `endsAt`, inside a stretch they do not run through and after
+ * which nothing renews them (an add-on that stopped, or whose main chain will not renew).
+ */
+export interface EndingEarly {
+  readonly endsAt: number;
+  readonly licenses: number;
+}
+
+/**
+ * A stretch of time ahead with one count paid throughout (a term, or what is left of it), plus
+ * the orders that cover only its first part.
+ */
 interface PaidStretch {
   readonly from: number;
   readonly to: number;
   readonly paid: number;
+  readonly endingEarly: readonly EndingEarly[];
 }
 
 /** The terms the licenses are needed in, from `startsAt` to the end of the latest ordered term. */
 function stretchesAhead(input: SeatChangeInput, startsAt: number): PaidStretch[] {
   const inForce = input.termInForce;
-  if (inForce === undefined || startsAt >= inForce.endsAt) {
-    return [{ from: startsAt, to: input.termEnd, paid: input.paid }];
-  }
+  const latest = { to: input.termEnd, paid: input.paid, endingEarly: input.endingEarly ?? [] };
+  if (inForce === undefined || startsAt >= inForce.endsAt) return [{ from: startsAt, ...latest }];
   return [
-    { from: startsAt, to: inForce.endsAt, paid: inForce.paid },
-    { from: inForce.endsAt, to: input.termEnd, paid: input.paid },
+    {
+      from: startsAt,
+      to: inForce.endsAt,
+      paid: inForce.paid,
+      endingEarly: inForce.endingEarly ?? [],
+    },
+    { from: inForce.endsAt, ...latest },
   ];
 }
 
 /**
+ * The first instant of a short stretch at which `total` is not paid: its start, or the end of an
+ * order that covered the difference until then. What is paid only falls inside a stretch (as
+ * such orders end), so it is one of those ends.
+ */
+function shortFrom(stretch: PaidStretch, total: number): number {
+  const ending = stretch.endingEarly
+    .filter((o) => o.endsAt > stretch.from && o.endsAt < stretch.to)
+    .sort((a, b) => a.endsAt - b.endsAt);
+  let inForce = stretch.paid + ending.reduce((sum, o) => sum + o.licenses, 0);
+  let at = stretch.from;
+  for (const order of ending) {
+    if (inForce < total) return at;
+    inForce -= order.licenses;
+    at = order.endsAt;
+  }
+  return at;
+}
+
+/**
  * Decides one seat event: stale, nothing to buy now, or a purchase of the missing licenses, from
- * the first term short to the last. When both terms ahead are short, the order buys what the
- * latest term lacks; a partial buys at least what the term in force lacks too, unless that is
- * more, which leaves the rest to a second partial that ends with the term in force (`rest`). The
- * latest term is never over-bought; the term in force at most for the days it has left.
+ * the moment the first term short falls short to the end of the last. When both terms ahead are
+ * short, the order buys what the latest term lacks; a partial buys at least what the term in
+ * force lacks too, unless that is more, which leaves the rest to a second partial that ends with
+ * the term in force (`rest`). The latest term is never over-bought; the term in force at most
+ * for the days it has left.
  */
 export function planSeatChange(input: SeatChangeInput): SeatDecision {
   if (input.lastAppliedAt !== null && input.occurredAt < input.lastAppliedAt) {
@@ -119,7 +169,7 @@ export function planSeatChange(input: SeatChangeInput): SeatDecision {
     kind: 'buy',
     total: input.total,
     licenses: last === latest ? missing(latest) : missing(first),
-    startsAt: first.from,
+    startsAt: shortFrom(first, input.total),
     endsAt: last.to,
     rest: input.style === 'coterm' && last === latest && firstLacksMore,
   };

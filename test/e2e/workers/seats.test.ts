@@ -10,6 +10,7 @@ import type { Chain } from '../../../src/chains/records.js';
 import type { ChainView } from '../../../src/chains/view.js';
 import { type ManualClock, manualClock, systemClock } from '../../../src/clock.js';
 import { addTerms } from '../../../src/domain/periods.js';
+import { formatInstant } from '../../../src/format.js';
 import { webhookJobId } from '../../../src/intake/webhooks.js';
 import { DAY, leftByDeadJob, orderPlaced, type System, useSystem } from '../../helpers/system.js';
 
@@ -458,7 +459,7 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     expect(ended.addOns[0]?.history.at(-1)?.event).toBe('addon.stopped');
   });
 
-  it('replaces an add-on that stopped and ends before the main term does', async () => {
+  it('replaces an add-on that stopped and ends before the main term does, from its end', async () => {
     // 5 + an add-on of 3; the total falls back to 5, so the add-on stops at its renewal.
     const placed = await place(system, 'A-10', 5);
     await seats(system, 'A-10', 8);
@@ -476,15 +477,17 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     await system.promote('renewals', renewalJobId(chainIdOf('A-10.a1'), 2));
     await system.waitForChain('A-10', (c) => c.addOns[0]?.nextRenewalAt === null);
 
-    // 8 again: the stopped add-on's 3 end with it, so a new add-on buys them from now.
+    // 8 again: the stopped add-on's 3 end with it, so a new add-on buys them from its end:
+    // no day is paid twice, and none is missing.
     clock.advance(DAY);
     await seats(system, 'A-10', 8);
     const chain = await system.waitForChain('A-10', (c) => c.addOns.length === 2);
     expect(chain.addOns[1]).toMatchObject({
       order: 'A-10.a2',
       licenses: 3,
-      term: { startsAt: clock.now() },
+      term: { startsAt: addOnEnd },
     });
+    expect(await system.providerOrder('A-10.a2')).toMatchObject({ startsAt: addOnEnd });
     expect(chain.nextLicenses).toBe(5);
     expect(chain.addOns.map((a) => a.nextLicenses)).toEqual([0, 3]);
   });
@@ -825,5 +828,42 @@ describe('the external variant (add-ons only)', () => {
     expect(stale.addOns).toHaveLength(1);
     expect(stale.addOns[0]?.nextLicenses).toBe(1);
     expect(await system.providerOrder('E-3.a2')).toBeNull();
+  });
+
+  it('orders the replacement of a stopped add-on on the day it ends', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'E-7', licenses: 5 }));
+    const placed = await system.waitForChain('E-7', () => true);
+    // An add-on of 3 bought 5 days in, so it ends 5 days into the main chain's next term.
+    clock.advance(5 * DAY);
+    await seats(system, 'E-7', 8);
+    const bought = await system.waitForChain('E-7', (c) => c.addOns.length === 1);
+    const addOnEnd = bought.addOns[0]?.term.expiresAt ?? 0;
+    clock.advance(60);
+    await seats(system, 'E-7', 5);
+    await system.waitForChain('E-7', (c) => c.addOns[0]?.nextLicenses === 0);
+    clock.set(placed.term.expiresAt - 7 * DAY);
+    await system.promote('renewals', renewalJobId(chainIdOf('E-7'), 2));
+    await system.waitForChain('E-7', (c) => c.term.count === 2);
+    clock.set(addOnEnd - 7 * DAY);
+    await system.promote('renewals', renewalJobId(chainIdOf('E-7.a1'), 2));
+    await system.waitForChain('E-7', (c) => c.addOns[0]?.nextRenewalAt === null);
+
+    // 8 again, the day before the term in force ends: it has them, and the next term has them
+    // until the add-on ends. createFirstOrder starts at once, so the new add-on waits for then.
+    clock.advance(DAY);
+    await seats(system, 'E-7', 8);
+    const waiting = await system.waitForChain(
+      'E-7',
+      (c) => lastEvent(c) === 'seats.addon_scheduled',
+    );
+    expect(waiting.history.at(-1)?.detail).toContain(formatInstant(addOnEnd));
+    clock.set(addOnEnd);
+    await system.promote('seat-changes', addOnJobId(chainIdOf('E-7')));
+    const chain = await system.waitForChain('E-7', (c) => c.addOns.length === 2);
+    expect(chain.addOns[1]).toMatchObject({
+      order: 'E-7.a2',
+      licenses: 3,
+      term: { startsAt: addOnEnd },
+    });
   });
 });

@@ -253,6 +253,74 @@ describe('planSeatChange', () => {
     });
   });
 
+  describe('with licenses that end inside a term and will not renew (an add-on that stopped)', () => {
+    const ending = (days: number, licenses: number) => ({ endsAt: now + days * DAY, licenses });
+
+    it('buys what they leave missing from the day they end, not from now', () => {
+      // 10 paid to the end, 3 more until day 5: 12 are there until day 5.
+      expect(plan({ total: 12, endingEarly: [ending(5, 3)] })).toEqual(
+        buy(12, 2, now + 5 * DAY, termEnd),
+      );
+      // 14 are not there even now: the 4 are bought from now.
+      expect(plan({ total: 14, endingEarly: [ending(5, 3)] })).toEqual(buy(14, 4, now, termEnd));
+    });
+
+    it('buys from the first end that leaves the total short', () => {
+      const endingEarly = [ending(10, 2), ending(5, 3)];
+      expect(plan({ total: 13, endingEarly })).toEqual(buy(13, 3, now + 5 * DAY, termEnd));
+      expect(plan({ total: 11, endingEarly })).toEqual(buy(11, 1, now + 10 * DAY, termEnd));
+    });
+
+    it('ignores those that end before the licenses are needed', () => {
+      const neededAt = now + 6 * DAY;
+      expect(plan({ total: 12, neededAt, endingEarly: [ending(5, 3)] })).toEqual(
+        buy(12, 2, neededAt, termEnd),
+      );
+    });
+
+    it('starts an add-on for the term ordered ahead when the one ending runs into it', () => {
+      // The term in force (to day 5) has 8 with the add-on; the term ordered has 5, and the
+      // add-on's 3 until day 7: 3 more from day 7, when it ends.
+      expect(
+        plan({
+          total: 8,
+          paid: 5,
+          endingEarly: [ending(7, 3)],
+          termInForce: { endsAt: now + 5 * DAY, paid: 8 },
+          style: 'addon',
+        }),
+      ).toEqual(buy(8, 3, now + 7 * DAY, termEnd));
+    });
+
+    it('never leaves a day short, and never buys a day the ending licenses still cover', () => {
+      fc.assert(
+        fc.property(
+          fc.integer({ min: 0, max: 100 }),
+          fc.array(
+            fc.record({
+              endsAt: fc.integer({ min: now + 1, max: termEnd - 1 }),
+              licenses: fc.integer({ min: 1, max: 50 }),
+            }),
+            { maxLength: 4 },
+          ),
+          fc.integer({ min: 1, max: 300 }),
+          (paid, endingEarly, extra) => {
+            const total = paid + extra;
+            const decision = plan({ total, paid, endingEarly });
+            expect(decision).toMatchObject({ kind: 'buy', licenses: extra, endsAt: termEnd });
+            const startsAt = (decision as { startsAt: number }).startsAt;
+            const inForceAt = (t: number) =>
+              paid + endingEarly.filter((o) => o.endsAt > t).reduce((n, o) => n + o.licenses, 0);
+            // Covered without the purchase at every step before it starts; short when it does.
+            for (const t of [now, ...endingEarly.map((o) => o.endsAt)].filter((t) => t < startsAt))
+              expect(inForceAt(t)).toBeGreaterThanOrEqual(total);
+            expect(inForceAt(startsAt)).toBeLessThan(total);
+          },
+        ),
+      );
+    });
+  });
+
   it('buys exactly the missing licenses from max(date needed, now) for any increase in the term', () => {
     fc.assert(
       fc.property(

@@ -1,7 +1,7 @@
 // What a seat change counts as paid, per term ahead: the main order, partials and add-ons, with
 // add-ons that renewed early themselves, and add-ons that stopped.
 import { describe, expect, it } from 'vitest';
-import { paidInForce, paidInTermInForce } from '../../../jobs/seat-purchases.js';
+import { paidAhead, paidInForce, paidInTermInForce } from '../../../jobs/seat-purchases.js';
 import { type Chain, newChainRecord } from '../../../src/chains/records.js';
 import { SECONDS_PER_DAY } from '../../../src/domain/periods.js';
 
@@ -63,7 +63,11 @@ function stoppedAddOn(expiresAt: number): Chain {
 describe('paid per term ahead, after an early renewal', () => {
   it('counts the term in force and the next term apart', () => {
     const m = main(6);
-    expect(paidInTermInForce(m, [], now)).toEqual({ endsAt: renewedAt, paid: 10 });
+    expect(paidInTermInForce(m, [], now)).toEqual({
+      endsAt: renewedAt,
+      paid: 10,
+      endingEarly: [],
+    });
     expect(paidInForce(m, [], now)).toBe(6);
   });
 
@@ -105,17 +109,25 @@ describe('paid per term ahead, after an early renewal', () => {
   it('counts an add-on that stopped only for the terms it runs through', () => {
     const stopped = stoppedAddOn(now + 3 * DAY);
     const m = main(10, ['A']);
-    // It ends on Jun 27, before either main term does: it counts for neither.
-    expect(paidInTermInForce(m, [stopped], now)?.paid).toBe(10);
+    // It ends on Jun 27, before either main term does: it counts for neither, and covers the
+    // term in force until it ends.
+    expect(paidInTermInForce(m, [stopped], now)).toMatchObject({
+      paid: 10,
+      endingEarly: [{ endsAt: now + 3 * DAY, licenses: 3 }],
+    });
     expect(paidInForce(m, [stopped], now)).toBe(10);
+    expect(paidAhead(m, [stopped], now).endingEarly).toEqual([]);
     // One that renews on its own cycle still counts: its next term is not ordered yet.
     const renewing = { ...stopped, nextRenewalAt: now };
     expect(paidInTermInForce(m, [renewing], now)?.paid).toBe(10 + 3);
     expect(paidInForce(m, [renewing], now)).toBe(10 + 3);
     // Ending on Jul 3, it runs through the term in force but not the next one.
     const later = { ...stopped, term: { ...stopped.term, expiresAt: renewedAt + 3 * DAY } };
-    expect(paidInTermInForce(m, [later], now)?.paid).toBe(10 + 3);
-    expect(paidInForce(m, [later], now)).toBe(10);
+    expect(paidInTermInForce(m, [later], now)).toMatchObject({ paid: 10 + 3, endingEarly: [] });
+    expect(paidAhead(m, [later], now)).toMatchObject({
+      paid: 10,
+      endingEarly: [{ endsAt: renewedAt + 3 * DAY, licenses: 3 }],
+    });
   });
 
   it('counts an add-on that stopped and ends before the main term does, without an early renewal', () => {
@@ -127,13 +139,19 @@ describe('paid per term ahead, after an early renewal', () => {
     });
     const stopped = stoppedAddOn(now + 5 * DAY);
     expect(paidInTermInForce(m, [stopped], now)).toBeUndefined();
-    expect(paidInForce(m, [stopped], now)).toBe(5);
+    expect(paidAhead(m, [stopped], now)).toMatchObject({
+      paid: 5,
+      endingEarly: [{ endsAt: now + 5 * DAY, licenses: 3 }],
+    });
     const throughTerm = { ...stopped, term: { ...stopped.term, expiresAt: now + 20 * DAY } };
     expect(paidInForce(m, [throughTerm], now)).toBe(5 + 3);
     // Its own schedule says it renews, but its main chain's does not: it will not renew either.
     const governed = { ...stopped, nextRenewalAt: now + DAY };
     expect(paidInForce(m, [governed], now)).toBe(5 + 3);
-    expect(paidInForce({ ...m, autoRenew: false }, [governed], now)).toBe(5);
+    expect(paidAhead({ ...m, autoRenew: false }, [governed], now)).toMatchObject({
+      paid: 5,
+      endingEarly: [{ endsAt: now + 5 * DAY, licenses: 3 }],
+    });
     expect(paidInForce({ ...m, needsReactivation: true }, [governed], now)).toBe(5);
   });
 
