@@ -157,6 +157,8 @@ describe('marketplace, 3 days of grace', () => {
 
     const client = await queue.backend.client;
     const firesAt = () => client.zscore(queue.keys.delayed as string, id);
+    // The job writes its deferral first, then moves itself to the delayed set.
+    await expect.poll(firesAt, { timeout: 10_000 }).not.toBeNull();
     const before = await firesAt();
     const reconcile = await system.queue('maintenance').add('reconcile now', {});
     await expect.poll(async () => reconcile.getState(), { timeout: 10_000 }).toBe('completed');
