@@ -6,7 +6,7 @@ import { chainIdOf } from '../src/chains/keys.js';
 import { type Cause, type Chain, type Intent, newChainRecord } from '../src/chains/records.js';
 import { addOnOrderId, partialOrderId } from '../src/domain/ids.js';
 import { withNextRenewalAt } from '../src/domain/renewal.js';
-import { allocateNextLicenses, type EndingEarly, planSeatChange } from '../src/domain/seats.js';
+import { allocateNextLicenses, type PartTimeOrder, planSeatChange } from '../src/domain/seats.js';
 import { RefusalError } from '../src/errors.js';
 import { formatInstant } from '../src/format.js';
 import type { WorkerDeps } from './deps.js';
@@ -32,15 +32,15 @@ export function paidInForce(chain: Chain, addOns: readonly Chain[], now: number)
   return paidInLatestTerm(chain, addOns, now).paid;
 }
 
-/** paidInForce, and the add-ons that cover only part of the latest term (not counted in it). */
+/** paidInForce, and the orders in force for part of what is left of the latest term only. */
 function paidInLatestTerm(chain: Chain, addOns: readonly Chain[], now: number): PaidDuring {
-  const partials = chain.partials
-    .filter((p) => p.expiresAt > now && p.expiresAt >= chain.term.expiresAt)
-    .reduce((sum, p) => sum + p.licenses, 0);
   // The latest term's stretch starts when the term in force (if any) ends.
-  const from = Math.max(now, chain.previousTerm?.expiresAt ?? now);
-  const fromAddOns = addOnsPaidDuring(chain, addOns, { from, until: chain.term.expiresAt }, now);
-  return { ...fromAddOns, paid: chain.licenses + partials + fromAddOns.paid };
+  const stretch = {
+    from: Math.max(now, chain.previousTerm?.expiresAt ?? now),
+    until: chain.term.expiresAt,
+  };
+  const partials = chain.partials.filter((p) => p.expiresAt > now && p.expiresAt >= stretch.until);
+  return paidDuring(chain, chain.licenses, partials, addOns, stretch, now);
 }
 
 /**
@@ -56,50 +56,62 @@ export function paidInTermInForce(
 ): (PaidDuring & { endsAt: number }) | undefined {
   const term = chain.previousTerm;
   if (term === null || term.licenses === undefined || term.expiresAt <= now) return undefined;
-  const endsAt = term.expiresAt;
-  const partials = chain.partials
-    .filter((p) => p.expiresAt > now && p.startsAt < endsAt && p.expiresAt >= endsAt)
-    .reduce((sum, p) => sum + p.licenses, 0);
-  const fromAddOns = addOnsPaidDuring(chain, addOns, { from: now, until: endsAt }, now);
-  return { endsAt, ...fromAddOns, paid: term.licenses + partials + fromAddOns.paid };
+  const stretch = { from: now, until: term.expiresAt };
+  const partials = chain.partials.filter(
+    (p) => p.expiresAt > now && p.startsAt < stretch.until && p.expiresAt >= stretch.until,
+  );
+  return {
+    endsAt: stretch.until,
+    ...paidDuring(chain, term.licenses, partials, addOns, stretch, now),
+  };
 }
 
 /**
  * What a seat plan (planSeatChange) reads from the chain: the licenses paid for the latest
- * ordered term and for a term still in force, the add-ons that cover only part of either, and
+ * ordered term and for a term still in force, the orders in force for part of either only, and
  * where the latest term ends.
  */
 export function paidAhead(chain: Chain, addOns: readonly Chain[], now: number) {
   const latest = paidInLatestTerm(chain, addOns, now);
   return {
-    paid: latest.paid,
-    endingEarly: latest.endingEarly,
+    ...latest,
     termInForce: paidInTermInForce(chain, addOns, now),
     termEnd: chain.term.expiresAt,
     now,
   };
 }
 
-/**
- * Licenses paid throughout a stretch, and those in force for its first part only (an add-on that
- * ends inside it and will not renew: planSeatChange buys what they leave missing from their end).
- */
+/** Licenses paid for a stretch (planSeatChange's `paid`), and the orders in force for part of it. */
 interface PaidDuring {
   paid: number;
-  endingEarly: EndingEarly[];
+  partTime: PartTimeOrder[];
 }
 
-function addOnsPaidDuring(
+/**
+ * What the main order's `licenses`, the `partials` that run to the stretch's end and the live
+ * add-ons pay for [from, until). A partial or add-on that starts inside the stretch counts for
+ * all of it (no gap orders) and is listed as part-time, so the plan knows when it really starts.
+ */
+function paidDuring(
   main: Chain,
+  licenses: number,
+  partials: readonly { startsAt: number; licenses: number }[],
   addOns: readonly Chain[],
   stretch: { from: number; until: number },
   now: number,
 ): PaidDuring {
-  const paid: PaidDuring = { paid: 0, endingEarly: [] };
+  const paid: PaidDuring = { paid: licenses, partTime: [] };
+  const add = (order: { startsAt: number; endsAt?: number; licenses: number }) => {
+    const endsAt = order.endsAt ?? stretch.until;
+    if (endsAt >= stretch.until) paid.paid += order.licenses;
+    if (order.startsAt > stretch.from || endsAt < stretch.until) {
+      paid.partTime.push({ startsAt: order.startsAt, endsAt, licenses: order.licenses });
+    }
+  };
+  for (const partial of partials) add(partial);
   for (const addOn of liveAddOns(addOns, now)) {
-    const share = addOnLicensesDuring(main, addOn, stretch);
-    if ('endsAt' in share) paid.endingEarly.push(share);
-    else paid.paid += share.licenses;
+    const inForce = addOnInForceDuring(main, addOn, stretch);
+    if (inForce) add(inForce);
   }
   return paid;
 }
@@ -110,31 +122,31 @@ function liveAddOns(addOns: readonly Chain[], now: number): Chain[] {
 }
 
 /**
- * An add-on's licenses in force throughout [from, until): the lower of its two counts when its
- * own early renewal changes them in between. One that starts later in the stretch counts from
- * when it was ordered, as partials do (no gap orders). One that will not renew as things stand
- * (it stopped, or its main chain does not renew) and ends inside the stretch covers it only until
- * it ends (`endsAt`).
+ * What an add-on pays for in [from, until): from when, how many, and until when if it ends
+ * inside the stretch (none: it runs through it, renewing). While its own early renewal changes
+ * its count in the stretch, the lower of the two counts, throughout. One that will not renew as
+ * things stand (it stopped, or its main chain does not renew) runs only to its term's end.
  */
-function addOnLicensesDuring(
+function addOnInForceDuring(
   main: Chain,
   addOn: Chain,
   { from, until }: { from: number; until: number },
-): { licenses: number } | EndingEarly {
+): { startsAt: number; endsAt?: number; licenses: number } | null {
   const earlier = addOn.previousTerm;
   if (earlier !== null && earlier.expiresAt > from) {
     const before = earlier.licenses ?? addOn.licenses;
-    return { licenses: earlier.expiresAt >= until ? before : Math.min(before, addOn.licenses) };
+    const licenses = earlier.expiresAt >= until ? before : Math.min(before, addOn.licenses);
+    return { startsAt: from, licenses };
   }
   const { term } = addOn;
-  if (term.startsAt >= until) return { licenses: 0 };
-  // Ending before the stretch does, it runs through it only if it renews (next term not ordered).
+  if (term.startsAt >= until) return null;
+  const startsAt = Math.max(from, term.startsAt);
   if (term.expiresAt < until && governedNextRenewalAt(main, addOn) === null) {
     return term.expiresAt > from
-      ? { endsAt: term.expiresAt, licenses: addOn.licenses }
-      : { licenses: 0 };
+      ? { startsAt, endsAt: term.expiresAt, licenses: addOn.licenses }
+      : null;
   }
-  return { licenses: addOn.licenses };
+  return { startsAt, licenses: addOn.licenses };
 }
 
 /** The last seat event's instant once `event` is seen: events older than it are stale. */

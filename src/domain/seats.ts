@@ -9,9 +9,9 @@
 // ordered, each with its own count. Each is checked on its own, so the count of the term ordered
 // never hides licenses missing today, nor the reverse.
 //
-// An order that ends inside a stretch and will not renew (a stopped add-on) is not counted in
-// that stretch's count, but it still covers the days it runs: licenses missing after it are
-// bought from the day it ends, not from now, so no day is paid twice.
+// An order that ends inside a term and will not renew (a stopped add-on) is not counted in that
+// term's count, but it still covers the days it runs: licenses missing after it are bought from
+// the day it ends, not from now, so its last days are not paid twice.
 
 export type SeatDecision =
   | { readonly kind: 'stale'; readonly lastAppliedAt: number }
@@ -46,8 +46,8 @@ export interface SeatChangeInput {
   readonly total: number;
   /** Licenses paid for the latest ordered term: its main order, partials, add-ons. */
   readonly paid: number;
-  /** Orders in force for part of the latest ordered term only, not counted in `paid`. */
-  readonly endingEarly?: readonly EndingEarly[] | undefined;
+  /** Orders in force for part of what is left of the latest ordered term only. */
+  readonly partTime?: readonly PartTimeOrder[] | undefined;
   /** When the new total is needed (epoch seconds). */
   readonly neededAt: number;
   readonly now: number;
@@ -61,8 +61,8 @@ export interface SeatChangeInput {
     | {
         readonly endsAt: number;
         readonly paid: number;
-        /** Orders in force for part of this term only, not counted in its `paid`. */
-        readonly endingEarly?: readonly EndingEarly[] | undefined;
+        /** Orders in force for part of what is left of this term only. */
+        readonly partTime?: readonly PartTimeOrder[] | undefined;
       }
     | undefined;
   /**
@@ -78,58 +78,56 @@ export interface SeatChangeInput {
 }
 
 /**
- * Licenses in force only until `endsAt`, inside a stretch they do not run through and after
- * which nothing renews them (an add-on that stopped, or whose main chain will not renew).
+ * An order in force for part of a term ahead only, over [startsAt, endsAt). One that starts late
+ * and runs on to the term's end is counted in the term's `paid`, as if in force from the start
+ * (no gap orders: a later event needing its licenses sooner buys nothing more). One that ends
+ * inside the term with nothing to renew it (an add-on that stopped, or whose main chain will not
+ * renew) is not counted, but covers the days until it ends.
  */
-export interface EndingEarly {
+export interface PartTimeOrder {
+  readonly startsAt: number;
   readonly endsAt: number;
   readonly licenses: number;
 }
 
-/**
- * A stretch of time ahead with one count paid throughout (a term, or what is left of it), plus
- * the orders that cover only its first part.
- */
+/** A stretch of time ahead: a term, or what is left of it, with what is paid for it. */
 interface PaidStretch {
   readonly from: number;
   readonly to: number;
   readonly paid: number;
-  readonly endingEarly: readonly EndingEarly[];
+  readonly partTime: readonly PartTimeOrder[];
 }
 
 /** The terms the licenses are needed in, from `startsAt` to the end of the latest ordered term. */
 function stretchesAhead(input: SeatChangeInput, startsAt: number): PaidStretch[] {
   const inForce = input.termInForce;
-  const latest = { to: input.termEnd, paid: input.paid, endingEarly: input.endingEarly ?? [] };
+  const latest = { to: input.termEnd, paid: input.paid, partTime: input.partTime ?? [] };
   if (inForce === undefined || startsAt >= inForce.endsAt) return [{ from: startsAt, ...latest }];
   return [
-    {
-      from: startsAt,
-      to: inForce.endsAt,
-      paid: inForce.paid,
-      endingEarly: inForce.endingEarly ?? [],
-    },
+    { from: startsAt, to: inForce.endsAt, paid: inForce.paid, partTime: inForce.partTime ?? [] },
     { from: inForce.endsAt, ...latest },
   ];
 }
 
 /**
- * The first instant of a short stretch at which `total` is not paid: its start, or the end of an
- * order that covered the difference until then. What is paid only falls inside a stretch (as
- * such orders end), so it is one of those ends.
+ * The first instant of a short stretch at which `total` is not in force: its start, or a day an
+ * order ends or starts inside it. By the stretch's last such day every order that ends inside it
+ * has ended and every one that runs on has started, which leaves `paid`: short, by definition.
  */
 function shortFrom(stretch: PaidStretch, total: number): number {
-  const ending = stretch.endingEarly
-    .filter((o) => o.endsAt > stretch.from && o.endsAt < stretch.to)
-    .sort((a, b) => a.endsAt - b.endsAt);
-  let inForce = stretch.paid + ending.reduce((sum, o) => sum + o.licenses, 0);
-  let at = stretch.from;
-  for (const order of ending) {
-    if (inForce < total) return at;
-    inForce -= order.licenses;
-    at = order.endsAt;
-  }
-  return at;
+  const { from, to, paid } = stretch;
+  const inside = stretch.partTime.filter((o) => o.startsAt < to && o.endsAt > from);
+  const inForceAt = (t: number) =>
+    inside.reduce((count, o) => {
+      const runsOn = o.endsAt >= to;
+      // Counted in `paid` (runs on) but not started yet; or not counted, and running at t.
+      if (runsOn) return o.startsAt > t ? count - o.licenses : count;
+      return o.startsAt <= t && t < o.endsAt ? count + o.licenses : count;
+    }, paid);
+  const changes = [from, ...inside.flatMap((o) => [o.startsAt, o.endsAt])]
+    .filter((t) => t >= from && t < to)
+    .sort((a, b) => a - b);
+  return changes.find((t) => inForceAt(t) < total) ?? from;
 }
 
 /**

@@ -490,6 +490,12 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     expect(await system.providerOrder('A-10.a2')).toMatchObject({ startsAt: addOnEnd });
     expect(chain.nextLicenses).toBe(5);
     expect(chain.addOns.map((a) => a.nextLicenses)).toEqual([0, 3]);
+
+    // 9 while the replacement waits: 8 are in force until then and after, so 1 more from now.
+    clock.advance(60);
+    await seats(system, 'A-10', 9);
+    const more = await system.waitForChain('A-10', (c) => c.addOns.length === 3);
+    expect(more.addOns[2]).toMatchObject({ licenses: 1, term: { startsAt: clock.now() } });
   });
 
   it('cancels an add-on renewal recorded while its main chain was being cancelled', async () => {

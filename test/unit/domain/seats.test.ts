@@ -253,27 +253,56 @@ describe('planSeatChange', () => {
     });
   });
 
-  describe('with licenses that end inside a term and will not renew (an add-on that stopped)', () => {
-    const ending = (days: number, licenses: number) => ({ endsAt: now + days * DAY, licenses });
+  describe('with orders in force for part of a term (an add-on that stopped, one that starts later)', () => {
+    /** Ends on `days` with nothing to renew it: not counted in `paid`. */
+    const ending = (days: number, licenses: number) => ({
+      startsAt: now - DAY,
+      endsAt: now + days * DAY,
+      licenses,
+    });
+    /** Starts on `days` and runs to the term's end: counted in `paid` (no gap orders). */
+    const starting = (days: number, licenses: number) => ({
+      startsAt: now + days * DAY,
+      endsAt: termEnd,
+      licenses,
+    });
 
-    it('buys what they leave missing from the day they end, not from now', () => {
+    it('buys what an ending order leaves missing from the day it ends, not from now', () => {
       // 10 paid to the end, 3 more until day 5: 12 are there until day 5.
-      expect(plan({ total: 12, endingEarly: [ending(5, 3)] })).toEqual(
+      expect(plan({ total: 12, partTime: [ending(5, 3)] })).toEqual(
         buy(12, 2, now + 5 * DAY, termEnd),
       );
       // 14 are not there even now: the 4 are bought from now.
-      expect(plan({ total: 14, endingEarly: [ending(5, 3)] })).toEqual(buy(14, 4, now, termEnd));
+      expect(plan({ total: 14, partTime: [ending(5, 3)] })).toEqual(buy(14, 4, now, termEnd));
     });
 
     it('buys from the first end that leaves the total short', () => {
-      const endingEarly = [ending(10, 2), ending(5, 3)];
-      expect(plan({ total: 13, endingEarly })).toEqual(buy(13, 3, now + 5 * DAY, termEnd));
-      expect(plan({ total: 11, endingEarly })).toEqual(buy(11, 1, now + 10 * DAY, termEnd));
+      const partTime = [ending(10, 2), ending(5, 3)];
+      expect(plan({ total: 13, partTime })).toEqual(buy(13, 3, now + 5 * DAY, termEnd));
+      expect(plan({ total: 11, partTime })).toEqual(buy(11, 1, now + 10 * DAY, termEnd));
     });
 
-    it('ignores those that end before the licenses are needed', () => {
+    it('counts a replacement waiting to start only from its start', () => {
+      // 10, an add-on of 3 ending on day 5 and its replacement of 3 from then: 13 throughout
+      // (paid counts the replacement). 14 are short from now, not from day 5.
+      const partTime = [ending(5, 3), starting(5, 3)];
+      expect(plan({ total: 14, paid: 13, partTime })).toEqual(buy(14, 1, now, termEnd));
+      expect(plan({ total: 13, paid: 13, partTime })).toMatchObject({
+        kind: 'next_renewal_only',
+        reason: 'already_paid',
+      });
+    });
+
+    it('still buys no gap order for a later start alone', () => {
+      // A partial of 5 from day 5 (asked for then); the same total now needed from today.
+      expect(plan({ total: 15, paid: 15, partTime: [starting(5, 5)] })).toMatchObject({
+        kind: 'next_renewal_only',
+      });
+    });
+
+    it('ignores orders that end before the licenses are needed', () => {
       const neededAt = now + 6 * DAY;
-      expect(plan({ total: 12, neededAt, endingEarly: [ending(5, 3)] })).toEqual(
+      expect(plan({ total: 12, neededAt, partTime: [ending(5, 3)] })).toEqual(
         buy(12, 2, neededAt, termEnd),
       );
     });
@@ -285,34 +314,45 @@ describe('planSeatChange', () => {
         plan({
           total: 8,
           paid: 5,
-          endingEarly: [ending(7, 3)],
+          partTime: [ending(7, 3)],
           termInForce: { endsAt: now + 5 * DAY, paid: 8 },
           style: 'addon',
         }),
       ).toEqual(buy(8, 3, now + 7 * DAY, termEnd));
     });
 
-    it('never leaves a day short, and never buys a day the ending licenses still cover', () => {
+    it('buys the missing licenses from the first day short, and no day before it is short', () => {
+      const day = fc.integer({ min: 1, max: 111 }).map((d) => now + d * DAY);
       fc.assert(
         fc.property(
           fc.integer({ min: 0, max: 100 }),
-          fc.array(
-            fc.record({
-              endsAt: fc.integer({ min: now + 1, max: termEnd - 1 }),
-              licenses: fc.integer({ min: 1, max: 50 }),
-            }),
-            { maxLength: 4 },
-          ),
+          fc.array(fc.record({ endsAt: day, licenses: fc.integer({ min: 1, max: 50 }) }), {
+            maxLength: 3,
+          }),
+          fc.array(fc.record({ startsAt: day, licenses: fc.integer({ min: 1, max: 50 }) }), {
+            maxLength: 3,
+          }),
           fc.integer({ min: 1, max: 300 }),
-          (paid, endingEarly, extra) => {
+          (runningOn, endingOrders, startingOrders, extra) => {
+            const startingLate = startingOrders.map((o) => ({ ...o, endsAt: termEnd }));
+            const endingEarly = endingOrders.map((o) => ({ ...o, startsAt: now - DAY }));
+            const paid = runningOn + startingLate.reduce((n, o) => n + o.licenses, 0);
             const total = paid + extra;
-            const decision = plan({ total, paid, endingEarly });
+            const decision = plan({ total, paid, partTime: [...endingEarly, ...startingLate] });
             expect(decision).toMatchObject({ kind: 'buy', licenses: extra, endsAt: termEnd });
             const startsAt = (decision as { startsAt: number }).startsAt;
+            const sum = (orders: { licenses: number }[]) =>
+              orders.reduce((n, o) => n + o.licenses, 0);
             const inForceAt = (t: number) =>
-              paid + endingEarly.filter((o) => o.endsAt > t).reduce((n, o) => n + o.licenses, 0);
-            // Covered without the purchase at every step before it starts; short when it does.
-            for (const t of [now, ...endingEarly.map((o) => o.endsAt)].filter((t) => t < startsAt))
+              runningOn +
+              sum(endingEarly.filter((o) => o.endsAt > t)) +
+              sum(startingLate.filter((o) => o.startsAt <= t));
+            const changes = [
+              now,
+              ...endingOrders.map((o) => o.endsAt),
+              ...startingOrders.map((o) => o.startsAt),
+            ];
+            for (const t of changes.filter((t) => t < startsAt))
               expect(inForceAt(t)).toBeGreaterThanOrEqual(total);
             expect(inForceAt(startsAt)).toBeLessThan(total);
           },

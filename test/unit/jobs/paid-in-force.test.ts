@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { paidAhead, paidInForce, paidInTermInForce } from '../../../jobs/seat-purchases.js';
 import { type Chain, newChainRecord } from '../../../src/chains/records.js';
 import { SECONDS_PER_DAY } from '../../../src/domain/periods.js';
+import { planSeatChange } from '../../../src/domain/seats.js';
 
 const DAY = SECONDS_PER_DAY;
 const now = Date.UTC(2026, 5, 24) / 1000;
@@ -66,7 +67,7 @@ describe('paid per term ahead, after an early renewal', () => {
     expect(paidInTermInForce(m, [], now)).toEqual({
       endsAt: renewedAt,
       paid: 10,
-      endingEarly: [],
+      partTime: [],
     });
     expect(paidInForce(m, [], now)).toBe(6);
   });
@@ -113,20 +114,20 @@ describe('paid per term ahead, after an early renewal', () => {
     // term in force until it ends.
     expect(paidInTermInForce(m, [stopped], now)).toMatchObject({
       paid: 10,
-      endingEarly: [{ endsAt: now + 3 * DAY, licenses: 3 }],
+      partTime: [{ startsAt: now, endsAt: now + 3 * DAY, licenses: 3 }],
     });
     expect(paidInForce(m, [stopped], now)).toBe(10);
-    expect(paidAhead(m, [stopped], now).endingEarly).toEqual([]);
+    expect(paidAhead(m, [stopped], now).partTime).toEqual([]);
     // One that renews on its own cycle still counts: its next term is not ordered yet.
     const renewing = { ...stopped, nextRenewalAt: now };
     expect(paidInTermInForce(m, [renewing], now)?.paid).toBe(10 + 3);
     expect(paidInForce(m, [renewing], now)).toBe(10 + 3);
     // Ending on Jul 3, it runs through the term in force but not the next one.
     const later = { ...stopped, term: { ...stopped.term, expiresAt: renewedAt + 3 * DAY } };
-    expect(paidInTermInForce(m, [later], now)).toMatchObject({ paid: 10 + 3, endingEarly: [] });
+    expect(paidInTermInForce(m, [later], now)).toMatchObject({ paid: 10 + 3, partTime: [] });
     expect(paidAhead(m, [later], now)).toMatchObject({
       paid: 10,
-      endingEarly: [{ endsAt: renewedAt + 3 * DAY, licenses: 3 }],
+      partTime: [{ startsAt: renewedAt, endsAt: renewedAt + 3 * DAY, licenses: 3 }],
     });
   });
 
@@ -141,7 +142,7 @@ describe('paid per term ahead, after an early renewal', () => {
     expect(paidInTermInForce(m, [stopped], now)).toBeUndefined();
     expect(paidAhead(m, [stopped], now)).toMatchObject({
       paid: 5,
-      endingEarly: [{ endsAt: now + 5 * DAY, licenses: 3 }],
+      partTime: [{ startsAt: now, endsAt: now + 5 * DAY, licenses: 3 }],
     });
     const throughTerm = { ...stopped, term: { ...stopped.term, expiresAt: now + 20 * DAY } };
     expect(paidInForce(m, [throughTerm], now)).toBe(5 + 3);
@@ -150,9 +151,46 @@ describe('paid per term ahead, after an early renewal', () => {
     expect(paidInForce(m, [governed], now)).toBe(5 + 3);
     expect(paidAhead({ ...m, autoRenew: false }, [governed], now)).toMatchObject({
       paid: 5,
-      endingEarly: [{ endsAt: now + 5 * DAY, licenses: 3 }],
+      partTime: [{ startsAt: now, endsAt: now + 5 * DAY, licenses: 3 }],
     });
     expect(paidInForce({ ...m, needsReactivation: true }, [governed], now)).toBe(5);
+  });
+
+  it('counts a replacement waiting to start for the term, and says when it starts', () => {
+    // 10 + a stopped add-on of 3 to Jun 29, and its replacement of 3 from then (no early renewal).
+    const m = chain({
+      id: 'M',
+      licenses: 10,
+      addOns: ['A', 'B'],
+      term: { orderId: 'M', count: 1, startsAt: now - 10 * DAY, expiresAt: now + 20 * DAY },
+    });
+    const stopped = stoppedAddOn(now + 5 * DAY);
+    const replacement = chain({
+      id: 'B',
+      licenses: 3,
+      mainChain: 'M',
+      term: { orderId: 'B', count: 1, startsAt: now + 5 * DAY, expiresAt: now + 35 * DAY },
+    });
+    const ahead = paidAhead(m, [stopped, replacement], now);
+    expect(ahead).toMatchObject({
+      paid: 10 + 3,
+      partTime: [
+        { startsAt: now, endsAt: now + 5 * DAY, licenses: 3 },
+        { startsAt: now + 5 * DAY, endsAt: now + 20 * DAY, licenses: 3 },
+      ],
+    });
+    // 13 are in force throughout: 14 lack one from now, not only from Jun 29.
+    const plan = (total: number) =>
+      planSeatChange({
+        ...ahead,
+        total,
+        neededAt: now,
+        style: 'addon',
+        occurredAt: now,
+        lastAppliedAt: null,
+      });
+    expect(plan(14)).toMatchObject({ kind: 'buy', licenses: 1, startsAt: now });
+    expect(plan(13)).toMatchObject({ kind: 'next_renewal_only', reason: 'already_paid' });
   });
 
   it('counts in neither term an add-on whose term has ended, even one about to renew', () => {
