@@ -3,6 +3,7 @@
 // Objects are loose: producers may add fields without breaking intake. Fields we read are typed
 // and bounded like the provisioning interface's own params.
 import { z } from 'zod';
+import { MAX_PARENT_ORDER_ID_LENGTH } from '../domain/ids.js';
 import { callerId, duration, email, epochSeconds, licenses } from '../provisioning/schemas.js';
 
 const text = z.string().min(1, 'must not be empty').max(200, 'must be at most 200 characters');
@@ -21,9 +22,14 @@ const orderPlaced = z.looseObject({
     }),
   }),
   order: z.looseObject({
-    id: callerId.refine((id) => !RESERVED_ORDER_SUFFIX.test(id), {
-      message: 'must not end in .r<n>, .p<n> or .a<n> (reserved for orders the workers create)',
-    }),
+    id: callerId
+      .max(
+        MAX_PARENT_ORDER_ID_LENGTH,
+        `must be at most ${MAX_PARENT_ORDER_ID_LENGTH} characters (the workers add suffixes for renewals, partials and add-ons, within the 128 of the interface)`,
+      )
+      .refine((id) => !RESERVED_ORDER_SUFFIX.test(id), {
+        message: 'must not end in .r<n>, .p<n> or .a<n> (reserved for orders the workers create)',
+      }),
     product: z.string().min(1).max(64),
     licenses,
     duration,

@@ -343,6 +343,16 @@ describe('a signed request with a bad body', () => {
     await expectInvalid(answer, 'invalid_event', 'data.order.id: must not end in .r<n>');
   });
 
+  it('is refused 400 when order.placed uses an order id too long for its renewals', async () => {
+    const data = structuredClone(samples['order.placed']) as { order: Record<string, unknown> };
+    // 105 characters: its renewal ids (`.r2`, ...) would fit, an add-on's renewals might not.
+    data.order.id = 'A'.repeat(105);
+    const answer = await deliver({ type: 'order.placed', data });
+    await expectInvalid(answer, 'invalid_event', 'data.order.id: must be at most 104 characters');
+    data.order.id = 'A'.repeat(104);
+    expect((await deliver({ type: 'order.placed', data })).status).toBe(202);
+  });
+
   it('is refused 400 naming data.occurredAt when it is two days ahead', async () => {
     const data = { order: 'A-1', occurredAt: T0 + 2 * 86_400 };
     const answer = await deliver({ type: 'order.cancelled', data });
