@@ -33,7 +33,7 @@ export interface ChainView extends AddOnView {
   addOns: AddOnView[];
 }
 
-function baseView({ chain, history }: ChainWithHistory): AddOnView {
+function baseView({ chain, history }: ChainWithHistory, now: number): AddOnView {
   return {
     order: chain.order,
     customer: chain.customer,
@@ -46,7 +46,8 @@ function baseView({ chain, history }: ChainWithHistory): AddOnView {
     nextLicenses: chain.nextLicenses,
     term: chain.term,
     nextRenewalAt: chain.nextRenewalAt,
-    partials: chain.partials,
+    // In force or ahead (DESIGN §5): the record drops ended ones only at its next write.
+    partials: chain.partials.filter((p) => p.expiresAt > now),
     needsReactivation: chain.needsReactivation,
     flagged: chain.flagged,
     inFlight: chain.intent ? { kind: chain.intent.kind, orderId: chain.intent.orderId } : null,
@@ -54,10 +55,11 @@ function baseView({ chain, history }: ChainWithHistory): AddOnView {
   };
 }
 
-/** The main chain with its add-on chains (same shape, without `addOns`). */
+/** The main chain with its add-on chains (same shape, without `addOns`), as of `now`. */
 export function chainView(
   main: ChainWithHistory,
-  addOns: readonly ChainWithHistory[] = [],
+  addOns: readonly ChainWithHistory[],
+  now: number,
 ): ChainView {
-  return { ...baseView(main), addOns: addOns.map(baseView) };
+  return { ...baseView(main, now), addOns: addOns.map((a) => baseView(a, now)) };
 }

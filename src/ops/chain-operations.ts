@@ -35,7 +35,8 @@ export type ChainOperations = ReturnType<typeof makeChainOperations>;
 
 /**
  * An add-on as its main chain governs it: auto-renew, payment, suspension and cancellation are
- * the main chain's, and the main chain holds the add-on's next license count.
+ * the main chain's (and so is whether it renews at all), and the main chain holds the add-on's
+ * next license count.
  */
 function asGovernedBy(main: Chain, addOn: Chain): Chain {
   const governed = main.status === 'suspended' || main.status === 'cancelled';
@@ -46,6 +47,7 @@ function asGovernedBy(main: Chain, addOn: Chain): Chain {
     payment: main.payment,
     needsReactivation: main.needsReactivation,
     nextLicenses: main.addOnNextLicenses[addOn.id] ?? addOn.nextLicenses,
+    nextRenewalAt: governedNextRenewalAt(main, addOn),
   };
 }
 
@@ -61,6 +63,7 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
     return chainView(
       { chain, history: history ?? [] },
       addOns.map((a, i) => ({ chain: asGovernedBy(chain, a), history: addOnHistories[i] ?? [] })),
+      clock.now(),
     );
   }
 

@@ -127,6 +127,10 @@ describe('marketplace, co-terminated partial orders (the default)', () => {
     const renewed = await system.waitForChain('S-1', (c) => c.term.count === 2);
     expect(renewed.licenses).toBe(8);
     expect((await system.providerOrder('S-1.r2'))?.licenses).toBe(8);
+    // The partial runs to the end of term 1 (renewed ahead); once it has ended it is not shown.
+    expect(renewed.partials.map((p) => p.orderId)).toEqual(['S-1.p1']);
+    clock.set(placed.term.expiresAt);
+    expect((await system.chain('S-1')).partials).toEqual([]);
   });
 
   it('buys nothing for a decrease, and then reuses the paid licenses before buying more', async () => {
@@ -439,7 +443,11 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     expect(shrunk.nextLicenses).toBe(5);
 
     // An add-on renews only while its main chain does.
-    await system.ops('PUT', '/ops/chains/A-1/auto-renew', { enabled: false });
+    const off = await system.ops('PUT', '/ops/chains/A-1/auto-renew', { enabled: false });
+    expect((off.body as ChainView).addOns[0]).toMatchObject({
+      autoRenew: false,
+      nextRenewalAt: null,
+    });
     const addOnJob = renewalJobId(chainIdOf('A-1.a1'), 2);
     expect(await system.queue('renewals').getJob(addOnJob)).toBeUndefined();
     const upcoming = await system.ops('GET', '/ops/renewals?within=60');
