@@ -208,9 +208,16 @@ function resolveDependentSettings(s: Parsed): Settings {
   };
 }
 
-/** Lines for `billing --help`: each variable with its description. */
+/** Lines for `billing --help`: each variable with its description and default (DESIGN §6). */
 export function describeSettings(): string {
-  return Object.entries(settingDefinitions)
-    .map(([name, def]) => `  ${name.padEnd(22)} ${def.describe}`)
+  const entries = Object.entries(settingDefinitions);
+  const width = Math.max(...entries.map(([name]) => name.length));
+  return entries
+    .map(([name, def]) => {
+      // What the schema makes of an unset variable: its default, if it has one.
+      const unset = def.schema.safeParse(undefined);
+      const fallback = unset.success && unset.data !== undefined ? ` (default: ${unset.data})` : '';
+      return `  ${name.padEnd(width)}  ${def.describe}${fallback}`;
+    })
     .join('\n');
 }

@@ -1,6 +1,6 @@
 // The settings schema: defaults, empty-as-unset, and errors that name the variable.
 import { describe, expect, it } from 'vitest';
-import { loadSettings } from '../../../config/settings.js';
+import { describeSettings, loadSettings, settingDefinitions } from '../../../config/settings.js';
 import { ConfigError } from '../../../src/errors.js';
 
 describe('loadSettings', () => {
@@ -53,5 +53,18 @@ describe('loadSettings', () => {
 
   it('names every invalid variable at once', () => {
     expect(() => loadSettings({ PORT: '-1', LOG_LEVEL: 'x' })).toThrow(/PORT=.*\n.*LOG_LEVEL=/s);
+  });
+});
+
+describe('describeSettings (billing --help)', () => {
+  it('lists every variable with its description and, where it has one, its default', () => {
+    const lines = describeSettings().split('\n');
+    expect(lines).toHaveLength(Object.keys(settingDefinitions).length);
+    expect(lines.find((l) => l.trim().startsWith('PORT '))).toMatch(/\(default: 3000\)$/);
+    expect(lines.find((l) => l.trim().startsWith('AUTO_RENEW_DEFAULT '))).toMatch(
+      /\(default: true\)$/,
+    );
+    // No default of its own: unset means the private redis-server.
+    expect(lines.find((l) => l.trim().startsWith('REDIS_URL '))).not.toContain('(default:');
   });
 });
