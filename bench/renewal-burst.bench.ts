@@ -128,15 +128,16 @@ async function openBench(url: string): Promise<Bench> {
   const workerRedis = await connectRedis(url, 'worker');
   const storeRedis = await connectRedis(url, 'store');
   const store = new ProvisioningStore(admin);
+  // Production logs at info; /dev/null keeps the serialising cost without flooding the output.
+  const log = createLogger(settings.LOG_LEVEL, pino.destination({ dest: '/dev/null', sync: true }));
   const core = makeProvisioningCore({
     store,
     clock: systemClock,
     brand: settings.PRODUCT_BRAND,
     publicUrl: settings.PUBLIC_URL,
+    log,
   });
   const queues = openQueues(storeRedis);
-  // Production logs at info; /dev/null keeps the serialising cost without flooding the output.
-  const log = createLogger(settings.LOG_LEVEL, pino.destination({ dest: '/dev/null', sync: true }));
   return {
     admin,
     core,

@@ -55,6 +55,7 @@ export async function openRuntime(
     clock,
     brand: settings.PRODUCT_BRAND,
     publicUrl: settings.PUBLIC_URL,
+    log: log.child({ component: 'provisioning' }),
   });
   const partners = makePartnerDirectory(store, secret.value);
   return {

@@ -5,6 +5,7 @@
 import type { z } from 'zod';
 import type { Clock } from '../clock.js';
 import { NotFoundError, RefusalError } from '../errors.js';
+import type { Logger } from '../logger.js';
 import { describeIssues } from '../validation.js';
 import { fingerprint } from './fingerprint.js';
 import { type Companion, makeOrderOperations, type WriteOutcome } from './order-operations.js';
@@ -30,6 +31,8 @@ export interface ProvisioningDeps {
   brand: string;
   /** Where onboarding links point: `{publicUrl}/onboarding/{instanceId}`. */
   publicUrl: string;
+  /** Logs each onboarding email recorded in the outbox (DESIGN §3: "a Redis stream, logged"). */
+  log: Logger;
 }
 
 const emailKey = (email: string) => email.toLowerCase();
@@ -119,7 +122,14 @@ export function makeProvisioningCore(deps: ProvisioningDeps) {
     if (result.kind === 'exists' && result.record.fingerprint !== record.fingerprint) {
       throw new RefusalError('id_conflict', `customer ${p.id} already exists with other params`);
     }
-    return customerView(result.record, partner.variant);
+    const view = customerView(result.record, partner.variant);
+    if (result.kind === 'created' && 'url' in view) {
+      deps.log.info(
+        { partner: partner.name, customer: p.id, to: p.admin.email, url: view.url },
+        'onboarding email recorded in the outbox',
+      );
+    }
+    return view;
   }
 
   const orders = makeOrderOperations({ store, now });

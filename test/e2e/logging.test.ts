@@ -48,6 +48,14 @@ describe('request logs', () => {
     await app.call('wrong-key-that-is-secret', 'getUserByEmail', { email: 'u@logs.test' });
     await app.call(apiKey, 'nope', {}, { headers: { authorization: 'Bearer ops-secret' } });
 
+    // The onboarding email recorded in the outbox is logged (DESIGN §3).
+    const outbox = lines.map((l) => JSON.parse(l)).find((l) => l.msg?.includes('outbox'));
+    expect(outbox).toMatchObject({
+      customer: 'log-1',
+      to: 'admin@logs.test',
+      url: (customer.body as { url: string }).url,
+    });
+
     expect(lines.length).toBeGreaterThan(5);
     for (const line of lines) expect(() => JSON.parse(line)).not.toThrow();
     const all = lines.join('\n');

@@ -52,15 +52,17 @@ export async function startTestApp(
   const clock = manualClock(options.start ?? T0);
   const redis = await connectRedis(redisUrl, 'request');
   const store = new ProvisioningStore(redis);
+  const log = options.log ?? createLogger('silent');
   const core = makeProvisioningCore({
     store,
     clock,
     brand: options.brand ?? 'suite',
     publicUrl: 'http://billing.test',
+    log,
   });
   const partners = makePartnerDirectory(store, 'test-secret-test-secret-test-secret!');
   const app: FastifyInstance = await buildApp({
-    log: options.log ?? createLogger('silent'),
+    log,
     provisioning: { core, partners },
   });
   await app.listen({ host: '127.0.0.1', port: 0 });
