@@ -16,6 +16,7 @@ import {
   renewalDueAt,
   withNextRenewalAt,
 } from '../src/domain/renewal.js';
+import { isRenewalWindowRefusal } from '../src/domain/renewal-window.js';
 import { RefusalError, TransientError } from '../src/errors.js';
 import { defaultJobOptions } from '../src/queues.js';
 import { delayJobUntil, waitForLock, withChainLock } from './chain-lock.js';
@@ -868,7 +869,7 @@ async function handleRefusal(
 ): Promise<never> {
   const now = deps.clock.now();
   const { chain } = held;
-  const windowRefusal = error.message.startsWith('renewal refused');
+  const windowRefusal = isRenewalWindowRefusal(error.message);
   if (windowRefusal && now < chain.term.expiresAt) {
     await deps.chains.save({
       chainId: chain.id,

@@ -53,3 +53,12 @@ export function formatRenewalRefusal(
     `(window: ${days(r.windowDays)})`
   );
 }
+
+/**
+ * Whether a refusal is the renewal window's (formatRenewalRefusal): worth trying again later,
+ * unlike other refusals that start the same way (a start before the end of the current term
+ * means the provider holds a later term than the chain does, which a person must look at).
+ */
+export function isRenewalWindowRefusal(message: string): boolean {
+  return /^renewal refused: \d+ days? remains? in the current term\b/.test(message);
+}

@@ -5,6 +5,7 @@ import { SECONDS_PER_DAY } from '../../../src/domain/periods.js';
 import {
   checkRenewalWindow,
   formatRenewalRefusal,
+  isRenewalWindowRefusal,
   renewalStart,
 } from '../../../src/domain/renewal-window.js';
 
@@ -131,5 +132,26 @@ describe('formatRenewalRefusal', () => {
     expect(formatRenewalRefusal(check)).toBe(
       'renewal refused: 23 days remain in the current term (window: 15 days)',
     );
+  });
+});
+
+describe('isRenewalWindowRefusal', () => {
+  it('recognises every window refusal formatRenewalRefusal writes', () => {
+    fc.assert(
+      fc.property(fc.nat(4000), fc.nat(400), (remainingDays, windowDays) => {
+        expect(isRenewalWindowRefusal(formatRenewalRefusal({ remainingDays, windowDays }))).toBe(
+          true,
+        );
+      }),
+    );
+  });
+
+  it('does not take a start inside the current term, or any other refusal, for one', () => {
+    expect(
+      isRenewalWindowRefusal(
+        'renewal refused: startsAt 1795355456 is before the end of the current term of B-2 (1796219456)',
+      ),
+    ).toBe(false);
+    expect(isRenewalWindowRefusal('order B-2 is cancelled')).toBe(false);
   });
 });
