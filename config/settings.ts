@@ -1,6 +1,7 @@
 // The settings schema: every environment variable the product reads, with its default and meaning.
 import { z } from 'zod';
 import { ConfigError } from '../src/errors.js';
+import { parseRedisTarget } from '../src/redis/target.js';
 
 /** An empty variable counts as unset (DESIGN §6), so `PORT=` falls back to the default. */
 const unsetWhenEmpty = (value: unknown) => (value === '' ? undefined : value);
@@ -28,9 +29,18 @@ const brand = z
 /** Each setting: its schema (with default) and the one-line description `billing --help` prints. */
 export const settingDefinitions = {
   REDIS_URL: {
-    schema: z.url({ protocol: /^rediss?$/ }).optional(),
+    schema: z
+      .string()
+      .check((ctx) => {
+        try {
+          parseRedisTarget(ctx.value);
+        } catch (error) {
+          ctx.issues.push({ code: 'custom', message: (error as Error).message, input: ctx.value });
+        }
+      })
+      .optional(),
     describe:
-      'Redis to use (redis:// or rediss://); unset: start a private redis-server under DATA_DIR',
+      'Redis to use (redis://, rediss://, or redis+sentinel://host:port,.../master); unset: start a private redis-server under DATA_DIR',
   },
   EMBEDDED_REDIS_PORT: {
     schema: port.default(0),
@@ -157,9 +167,24 @@ export type Settings = Omit<Parsed, 'PUBLIC_URL' | 'PROVISIONING_EXTENSIONS' | '
   remote: boolean;
 };
 
+/** Settings whose value is a secret: an error names them but never shows the value. */
+const SECRET_SETTINGS = new Set([
+  'KEY_HASH_SECRET',
+  'OPS_TOKEN',
+  'WEBHOOK_SECRET',
+  'PROVISIONING_API_KEY',
+]);
+
+/** A value as an error may show it: secrets hidden, and a URL's password (`//user:pw@`) too. */
+function shownValue(name: string, value: string): string {
+  if (SECRET_SETTINGS.has(name)) return `(hidden, ${value.length} characters)`;
+  return JSON.stringify(value.replace(/\/\/([^:@/]*):[^@/]*@/, '//$1:redacted@'));
+}
+
 /**
  * Parses the environment once, at start. An invalid value throws a ConfigError whose message
- * names each bad variable and the value it had, so the operator can fix it without reading code.
+ * names each bad variable and the value it had (secrets and passwords hidden), so the operator
+ * can fix it without reading code.
  */
 export function loadSettings(env: Readonly<Record<string, string | undefined>>): Settings {
   const relevant = Object.fromEntries(Object.keys(settingDefinitions).map((k) => [k, env[k]]));
@@ -167,7 +192,7 @@ export function loadSettings(env: Readonly<Record<string, string | undefined>>):
   if (!parsed.success) {
     const lines = parsed.error.issues.map((issue) => {
       const name = String(issue.path[0]);
-      return `${name}=${JSON.stringify(env[name] ?? '')}: ${issue.message}`;
+      return `${name}=${shownValue(name, env[name] ?? '')}: ${issue.message}`;
     });
     throw new ConfigError('invalid_settings', `invalid settings:\n  ${lines.join('\n  ')}`, {
       variables: parsed.error.issues.map((i) => String(i.path[0])),

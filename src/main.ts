@@ -13,6 +13,7 @@ import { createMetrics } from './metrics.js';
 import { makeProvisioningClient } from './provisioning-client-factory.js';
 import { queueNames } from './queues.js';
 import { connectRedis } from './redis/connection.js';
+import { describeRedisTarget } from './redis/target.js';
 import { loadOrCreateSecret } from './secrets.js';
 import { buildApp } from './server.js';
 import { settlesWithin } from './settles-within.js';
@@ -158,7 +159,7 @@ export async function start(
       ...(serveApi && !settings.remote
         ? { provisioning: `http://${settings.HOST}:${port}/provisioning` }
         : {}),
-      redis: redactUrl(runtime.redisUrl),
+      redis: describeRedisTarget(runtime.redisUrl),
     },
     'billing service started',
   );
@@ -179,13 +180,6 @@ export async function start(
     return stopping;
   };
   return { stop, port, runtime, provisioning, workers };
-}
-
-/** Hides a password in a Redis URL before it is logged. */
-export function redactUrl(url: string): string {
-  const parsed = new URL(url);
-  if (parsed.password) parsed.password = 'redacted';
-  return parsed.toString();
 }
 
 /** Stops on SIGINT/SIGTERM, with a hard limit in case shutdown itself hangs. */

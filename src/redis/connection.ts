@@ -1,6 +1,7 @@
 // Redis connections: request-path clients fail fast, worker clients wait for Redis to return.
 import type { Socket } from 'node:net';
 import { Redis, type RedisOptions } from 'ioredis';
+import { parseRedisTarget } from './target.js';
 
 /**
  * - request: the HTTP request path; fails fast while Redis is down.
@@ -11,7 +12,8 @@ import { Redis, type RedisOptions } from 'ioredis';
 export type ConnectionRole = 'request' | 'worker' | 'store';
 
 /**
- * Opens a connection and waits until it is ready. A request-path connection has no offline queue
+ * Opens a connection to `url` (one server, or the master behind Redis Sentinel: target.ts) and
+ * waits until it is ready. A request-path connection has no offline queue
  * and one retry, so a request fails in milliseconds with 503 while Redis is down instead of
  * hanging; BullMQ workers require `maxRetriesPerRequest: null` and ride out outages. A connection
  * whose first connect fails is closed, so it does not keep reconnecting in the background.
@@ -22,7 +24,11 @@ export async function connectRedis(url: string, role: ConnectionRole): Promise<R
     worker: { lazyConnect: true, maxRetriesPerRequest: null },
     store: { lazyConnect: true, maxRetriesPerRequest: null },
   }[role];
-  const redis = new Redis(url, options);
+  const target = parseRedisTarget(url);
+  const redis =
+    target.kind === 'sentinel'
+      ? new Redis({ ...target.options, ...options })
+      : new Redis(target.url, options);
   // BullMQ's own connections stay as BullMQ expects them (and as the benchmark's baseline uses).
   if (role !== 'worker') coalesceWrites(redis);
   // Without a listener, ioredis prints every reconnection error; the callers observe failures
@@ -38,7 +44,7 @@ export async function connectRedis(url: string, role: ConnectionRole): Promise<R
 }
 
 const UNAVAILABLE =
-  /Connection is closed|Stream isn't writeable|ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|max retries per request|LOADING|READONLY|CLUSTERDOWN|MISCONF/i;
+  /Connection is closed|Stream isn't writeable|ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|max retries per request|LOADING|READONLY|CLUSTERDOWN|MISCONF|NOREPLICAS/i;
 
 /** Whether an error means "Redis cannot be reached or cannot write now" (retry later: 503). */
 export function isRedisUnavailable(error: unknown): boolean {

@@ -15,10 +15,13 @@ export interface TestRedis {
   restart(): Promise<void>;
 }
 
-/** A redis-server without persistence on 127.0.0.1, ready when this resolves. */
-export async function startTestRedis(): Promise<TestRedis> {
+/**
+ * A redis-server without persistence on 127.0.0.1, ready when this resolves; `args` are more
+ * of its command-line options (`--replicaof HOST PORT`).
+ */
+export async function startTestRedis(args: readonly string[] = []): Promise<TestRedis> {
   const port = await findFreePort();
-  let child = await runRedisServer(port);
+  let child = await runRedisServer(port, args);
   return {
     url: `redis://127.0.0.1:${port}`,
     port,
@@ -29,7 +32,7 @@ export async function startTestRedis(): Promise<TestRedis> {
       await exited;
     },
     restart: async () => {
-      child = await runRedisServer(port);
+      child = await runRedisServer(port, args);
     },
   };
 }
@@ -58,10 +61,10 @@ export function useTestRedisConnection(): { readonly redis: Redis } {
   };
 }
 
-async function runRedisServer(port: number): Promise<ChildProcess> {
+async function runRedisServer(port: number, args: readonly string[]): Promise<ChildProcess> {
   const child = spawn(
     'redis-server',
-    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...args],
     { stdio: ['ignore', 'pipe', 'pipe'] },
   );
   await untilRedisReady(

@@ -37,8 +37,8 @@ describe('loadSettings', () => {
     ['PORT', '70000'],
     ['REDIS_URL', 'http://localhost:6379'],
     ['LOG_LEVEL', 'loud'],
+    ['REDIS_URL', 'redis+sentinel://127.0.0.1/mymaster'],
     ['PRODUCT_BRAND', 'Suite!'],
-    ['KEY_HASH_SECRET', 'short'],
     ['PUBLIC_URL', 'not a url'],
   ])('refuses %s=%s with a message naming the variable and its value', (name, value) => {
     let error: unknown;
@@ -49,6 +49,27 @@ describe('loadSettings', () => {
     }
     expect(error).toBeInstanceOf(ConfigError);
     expect((error as Error).message).toContain(`${name}=${JSON.stringify(value)}`);
+  });
+
+  it.each([
+    ['KEY_HASH_SECRET', 'short-secret-1'],
+    ['OPS_TOKEN', 'tok-secret'],
+    ['WEBHOOK_SECRET', 'not-whsec-secret'],
+  ])('refuses %s without showing the secret', (name, value) => {
+    expect(() => loadSettings({ [name]: value })).toThrow(
+      new RegExp(`^invalid settings:\\n  ${name}=\\(hidden, ${value.length} characters\\): `),
+    );
+  });
+
+  it('hides the password of a Redis URL it refuses', () => {
+    expect(() => loadSettings({ REDIS_URL: 'redis+sentinel://app:s3cret@host/m' })).toThrow(
+      'REDIS_URL="redis+sentinel://app:redacted@host/m": sentinel "host" must be host:port',
+    );
+  });
+
+  it('takes a Redis Sentinel URL', () => {
+    const url = 'redis+sentinel://:pw@10.0.0.1:26379,10.0.0.2:26379/mymaster/2';
+    expect(loadSettings({ REDIS_URL: url }).REDIS_URL).toBe(url);
   });
 
   it('names every invalid variable at once', () => {

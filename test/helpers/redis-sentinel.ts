@@ -1,0 +1,116 @@
+// A Redis Sentinel group for one test file: a master, one replica and one sentinel watching them,
+// all real redis-server processes on free ports.
+import { type ChildProcess, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import { findFreePort } from '../../src/redis/private-redis.js';
+import { startTestRedis, type TestRedis } from './redis-server.js';
+
+export interface TestSentinelGroup {
+  /** `redis+sentinel://127.0.0.1:<sentinel port>/<master name>`. */
+  url: string;
+  master: TestRedis;
+  replica: TestRedis;
+  /** The port of the server the sentinel names as master now. */
+  masterPort(): Promise<number>;
+  /** Resolves once the replica holds every write the master has acknowledged so far. */
+  replicated(): Promise<void>;
+  /** Makes the sentinel promote the replica, and resolves once it names it as master. */
+  failover(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+const MASTER_NAME = 'billing';
+
+export async function startTestSentinelGroup(): Promise<TestSentinelGroup> {
+  const master = await startTestRedis();
+  const replica = await startTestRedis(['--replicaof', '127.0.0.1', String(master.port)]);
+  const dir = await mkdtemp(join(tmpdir(), 'billing-sentinel-'));
+  const port = await findFreePort();
+  // Sentinel rewrites its configuration file, so it gets one of its own.
+  const config = join(dir, 'sentinel.conf');
+  await writeFile(
+    config,
+    [
+      `port ${port}`,
+      'bind 127.0.0.1',
+      `sentinel monitor ${MASTER_NAME} 127.0.0.1 ${master.port} 1`,
+      `sentinel down-after-milliseconds ${MASTER_NAME} 1000`,
+      `sentinel failover-timeout ${MASTER_NAME} 10000`,
+      '',
+    ].join('\n'),
+  );
+  const sentinel: ChildProcess = spawn('redis-server', [config, '--sentinel'], {
+    stdio: ['ignore', 'ignore', 'ignore'],
+  });
+  const admin = new Redis({ port, lazyConnect: true, retryStrategy: () => 100 });
+  admin.on('error', () => {});
+  const masterPort = async () => {
+    const [, masterPort] = (await admin.call(
+      'SENTINEL',
+      'GET-MASTER-ADDR-BY-NAME',
+      MASTER_NAME,
+    )) as [string, string];
+    return Number(masterPort);
+  };
+  await until(async () => (await masterPort()) === master.port, 'the sentinel to see its master');
+  // A failover needs the replica in sync and known to the sentinel.
+  const replicaAdmin = new Redis({ port: replica.port, lazyConnect: true });
+  await until(
+    async () => (await replicaAdmin.info('replication')).includes('master_link_status:up'),
+    'the replica to sync',
+  );
+  replicaAdmin.disconnect();
+  await until(async () => {
+    const replicas = (await admin.call('SENTINEL', 'REPLICAS', MASTER_NAME)) as string[][];
+    return replicas.some((r) => r.includes(String(replica.port)) && r.includes('slave'));
+  }, 'the sentinel to see the replica');
+
+  return {
+    url: `redis+sentinel://127.0.0.1:${port}/${MASTER_NAME}`,
+    master,
+    replica,
+    masterPort,
+    async replicated() {
+      // Redis replicates asynchronously: WAIT returns once the replica has every write so far.
+      const direct = new Redis({ port: await masterPort() });
+      try {
+        await direct.call('WAIT', '1', '10000');
+      } finally {
+        direct.disconnect();
+      }
+    },
+    async failover() {
+      await until(async () => {
+        // Refused (NOGOODSLAVE, INPROG) until the replica is ready or while one runs: ask again.
+        await admin.call('SENTINEL', 'FAILOVER', MASTER_NAME).catch(() => {});
+        return (await masterPort()) === replica.port;
+      }, 'the failover');
+    },
+    async stop() {
+      admin.disconnect();
+      const exited = once(sentinel, 'exit');
+      sentinel.kill('SIGKILL');
+      await exited;
+      await replica.stop();
+      await master.stop();
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+async function until(check: () => Promise<boolean>, what: string, timeoutMs = 20_000) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      if (await check()) return;
+    } catch {
+      // Not up yet: try again.
+    }
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}

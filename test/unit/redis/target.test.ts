@@ -1,0 +1,63 @@
+// REDIS_URL forms: one server, or a master found through Redis Sentinel; errors never show a
+// password.
+import { describe, expect, it } from 'vitest';
+import { describeRedisTarget, parseRedisTarget } from '../../../src/redis/target.js';
+
+describe('parseRedisTarget', () => {
+  it('passes a redis:// or rediss:// URL on as it is', () => {
+    expect(parseRedisTarget('redis://:pw@10.0.0.5:6380/2')).toEqual({
+      kind: 'server',
+      url: 'redis://:pw@10.0.0.5:6380/2',
+    });
+    expect(parseRedisTarget('rediss://cache.example:6380').kind).toBe('server');
+  });
+
+  it('reads the sentinels, the master name, its credentials and db', () => {
+    const target = parseRedisTarget(
+      'redis+sentinel://app:p%40ss@10.0.0.1:26379,10.0.0.2:26380/my%20master/3?sentinelPassword=s3',
+    );
+    expect(target).toEqual({
+      kind: 'sentinel',
+      sentinels: '10.0.0.1:26379,10.0.0.2:26380',
+      master: 'my master',
+      options: {
+        sentinels: [
+          { host: '10.0.0.1', port: 26379 },
+          { host: '10.0.0.2', port: 26380 },
+        ],
+        name: 'my master',
+        db: 3,
+        failoverDetector: true,
+        username: 'app',
+        password: 'p@ss',
+        sentinelPassword: 's3',
+      },
+    });
+  });
+
+  it('takes a sentinel URL without credentials or db', () => {
+    expect(parseRedisTarget('redis+sentinel://s1:26379/billing')).toMatchObject({
+      options: { name: 'billing', db: 0 },
+    });
+  });
+
+  it.each([
+    ['http://localhost:6379', 'must be a redis://, rediss:// or redis+sentinel:// URL'],
+    ['not a url', 'must be a redis://, rediss:// or redis+sentinel:// URL'],
+    ['redis+sentinel://s1:26379', 'must be redis+sentinel://'],
+    ['redis+sentinel://s1/billing', 'sentinel "s1" must be host:port'],
+    ['redis+sentinel://s1:99999/billing', 'sentinel "s1:99999" must be host:port'],
+    ['redis+sentinel://s1:26379/billing?db=2', 'unknown parameter db (only sentinelPassword)'],
+  ])('refuses %s', (url, message) => {
+    expect(() => parseRedisTarget(url)).toThrow(message);
+  });
+});
+
+describe('describeRedisTarget', () => {
+  it('hides passwords', () => {
+    expect(describeRedisTarget('redis://:pw@h:6379/0')).toBe('redis://:redacted@h:6379/0');
+    expect(describeRedisTarget('redis+sentinel://app:pw@s1:26379,s2:26379/billing/1')).toBe(
+      'redis+sentinel://s1:26379,s2:26379/billing/1',
+    );
+  });
+});
