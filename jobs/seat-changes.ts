@@ -175,10 +175,12 @@ async function applySeatEvent(
       // createFirstOrder starts at once: the add-on is bought on the date it is needed. The job
       // comes first: one that fires without a waiting add-on on the chain does nothing.
       await scheduleAddOnJob(deps, chain, decision.startsAt, now);
+      const counts = allocation(deps, chain, addOns, decision.total, decision.licenses);
       await save(
         {
           ...chain,
           ...applied(chain, event),
+          ...counts,
           pendingAddOn: {
             licenses: decision.licenses,
             startsAt: decision.startsAt,
@@ -188,7 +190,7 @@ async function applySeatEvent(
         },
         {
           event: 'seats.addon_scheduled',
-          detail: `${decision.licenses} more licenses needed from ${formatInstant(decision.startsAt)}: an add-on will be ordered then`,
+          detail: `${decision.licenses} more licenses needed from ${formatInstant(decision.startsAt)}: an add-on will be ordered then; ${describeAllocation(counts)}, and the new add-on ${decision.licenses}`,
         },
       );
       return `add-on scheduled: ${formatInstant(decision.startsAt)}`;

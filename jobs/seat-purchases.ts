@@ -154,24 +154,31 @@ function lastSeenAt(chain: Chain, event: { occurredAt: number }): number {
   return Math.max(chain.lastSeatEventAt ?? event.occurredAt, event.occurredAt);
 }
 
-/** The chain's next-renewal counts for a total, over itself and its add-ons. */
+/**
+ * The chain's next-renewal counts for a total, over itself and its add-ons. `waiting`: the
+ * licenses of an add-on to be bought later (the external variant buys it on the day it is
+ * needed), which will renew as the newest add-on: the others' counts leave room for it now, so
+ * a renewal in between does not carry a count that the add-on's purchase then corrects.
+ */
 export function allocation(
   deps: WorkerDeps,
   chain: Chain,
   addOns: readonly Chain[],
   total: number,
+  waiting?: number,
 ) {
   // Only add-ons that will renew share the next counts; a stopped, expired or cancelled one gets 0.
   const renewing = addOns.filter((a) => a.status === 'active' && a.nextRenewalAt !== null);
+  const sharing = [...renewing.map((a) => a.licenses), ...(waiting === undefined ? [] : [waiting])];
   const split = allocateNextLicenses({
     total,
     main: chain.licenses,
-    addOns: renewing.map((a) => a.licenses),
-    style: renewing.length > 0 ? 'addon' : deps.settings.seatIncrease,
+    addOns: sharing,
+    style: sharing.length > 0 ? 'addon' : deps.settings.seatIncrease,
   });
   const shares = new Map(renewing.map((a, i) => [a.id, split.addOns[i] ?? 0]));
   return {
-    nextLicenses: renewing.length > 0 ? split.main : total,
+    nextLicenses: sharing.length > 0 ? split.main : total,
     addOnNextLicenses: Object.fromEntries(addOns.map((a) => [a.id, shares.get(a.id) ?? 0])),
   };
 }

@@ -844,6 +844,47 @@ describe('the external variant (add-ons only)', () => {
     expect(await system.providerOrder('E-3.a2')).toBeNull();
   });
 
+  it('leaves room for a waiting add-on in the counts of renewals that come before it', async () => {
+    // 5; renewed (term 2); an add-on of 3 bought the day before term 2 starts, so it ends a day
+    // before term 2 does, after the main chain's next renewal is due.
+    await system.send('order.placed', orderPlaced({ order: 'E-8', licenses: 5 }));
+    const placed = await system.waitForChain('E-8', () => true);
+    clock.set(placed.term.expiresAt - 7 * DAY);
+    await system.promote('renewals', renewalJobId(chainIdOf('E-8'), 2));
+    const renewed = await system.waitForChain('E-8', (c) => c.term.count === 2);
+    clock.set(placed.term.expiresAt - DAY);
+    await seats(system, 'E-8', 8);
+    const bought = await system.waitForChain('E-8', (c) => c.addOns.length === 1);
+    const addOnEnd = bought.addOns[0]?.term.expiresAt ?? 0;
+    expect(addOnEnd).toBeGreaterThan(renewed.term.expiresAt - 7 * DAY);
+    // Down to 4: the add-on stops at its renewal, and the main chain would renew with 4.
+    clock.advance(60);
+    await seats(system, 'E-8', 4);
+    await system.waitForChain('E-8', (c) => c.nextLicenses === 4);
+    clock.set(addOnEnd - 7 * DAY);
+    await system.promote('renewals', renewalJobId(chainIdOf('E-8.a1'), 2));
+    await system.waitForChain('E-8', (c) => c.addOns[0]?.nextRenewalAt === null);
+
+    // 8 again: the add-on covers 3 until it ends, so a new one waits for then. The main chain
+    // renews before that: with its own 5, leaving the waiting add-on's 3.
+    clock.advance(60);
+    await seats(system, 'E-8', 8);
+    const waiting = await system.waitForChain(
+      'E-8',
+      (c) => lastEvent(c) === 'seats.addon_scheduled',
+    );
+    expect(waiting.nextLicenses).toBe(5);
+    clock.set(renewed.term.expiresAt - 7 * DAY);
+    await system.promote('renewals', renewalJobId(chainIdOf('E-8'), 3));
+    const term3 = await system.waitForChain('E-8', (c) => c.term.count === 3);
+    expect(term3.licenses).toBe(5);
+    clock.set(addOnEnd);
+    await system.promote('seat-changes', addOnJobId(chainIdOf('E-8')));
+    const chain = await system.waitForChain('E-8', (c) => c.addOns.length === 2);
+    expect(chain.addOns[1]).toMatchObject({ licenses: 3, term: { startsAt: addOnEnd } });
+    expect(chain.nextLicenses + (chain.addOns[1]?.nextLicenses ?? 0)).toBe(8);
+  });
+
   it('orders the replacement of a stopped add-on on the day it ends', async () => {
     await system.send('order.placed', orderPlaced({ order: 'E-7', licenses: 5 }));
     const placed = await system.waitForChain('E-7', () => true);
