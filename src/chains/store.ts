@@ -10,6 +10,7 @@ import {
   historyEntry,
   type Intent,
 } from './records.js';
+import type { ChainWithHistory } from './view.js';
 
 const scripts = readScripts(new URL('./scripts/', import.meta.url));
 
@@ -256,6 +257,34 @@ export class ChainStore {
       if (stored) chains.push(decodeChain(stored, values[i + 1] ?? null));
     }
     return chains;
+  }
+
+  /**
+   * Chains with their histories, all read in one transaction: a view never shows a history entry
+   * whose change its chain does not show yet (a reader waiting for an event sees its effect too).
+   */
+  async getManyWithHistory(chainIds: readonly string[]): Promise<ChainWithHistory[]> {
+    if (chainIds.length === 0) return [];
+    const read = this.redis.multi();
+    for (const id of chainIds) {
+      const keys = chainKeys(id);
+      read.mget(keys.chain, keys.intent).lrange(keys.history, 0, -1);
+    }
+    const replies = (await read.exec()) ?? [];
+    const found: ChainWithHistory[] = [];
+    for (let i = 0; i < replies.length; i += 2) {
+      const [chainError, values] = replies[i] ?? [];
+      const [historyError, entries] = replies[i + 1] ?? [];
+      if (chainError) throw chainError;
+      if (historyError) throw historyError;
+      const [stored, intent] = values as [string | null, string | null];
+      if (!stored) continue;
+      found.push({
+        chain: decodeChain(stored, intent),
+        history: (entries as string[]).map((json) => historyEntry.parse(JSON.parse(json))),
+      });
+    }
+    return found;
   }
 
   async listByCustomer(customerId: string): Promise<Chain[]> {

@@ -54,15 +54,13 @@ function asGovernedBy(main: Chain, addOn: Chain): Chain {
 export function makeChainOperations(deps: ChainOperationsDeps) {
   const { chains, clock } = deps;
 
+  /** The chain as it is now, with its add-ons, each read together with its history. */
   async function view(chain: Chain): Promise<ChainView> {
-    const addOns = await chains.getMany(chain.addOns);
-    const [history, ...addOnHistories] = await Promise.all([
-      chains.history(chain.id),
-      ...addOns.map((a) => chains.history(a.id)),
-    ]);
+    const [main = { chain, history: [] }] = await chains.getManyWithHistory([chain.id]);
+    const addOns = await chains.getManyWithHistory(main.chain.addOns);
     return chainView(
-      { chain, history: history ?? [] },
-      addOns.map((a, i) => ({ chain: asGovernedBy(chain, a), history: addOnHistories[i] ?? [] })),
+      main,
+      addOns.map((a) => ({ ...a, chain: asGovernedBy(main.chain, a.chain) })),
       clock.now(),
     );
   }

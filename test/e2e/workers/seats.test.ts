@@ -845,18 +845,20 @@ describe('the external variant (add-ons only)', () => {
   });
 
   it('leaves room for a waiting add-on in the counts of renewals that come before it', async () => {
-    // 5; renewed (term 2); an add-on of 3 bought the day before term 2 starts, so it ends a day
-    // before term 2 does, after the main chain's next renewal is due.
+    // 5; renewed (term 2); an add-on of 3 bought 5 days before term 2 starts, so it ends a few
+    // days before term 2 does (month ends may shorten either), after the main chain's next
+    // renewal is due.
     await system.send('order.placed', orderPlaced({ order: 'E-8', licenses: 5 }));
     const placed = await system.waitForChain('E-8', () => true);
     clock.set(placed.term.expiresAt - 7 * DAY);
     await system.promote('renewals', renewalJobId(chainIdOf('E-8'), 2));
     const renewed = await system.waitForChain('E-8', (c) => c.term.count === 2);
-    clock.set(placed.term.expiresAt - DAY);
+    clock.set(placed.term.expiresAt - 5 * DAY);
     await seats(system, 'E-8', 8);
     const bought = await system.waitForChain('E-8', (c) => c.addOns.length === 1);
     const addOnEnd = bought.addOns[0]?.term.expiresAt ?? 0;
     expect(addOnEnd).toBeGreaterThan(renewed.term.expiresAt - 7 * DAY);
+    expect(addOnEnd).toBeLessThan(renewed.term.expiresAt);
     // Down to 4: the add-on stops at its renewal, and the main chain would renew with 4.
     clock.advance(60);
     await seats(system, 'E-8', 4);

@@ -283,6 +283,11 @@ describe('ChainStore save', () => {
         'renewal.ordered',
       ]);
       expect((await store.history(first.id))[0]).toEqual(entry('chain.created', NOW));
+      // Read with its history in one transaction; an unknown id is left out.
+      const [read, ...none] = await store.getManyWithHistory([first.id, 'no-such-chain']);
+      expect(none).toEqual([]);
+      expect(read?.chain).toEqual(await store.get(first.id));
+      expect(read?.history).toEqual(await store.history(first.id));
     });
 
     it('maps every order id of the chain back to it', async () => {
