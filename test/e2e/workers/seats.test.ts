@@ -47,15 +47,65 @@ async function renewedEarly(
   const placed = await place(system, order, licenses);
   await seats(system, order, next, { effectiveAt: placed.term.expiresAt });
   await system.waitForChain(order, (c) => c.nextLicenses === next);
-  clock.set(placed.term.expiresAt - 7 * DAY);
-  await system.promote('renewals', renewalJobId(chainIdOf(order), 2));
-  const renewed = await system.waitForChain(order, (c) => c.term.count === 2);
+  const renewed = await renewAt(system, clock, order, {
+    count: 2,
+    expiresAt: placed.term.expiresAt,
+  });
   expect(renewed.licenses).toBe(next);
   clock.advance(DAY);
   return { placed, renewed };
 }
 
 const lastEvent = (chain: ChainView) => chain.history.at(-1)?.event;
+
+/** The day `order`'s waiting add-on is needed (external): its job buys it, the `nth` add-on. */
+async function buyWaitingAddOn(
+  system: System,
+  clock: ManualClock,
+  order: string,
+  { at, nth }: { at: number; nth: number },
+) {
+  clock.set(at);
+  await system.promote('seat-changes', addOnJobId(chainIdOf(order)));
+  return system.waitForChain(order, (c) => c.addOns.length === nth);
+}
+
+/** Renews `order` to term `count` at its renewal time, 7 days before `expiresAt`. */
+async function renewAt(
+  system: System,
+  clock: ManualClock,
+  order: string,
+  { count, expiresAt }: { count: number; expiresAt: number },
+) {
+  clock.set(expiresAt - 7 * DAY);
+  await system.promote('renewals', renewalJobId(chainIdOf(order), count));
+  return system.waitForChain(order, (c) => c.term.count === count);
+}
+
+/**
+ * Raises `order` to `up`, which buys its first add-on now, then lowers it to `down`, which
+ * leaves that add-on a share of 0. Resolves with when the add-on's term ends.
+ */
+async function firstAddOnGivenUp(
+  system: System,
+  clock: ManualClock,
+  order: string,
+  { up, down }: { up: number; down: number },
+) {
+  await seats(system, order, up);
+  const bought = await system.waitForChain(order, (c) => c.addOns.length === 1);
+  clock.advance(60);
+  await seats(system, order, down);
+  await system.waitForChain(order, (c) => c.addOns[0]?.nextLicenses === 0);
+  return bought.addOns[0]?.term.expiresAt ?? 0;
+}
+
+/** The first add-on of `order`, left with a share of 0, stops when its renewal comes due. */
+async function stopFirstAddOn(system: System, clock: ManualClock, order: string, addOnEnd: number) {
+  clock.set(addOnEnd - 7 * DAY);
+  await system.promote('renewals', renewalJobId(chainIdOf(`${order}.a1`), 2));
+  return system.waitForChain(order, (c) => c.addOns[0]?.nextRenewalAt === null);
+}
 
 /**
  * A chain renewed early (5 in force, 8 ordered) whose seat job, for 9 from now, bought its first
@@ -122,9 +172,10 @@ describe('marketplace, co-terminated partial orders (the default)', () => {
     });
 
     // The renewal carries the combined count.
-    clock.set(placed.term.expiresAt - 7 * DAY);
-    await system.promote('renewals', renewalJobId(chainIdOf('S-1'), 2));
-    const renewed = await system.waitForChain('S-1', (c) => c.term.count === 2);
+    const renewed = await renewAt(system, clock, 'S-1', {
+      count: 2,
+      expiresAt: placed.term.expiresAt,
+    });
     expect(renewed.licenses).toBe(8);
     expect((await system.providerOrder('S-1.r2'))?.licenses).toBe(8);
     // The partial runs to the end of term 1 (renewed ahead); once it has ended it is not shown.
@@ -223,9 +274,10 @@ describe('marketplace, after an early renewal', () => {
     const placed = await place(system, 'R-1', 10);
     await seats(system, 'R-1', 12);
     await system.waitForChain('R-1', (c) => c.partials.length === 1);
-    clock.set(placed.term.expiresAt - 7 * DAY);
-    await system.promote('renewals', renewalJobId(chainIdOf('R-1'), 2));
-    const renewed = await system.waitForChain('R-1', (c) => c.term.count === 2);
+    const renewed = await renewAt(system, clock, 'R-1', {
+      count: 2,
+      expiresAt: placed.term.expiresAt,
+    });
     expect(renewed.licenses).toBe(12);
 
     // Still inside term 1: the 3 more licenses run to the end of term 2, already ordered.
@@ -461,29 +513,21 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     expect(stopped.nextLicenses).toBe(4);
 
     // At its renewal the emptied add-on stops instead of ordering zero licenses.
-    clock.set((addOn?.term.expiresAt ?? 0) - 7 * DAY);
-    await system.promote('renewals', renewalJobId(chainIdOf('A-1.a1'), 2));
-    const ended = await system.waitForChain('A-1', (c) => c.addOns[0]?.nextRenewalAt === null);
+    const ended = await stopFirstAddOn(system, clock, 'A-1', addOn?.term.expiresAt ?? 0);
     expect(ended.addOns[0]?.history.at(-1)?.event).toBe('addon.stopped');
   });
 
   it('replaces an add-on that stopped and ends before the main term does, from its end', async () => {
     // 5 + an add-on of 3; the total falls back to 5, so the add-on stops at its renewal.
     const placed = await place(system, 'A-10', 5);
-    await seats(system, 'A-10', 8);
-    const bought = await system.waitForChain('A-10', (c) => c.addOns.length === 1);
-    const addOnEnd = bought.addOns[0]?.term.expiresAt ?? 0;
-    clock.advance(60);
-    await seats(system, 'A-10', 5);
-    await system.waitForChain('A-10', (c) => c.addOns[0]?.nextLicenses === 0);
+    const addOnEnd = await firstAddOnGivenUp(system, clock, 'A-10', { up: 8, down: 5 });
     // The main chain renews (term 2 runs past the add-on's end), then the add-on stops.
-    clock.set(placed.term.expiresAt - 7 * DAY);
-    await system.promote('renewals', renewalJobId(chainIdOf('A-10'), 2));
-    const renewed = await system.waitForChain('A-10', (c) => c.term.count === 2);
+    const renewed = await renewAt(system, clock, 'A-10', {
+      count: 2,
+      expiresAt: placed.term.expiresAt,
+    });
     expect(renewed.term.expiresAt).toBeGreaterThan(addOnEnd);
-    clock.set(addOnEnd - 7 * DAY);
-    await system.promote('renewals', renewalJobId(chainIdOf('A-10.a1'), 2));
-    await system.waitForChain('A-10', (c) => c.addOns[0]?.nextRenewalAt === null);
+    await stopFirstAddOn(system, clock, 'A-10', addOnEnd);
 
     // 8 again: the stopped add-on's 3 end with it, so a new add-on buys them from its end:
     // no day is paid twice, and none is missing.
@@ -622,9 +666,7 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     clock.advance(60);
     await seats(system, 'A-2', 5);
     await system.waitForChain('A-2', (c) => c.addOns[0]?.nextLicenses === 0);
-    clock.set((bought.addOns[0]?.term.expiresAt ?? 0) - 7 * DAY);
-    await system.promote('renewals', renewalJobId(chainIdOf('A-2.a1'), 2));
-    await system.waitForChain('A-2', (c) => c.addOns[0]?.nextRenewalAt === null);
+    await stopFirstAddOn(system, clock, 'A-2', bought.addOns[0]?.term.expiresAt ?? 0);
 
     clock.advance(60);
     await seats(system, 'A-2', 8);
@@ -681,9 +723,7 @@ describe('the external variant (add-ons only)', () => {
     const addOn = bought.addOns[0] as ChainView['addOns'][number];
     // The main chain renews; then the add-on's term ends while its renewal is in flight (made at
     // the provider, the answer lost, its job waiting to retry).
-    clock.set(placed.term.expiresAt - 7 * DAY);
-    await system.promote('renewals', renewalJobId(chainIdOf('E-6'), 2));
-    await system.waitForChain('E-6', (c) => c.term.count === 2);
+    await renewAt(system, clock, 'E-6', { count: 2, expiresAt: placed.term.expiresAt });
     clock.set(addOn.term.expiresAt + DAY);
     const params = { parent: addOn.order, id: `${addOn.order}.r2` };
     await leftByDeadJob(system, addOn.order, 'retrying-renewal-job', () => ({
@@ -728,9 +768,7 @@ describe('the external variant (add-ons only)', () => {
       (c) => c.history.filter((h) => h.event === 'seats.addon_scheduled').length === 2,
     );
 
-    clock.set(neededAt);
-    await system.promote('seat-changes', addOnJobId(chainIdOf('E-1')));
-    const bought = await system.waitForChain('E-1', (c) => c.addOns.length === 1);
+    const bought = await buyWaitingAddOn(system, clock, 'E-1', { at: neededAt, nth: 1 });
     expect(bought.addOns[0]).toMatchObject({
       order: 'E-1.a1',
       licenses: 4,
@@ -850,9 +888,10 @@ describe('the external variant (add-ons only)', () => {
     // renewal is due.
     await system.send('order.placed', orderPlaced({ order: 'E-8', licenses: 5 }));
     const placed = await system.waitForChain('E-8', () => true);
-    clock.set(placed.term.expiresAt - 7 * DAY);
-    await system.promote('renewals', renewalJobId(chainIdOf('E-8'), 2));
-    const renewed = await system.waitForChain('E-8', (c) => c.term.count === 2);
+    const renewed = await renewAt(system, clock, 'E-8', {
+      count: 2,
+      expiresAt: placed.term.expiresAt,
+    });
     clock.set(placed.term.expiresAt - 5 * DAY);
     await seats(system, 'E-8', 8);
     const bought = await system.waitForChain('E-8', (c) => c.addOns.length === 1);
@@ -863,9 +902,7 @@ describe('the external variant (add-ons only)', () => {
     clock.advance(60);
     await seats(system, 'E-8', 4);
     await system.waitForChain('E-8', (c) => c.nextLicenses === 4);
-    clock.set(addOnEnd - 7 * DAY);
-    await system.promote('renewals', renewalJobId(chainIdOf('E-8.a1'), 2));
-    await system.waitForChain('E-8', (c) => c.addOns[0]?.nextRenewalAt === null);
+    await stopFirstAddOn(system, clock, 'E-8', addOnEnd);
 
     // 8 again: the add-on covers 3 until it ends, so a new one waits for then. The main chain
     // renews before that: with its own 5, leaving the waiting add-on's 3.
@@ -876,13 +913,12 @@ describe('the external variant (add-ons only)', () => {
       (c) => lastEvent(c) === 'seats.addon_scheduled',
     );
     expect(waiting.nextLicenses).toBe(5);
-    clock.set(renewed.term.expiresAt - 7 * DAY);
-    await system.promote('renewals', renewalJobId(chainIdOf('E-8'), 3));
-    const term3 = await system.waitForChain('E-8', (c) => c.term.count === 3);
+    const term3 = await renewAt(system, clock, 'E-8', {
+      count: 3,
+      expiresAt: renewed.term.expiresAt,
+    });
     expect(term3.licenses).toBe(5);
-    clock.set(addOnEnd);
-    await system.promote('seat-changes', addOnJobId(chainIdOf('E-8')));
-    const chain = await system.waitForChain('E-8', (c) => c.addOns.length === 2);
+    const chain = await buyWaitingAddOn(system, clock, 'E-8', { at: addOnEnd, nth: 2 });
     expect(chain.addOns[1]).toMatchObject({ licenses: 3, term: { startsAt: addOnEnd } });
     expect(chain.nextLicenses + (chain.addOns[1]?.nextLicenses ?? 0)).toBe(8);
   });
@@ -892,18 +928,9 @@ describe('the external variant (add-ons only)', () => {
     const placed = await system.waitForChain('E-7', () => true);
     // An add-on of 3 bought 5 days in, so it ends 5 days into the main chain's next term.
     clock.advance(5 * DAY);
-    await seats(system, 'E-7', 8);
-    const bought = await system.waitForChain('E-7', (c) => c.addOns.length === 1);
-    const addOnEnd = bought.addOns[0]?.term.expiresAt ?? 0;
-    clock.advance(60);
-    await seats(system, 'E-7', 5);
-    await system.waitForChain('E-7', (c) => c.addOns[0]?.nextLicenses === 0);
-    clock.set(placed.term.expiresAt - 7 * DAY);
-    await system.promote('renewals', renewalJobId(chainIdOf('E-7'), 2));
-    await system.waitForChain('E-7', (c) => c.term.count === 2);
-    clock.set(addOnEnd - 7 * DAY);
-    await system.promote('renewals', renewalJobId(chainIdOf('E-7.a1'), 2));
-    await system.waitForChain('E-7', (c) => c.addOns[0]?.nextRenewalAt === null);
+    const addOnEnd = await firstAddOnGivenUp(system, clock, 'E-7', { up: 8, down: 5 });
+    await renewAt(system, clock, 'E-7', { count: 2, expiresAt: placed.term.expiresAt });
+    await stopFirstAddOn(system, clock, 'E-7', addOnEnd);
 
     // 8 again, the day before the term in force ends: it has them, and the next term has them
     // until the add-on ends. createFirstOrder starts at once, so the new add-on waits for then.
@@ -914,9 +941,7 @@ describe('the external variant (add-ons only)', () => {
       (c) => lastEvent(c) === 'seats.addon_scheduled',
     );
     expect(waiting.history.at(-1)?.detail).toContain(formatInstant(addOnEnd));
-    clock.set(addOnEnd);
-    await system.promote('seat-changes', addOnJobId(chainIdOf('E-7')));
-    const chain = await system.waitForChain('E-7', (c) => c.addOns.length === 2);
+    const chain = await buyWaitingAddOn(system, clock, 'E-7', { at: addOnEnd, nth: 2 });
     expect(chain.addOns[1]).toMatchObject({
       order: 'E-7.a2',
       licenses: 3,
