@@ -1,7 +1,7 @@
 // The settings schema: every environment variable the product reads, with its default and meaning.
 import { z } from 'zod';
 import { ConfigError } from '../src/errors.js';
-import { parseRedisTarget } from '../src/redis/target.js';
+import { hideUrlPasswords, parseRedisTarget } from '../src/redis/target.js';
 
 /** An empty variable counts as unset (DESIGN §6), so `PORT=` falls back to the default. */
 const unsetWhenEmpty = (value: unknown) => (value === '' ? undefined : value);
@@ -175,10 +175,10 @@ const SECRET_SETTINGS = new Set([
   'PROVISIONING_API_KEY',
 ]);
 
-/** A value as an error may show it: secrets hidden, and a URL's password (`//user:pw@`) too. */
+/** A value as an error may show it: secrets hidden, and a URL's passwords too. */
 function shownValue(name: string, value: string): string {
   if (SECRET_SETTINGS.has(name)) return `(hidden, ${value.length} characters)`;
-  return JSON.stringify(value.replace(/\/\/([^:@/]*):[^@/]*@/, '//$1:redacted@'));
+  return JSON.stringify(hideUrlPasswords(value));
 }
 
 /**

@@ -190,7 +190,7 @@ async function applySeatEvent(
         },
         {
           event: 'seats.addon_scheduled',
-          detail: `${decision.licenses} more licenses needed from ${formatInstant(decision.startsAt)}: an add-on will be ordered then; ${describeAllocation(counts)}, and the new add-on ${decision.licenses}`,
+          detail: `${decision.licenses} more licenses needed from ${formatInstant(decision.startsAt)}: an add-on will be ordered then; until it is, ${describeAllocation(counts)}`,
         },
       );
       return `add-on scheduled: ${formatInstant(decision.startsAt)}`;

@@ -25,9 +25,14 @@ export async function connectRedis(url: string, role: ConnectionRole): Promise<R
     store: { lazyConnect: true, maxRetriesPerRequest: null },
   }[role];
   const target = parseRedisTarget(url);
+  let connected = false;
   const redis =
     target.kind === 'sentinel'
-      ? new Redis({ ...target.options, ...options })
+      ? new Redis({
+          ...target.options,
+          ...options,
+          sentinelRetryStrategy: sentinelRetry(() => connected),
+        })
       : new Redis(target.url, options);
   // BullMQ's own connections stay as BullMQ expects them (and as the benchmark's baseline uses).
   if (role !== 'worker') coalesceWrites(redis);
@@ -36,11 +41,25 @@ export async function connectRedis(url: string, role: ConnectionRole): Promise<R
   redis.on('error', () => {});
   try {
     await redis.connect();
+    connected = true;
   } catch (error) {
     redis.disconnect();
     throw error;
   }
   return redis;
+}
+
+/** How many times the sentinels are asked for the master before the first connect fails. */
+const SENTINEL_TRIES_AT_START = 3;
+
+/**
+ * When to ask the sentinels again (ms), or null to give up. At start a few times only, so a
+ * wrong URL or master name fails the start with the reason instead of hanging; once connected,
+ * for as long as it takes, as a failover or a restart of the sentinels may.
+ */
+function sentinelRetry(connected: () => boolean) {
+  return (times: number): number | null =>
+    connected() || times <= SENTINEL_TRIES_AT_START ? Math.min(times * 200, 2000) : null;
 }
 
 const UNAVAILABLE =

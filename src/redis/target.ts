@@ -10,6 +10,22 @@ import type { RedisOptions } from 'ioredis';
 const SENTINEL_URL =
   /^redis\+sentinel:\/\/(?:([^:@/]*)(?::([^@/]*))?@)?([^/@?]+)\/([^/?]+)(?:\/(\d+))?(?:\?(.*))?$/;
 
+/** Redis numbers its databases with an int. */
+const MAX_DB = 2 ** 31 - 1;
+
+/**
+ * A query string's parameters, percent-decoded like the rest of the URL: a `+` stays a `+`
+ * (URLSearchParams would make it a space, and generated passwords often hold one).
+ */
+function queryParams(query: string): Map<string, string> {
+  const params = new Map<string, string>();
+  for (const pair of query.split('&').filter(Boolean)) {
+    const [key = '', ...value] = pair.split('=');
+    params.set(decodeURIComponent(key), decodeURIComponent(value.join('=')));
+  }
+  return params;
+}
+
 export type RedisTarget =
   | { kind: 'server'; url: string }
   | { kind: 'sentinel'; options: RedisOptions; sentinels: string; master: string };
@@ -36,24 +52,27 @@ export function parseRedisTarget(url: string): RedisTarget {
   }
   const [, username, password, hostList = '', master = '', db, query] = match;
   const sentinels = hostList.split(',').map((hostPort) => {
-    const at = /^([^:]+):(\d{1,5})$/.exec(hostPort);
-    const port = Number(at?.[2]);
+    // host:port, or [IPv6]:port.
+    const at = /^(?:\[([0-9A-Fa-f:.]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(hostPort);
+    const port = Number(at?.[3]);
     if (!at || port < 1 || port > 65535) {
-      throw new Error(`sentinel "${hostPort}" must be host:port`);
+      throw new Error(`sentinel "${hostPort}" must be host:port (or [IPv6]:port)`);
     }
-    return { host: at[1] as string, port };
+    return { host: (at[1] ?? at[2]) as string, port };
   });
-  const params = new URLSearchParams(query ?? '');
+  const params = queryParams(query ?? '');
   const unknown = [...params.keys()].filter((key) => key !== 'sentinelPassword');
   if (unknown.length > 0) {
     throw new Error(`unknown parameter ${unknown[0]} (only sentinelPassword)`);
   }
+  const dbNumber = db === undefined ? 0 : Number(db);
+  if (dbNumber > MAX_DB) throw new Error(`db ${db} must be at most ${MAX_DB}`);
   const decode = (part: string | undefined) =>
     part === undefined || part === '' ? undefined : decodeURIComponent(part);
   const options: RedisOptions = {
     sentinels,
     name: decodeURIComponent(master),
-    db: db === undefined ? 0 : Number(db),
+    db: dbNumber,
     // Reconnects to the new master as soon as a sentinel announces a failover, instead of
     // waiting for the old master to drop the connection or refuse a write.
     failoverDetector: true,
@@ -67,7 +86,9 @@ export function parseRedisTarget(url: string): RedisTarget {
   return {
     kind: 'sentinel',
     options,
-    sentinels: sentinels.map((s) => `${s.host}:${s.port}`).join(','),
+    sentinels: sentinels
+      .map((s) => (s.host.includes(':') ? `[${s.host}]:${s.port}` : `${s.host}:${s.port}`))
+      .join(','),
     master: options.name as string,
   };
 }
@@ -80,5 +101,17 @@ export function describeRedisTarget(url: string): string {
   }
   const parsed = new URL(target.url);
   if (parsed.password) parsed.password = 'redacted';
+  // ioredis also takes the password as a parameter.
+  if (parsed.searchParams.has('password')) parsed.searchParams.set('password', 'redacted');
   return parsed.toString();
+}
+
+/**
+ * Any URL-like text with its passwords hidden, valid or not: the user-info up to the last `@`
+ * (a password may hold a raw `/` or `@`), and `password` or `sentinelPassword` parameters.
+ */
+export function hideUrlPasswords(text: string): string {
+  return text
+    .replace(/^([A-Za-z][\w+.-]*:\/\/[^:@/]*):.*@/, '$1:redacted@')
+    .replace(/([?&](?:sentinelPassword|password)=)[^&#]*/gi, '$1redacted');
 }

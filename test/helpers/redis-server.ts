@@ -2,6 +2,7 @@
 
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
+import { tmpdir } from 'node:os';
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll } from 'vitest';
 import { connectRedis } from '../../src/redis/connection.js';
@@ -62,10 +63,24 @@ export function useTestRedisConnection(): { readonly redis: Redis } {
 }
 
 async function runRedisServer(port: number, args: readonly string[]): Promise<ChildProcess> {
+  // In the temporary directory: a replica writes the snapshot its master sends it to its working
+  // directory (`--save ''` or not), which must not be the checkout.
   const child = spawn(
     'redis-server',
-    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...args],
-    { stdio: ['ignore', 'pipe', 'pipe'] },
+    [
+      '--port',
+      String(port),
+      '--bind',
+      '127.0.0.1',
+      '--save',
+      '',
+      '--appendonly',
+      'no',
+      '--dbfilename',
+      `test-redis-${port}.rdb`,
+      ...args,
+    ],
+    { stdio: ['ignore', 'pipe', 'pipe'], cwd: tmpdir() },
   );
   await untilRedisReady(
     child,

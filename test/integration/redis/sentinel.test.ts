@@ -4,6 +4,7 @@ import { Queue, Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { connectRedis } from '../../../src/redis/connection.js';
+import { findFreePort } from '../../../src/redis/private-redis.js';
 import { startTestSentinelGroup, type TestSentinelGroup } from '../../helpers/redis-sentinel.js';
 
 let group: TestSentinelGroup;
@@ -41,6 +42,17 @@ async function processedSoon(name: string) {
 }
 
 describe('a Redis behind Sentinel', () => {
+  it('fails the start with the reason when no sentinel answers, or none knows the master', async () => {
+    const port = await findFreePort();
+    await expect(
+      connectRedis(`redis+sentinel://127.0.0.1:${port}/billing`, 'worker'),
+    ).rejects.toThrow(/All sentinels are unreachable/);
+    const wrongName = group.url.replace(/\/billing$/, '/no-such-master');
+    await expect(connectRedis(wrongName, 'request')).rejects.toThrow(
+      /No such master with that name/,
+    );
+  });
+
   it('serves every connection role from the master the sentinel names', async () => {
     const request = await connectRedis(group.url, 'request');
     clients.push(request);

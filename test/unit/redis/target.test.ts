@@ -1,7 +1,11 @@
 // REDIS_URL forms: one server, or a master found through Redis Sentinel; errors never show a
 // password.
 import { describe, expect, it } from 'vitest';
-import { describeRedisTarget, parseRedisTarget } from '../../../src/redis/target.js';
+import {
+  describeRedisTarget,
+  hideUrlPasswords,
+  parseRedisTarget,
+} from '../../../src/redis/target.js';
 
 describe('parseRedisTarget', () => {
   it('passes a redis:// or rediss:// URL on as it is', () => {
@@ -41,6 +45,23 @@ describe('parseRedisTarget', () => {
     });
   });
 
+  it('takes IPv6 sentinels, and keeps a + in the sentinels password', () => {
+    expect(
+      parseRedisTarget(
+        'redis+sentinel://[::1]:26379,[fd00::2]:26380/billing?sentinelPassword=a+b%2Fc',
+      ),
+    ).toMatchObject({
+      sentinels: '[::1]:26379,[fd00::2]:26380',
+      options: {
+        sentinels: [
+          { host: '::1', port: 26379 },
+          { host: 'fd00::2', port: 26380 },
+        ],
+        sentinelPassword: 'a+b/c',
+      },
+    });
+  });
+
   it.each([
     ['http://localhost:6379', 'must be a redis://, rediss:// or redis+sentinel:// URL'],
     ['not a url', 'must be a redis://, rediss:// or redis+sentinel:// URL'],
@@ -48,13 +69,32 @@ describe('parseRedisTarget', () => {
     ['redis+sentinel://s1/billing', 'sentinel "s1" must be host:port'],
     ['redis+sentinel://s1:99999/billing', 'sentinel "s1:99999" must be host:port'],
     ['redis+sentinel://s1:26379/billing?db=2', 'unknown parameter db (only sentinelPassword)'],
+    ['redis+sentinel://s1:26379/billing/99999999999', 'db 99999999999 must be at most 2147483647'],
   ])('refuses %s', (url, message) => {
     expect(() => parseRedisTarget(url)).toThrow(message);
   });
 });
 
+describe('hideUrlPasswords', () => {
+  it.each([
+    ['redis://:ab/cd@host:6379', 'redis://:redacted@host:6379'],
+    ['redis+sentinel://:p@ss@h:1/m', 'redis+sentinel://:redacted@h:1/m'],
+    ['https://user:p/w@host x', 'https://user:redacted@host x'],
+    [
+      'redis+sentinel://h:99999/m?sentinelPassword=S3CRET',
+      'redis+sentinel://h:99999/m?sentinelPassword=redacted',
+    ],
+    ['redis://h:6379?password=x&db=1', 'redis://h:6379?password=redacted&db=1'],
+  ])('hides the passwords in %s', (text, shown) => {
+    expect(hideUrlPasswords(text)).toBe(shown);
+  });
+});
+
 describe('describeRedisTarget', () => {
   it('hides passwords', () => {
+    expect(describeRedisTarget('redis://h:6379/0?password=pw')).toBe(
+      'redis://h:6379/0?password=redacted',
+    );
     expect(describeRedisTarget('redis://:pw@h:6379/0')).toBe('redis://:redacted@h:6379/0');
     expect(describeRedisTarget('redis+sentinel://app:pw@s1:26379,s2:26379/billing/1')).toBe(
       'redis+sentinel://s1:26379,s2:26379/billing/1',
