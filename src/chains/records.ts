@@ -143,6 +143,12 @@ export const historyEntry = z.object({
 });
 export type HistoryEntry = z.infer<typeof historyEntry>;
 
+/** A chain with its history, as read together (ChainStore.getManyWithHistory). */
+export interface ChainWithHistory {
+  chain: Chain;
+  history: readonly HistoryEntry[];
+}
+
 export type NewChain = Omit<Chain, 'version'>;
 const newChainSchema = chainRecord.omit({ version: true });
 

@@ -5,12 +5,12 @@ import { callScript, defineScripts, readScripts, type ScriptCall } from '../redi
 import { chainKeys, customerChainsKey, indexKeys } from './keys.js';
 import {
   type Chain,
+  type ChainWithHistory,
   chainRecord,
   type HistoryEntry,
   historyEntry,
   type Intent,
 } from './records.js';
-import type { ChainWithHistory } from './view.js';
 
 const scripts = readScripts(new URL('./scripts/', import.meta.url));
 

@@ -1,10 +1,5 @@
 // The chain as the ops API and CLI show it (DESIGN §5).
-import type { Chain, HistoryEntry, Intent, Term } from './records.js';
-
-export interface ChainWithHistory {
-  chain: Chain;
-  history: readonly HistoryEntry[];
-}
+import type { Chain, ChainWithHistory, HistoryEntry, Intent, Term } from './records.js';
 
 export interface AddOnView {
   order: string;
