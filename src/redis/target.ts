@@ -99,16 +99,13 @@ export function describeRedisTarget(url: string): string {
   if (target.kind === 'sentinel') {
     return `redis+sentinel://${target.sentinels}/${target.master}/${target.options.db ?? 0}`;
   }
-  const parsed = new URL(target.url);
-  if (parsed.password) parsed.password = 'redacted';
-  // ioredis also takes the password as a parameter.
-  if (parsed.searchParams.has('password')) parsed.searchParams.set('password', 'redacted');
-  return parsed.toString();
+  return hideUrlPasswords(target.url);
 }
 
 /**
  * Any URL-like text with its passwords hidden, valid or not: the user-info up to the last `@`
- * (a password may hold a raw `/` or `@`), and `password` or `sentinelPassword` parameters.
+ * (a password may hold a raw `/` or `@`), and `password` or `sentinelPassword` parameters (ioredis
+ * also takes the password as a parameter).
  */
 export function hideUrlPasswords(text: string): string {
   return text
