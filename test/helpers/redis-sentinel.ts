@@ -6,6 +6,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
+import { vi } from 'vitest';
 import { findFreePort } from '../../src/redis/private-redis.js';
 import { startTestRedis, type TestRedis } from './redis-server.js';
 
@@ -102,15 +103,12 @@ export async function startTestSentinelGroup(): Promise<TestSentinelGroup> {
   };
 }
 
-async function until(check: () => Promise<boolean>, what: string, timeoutMs = 20_000) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    try {
-      if (await check()) return;
-    } catch {
-      // Not up yet: try again.
-    }
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
+/** Waits for `check` to hold (it may throw while things start), or fails naming `what`. */
+function until(check: () => Promise<boolean>, what: string): Promise<void> {
+  return vi.waitFor(
+    async () => {
+      if (!(await check())) throw new Error(`timed out waiting for ${what}`);
+    },
+    { timeout: 20_000, interval: 100 },
+  );
 }

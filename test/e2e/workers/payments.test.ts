@@ -14,6 +14,21 @@ async function providerStatus(system: System, order: string) {
   return (await system.providerOrder(order))?.status;
 }
 
+/**
+ * Places `order`, raises it to `licenses` (an add-on order, with SEAT_INCREASE=addon or the
+ * external variant), and lets its payment go overdue: both orders end up suspended.
+ */
+async function suspendedWithAddOn(system: System, order: string, licenses: number) {
+  await system.send('order.placed', orderPlaced({ order }));
+  await system.waitForChain(order, () => true);
+  await system.send('seats.changed', { order, licenses });
+  await system.waitForChain(order, (c) => c.addOns.length === 1);
+  await system.send('payment.overdue', { order });
+  await system.waitForChain(order, (c) => c.status === 'suspended');
+  expect(await providerStatus(system, order)).toBe('suspended');
+  expect(await providerStatus(system, `${order}.a1`)).toBe('suspended');
+}
+
 describe('marketplace, 3 days of grace', () => {
   const clock = manualClock(systemClock.now());
   const system = useSystem({ clock, env: { PAYMENT_GRACE_DAYS: '3' } });
@@ -191,15 +206,8 @@ describe('the external variant', () => {
   const system = useSystem({ env: { PARTNER_VARIANT: 'external', PAYMENT_GRACE_DAYS: '0' } });
 
   it('stays suspended after payment until an operator confirms the manual reactivation', async () => {
-    await system.send('order.placed', orderPlaced({ order: 'X-1' }));
-    await system.waitForChain('X-1', () => true);
     // Two more seats: an add-on order of its own in the external variant.
-    await system.send('seats.changed', { order: 'X-1', licenses: 7 });
-    await system.waitForChain('X-1', (c) => c.addOns.length === 1);
-    await system.send('payment.overdue', { order: 'X-1' });
-    await system.waitForChain('X-1', (c) => c.status === 'suspended');
-    expect(await providerStatus(system, 'X-1')).toBe('suspended');
-    expect(await providerStatus(system, 'X-1.a1')).toBe('suspended');
+    await suspendedWithAddOn(system, 'X-1', 7);
 
     const paid = await system.send('payment.received', { order: 'X-1' });
     const chain = await system.waitForChain('X-1', (c) => c.needsReactivation);
@@ -261,15 +269,7 @@ describe('marketplace with add-on seat increases', () => {
   const system = useSystem({ env: { PAYMENT_GRACE_DAYS: '0', SEAT_INCREASE: 'addon' } });
 
   it('suspends and unsuspends the add-on orders with the main order', async () => {
-    await system.send('order.placed', orderPlaced({ order: 'MA-1' }));
-    await system.waitForChain('MA-1', () => true);
-    await system.send('seats.changed', { order: 'MA-1', licenses: 8 });
-    await system.waitForChain('MA-1', (c) => c.addOns.length === 1);
-
-    await system.send('payment.overdue', { order: 'MA-1' });
-    await system.waitForChain('MA-1', (c) => c.status === 'suspended');
-    expect(await providerStatus(system, 'MA-1')).toBe('suspended');
-    expect(await providerStatus(system, 'MA-1.a1')).toBe('suspended');
+    await suspendedWithAddOn(system, 'MA-1', 8);
 
     await system.send('payment.received', { order: 'MA-1' });
     const paid = await system.waitForChain('MA-1', (c) => c.status === 'active');
