@@ -1,8 +1,9 @@
 // Benchmark: the real renewal worker draining N chains that fall due at once, against BullMQ
 // no-op jobs at the same concurrency on the same Redis (STYLE.md "Benchmarks", DESIGN §4).
-import { writeFile } from 'node:fs/promises';
+import { mkdir, writeFile } from 'node:fs/promises';
 import { Session } from 'node:inspector/promises';
 import { availableParallelism } from 'node:os';
+import { dirname } from 'node:path';
 import { parseArgs } from 'node:util';
 import { type Job, type Processor, Queue, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
@@ -424,6 +425,7 @@ async function profiled(file: string, run: () => Promise<void>): Promise<void> {
     await session.post('Profiler.start');
     await run();
     const { profile } = await session.post('Profiler.stop');
+    await mkdir(dirname(file), { recursive: true });
     await writeFile(file, JSON.stringify(profile));
   } finally {
     session.disconnect();
