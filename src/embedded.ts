@@ -6,7 +6,9 @@ import type { Logger } from './logger.js';
 import { makeProvisioningCore, type ProvisioningCore } from './provisioning/operations.js';
 import { makePartnerDirectory, type PartnerDirectory } from './provisioning/partners.js';
 import { ProvisioningStore } from './provisioning/store.js';
+import { queueNames } from './queues.js';
 import { connectRedis } from './redis/connection.js';
+import { migrateKeyLayout } from './redis/key-layout.js';
 import { ensurePrivateRedis, findRunningPrivateRedis } from './redis/private-redis.js';
 import { loadOrCreateSecret } from './secrets.js';
 
@@ -44,6 +46,13 @@ export async function openRuntime(
     }
   }
   const redis = await connectRedis(redisUrl, 'request');
+  try {
+    await migrateKeyLayout(redis, queueNames, log);
+  } catch (error) {
+    redis.disconnect();
+    await stopPrivate();
+    throw error;
+  }
   const secret = await loadOrCreateSecret(
     settings.DATA_DIR,
     'key-hash-secret',

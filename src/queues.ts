@@ -1,6 +1,7 @@
 // The queues, which event goes to which, and the job options every queue shares.
 import type { JobsOptions } from 'bullmq';
 import type { EventType } from './intake/events.js';
+import { QUEUE_KEY_PREFIX } from './redis/key-space.js';
 
 export const QUEUES = {
   orders: 'orders',
@@ -22,8 +23,8 @@ export const queueForEvent: Record<EventType, QueueName> = {
   'payment.received': QUEUES.paymentSignals,
 };
 
-/** BullMQ key prefix of every queue (not hash-tagged: Redis Cluster is not supported yet). */
-export const QUEUE_PREFIX = 'bc';
+/** BullMQ key prefix of every queue, hash-tagged like every other key (src/redis/key-space.ts). */
+export const QUEUE_PREFIX = QUEUE_KEY_PREFIX;
 
 /** Every worker uses the same stalled-job check (the queue uses whichever worker set it first). */
 export const STALLED_INTERVAL_MS = 30_000;

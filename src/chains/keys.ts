@@ -1,8 +1,7 @@
 // Every Redis key of the chain store. Caller ids (which may hold `:` or be all digits) are hashed,
 // never embedded raw, in keys and in job ids.
 import { createHash } from 'node:crypto';
-
-const ROOT = 'bc';
+import { WORKER_KEY_ROOT as ROOT } from '../redis/key-space.js';
 
 /** A short, stable, key- and job-id-safe digest of a caller-supplied id. */
 export function digest(value: string): string {

@@ -15,6 +15,7 @@ import { ConfigError } from '../errors.js';
 import { sendError } from '../http-errors.js';
 import { defaultJobOptions, type QueueName, queueForEvent } from '../queues.js';
 import { isRedisUnavailable } from '../redis/connection.js';
+import { WORKER_KEY_ROOT } from '../redis/key-space.js';
 import { describeIssues } from '../validation.js';
 import {
   type EventJobData,
@@ -70,7 +71,7 @@ function hashWebhookId(webhookId: string): string {
 
 /** The Redis key that claims a webhook id (`SET NX` with a TTL of the dedup window). */
 export function webhookDedupKey(webhookId: string): string {
-  return `bc:webhook:${hashWebhookId(webhookId)}`;
+  return `${WORKER_KEY_ROOT}:webhook:${hashWebhookId(webhookId)}`;
 }
 
 /** The BullMQ job id of a webhook's event, the same for every delivery of that webhook id. */

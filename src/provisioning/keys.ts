@@ -1,10 +1,7 @@
-// Every Redis key of the provisioning core, built in one place.
-//
-// Partner-scoped keys share the hash tag `{p<id>}` so that each script touches a single cluster
-// slot. Caller-supplied ids (which may hold `:` or be all digits) never appear in key names: they
-// are fields of the partner's hashes.
-
-const ROOT = 'pp';
+// Every Redis key of the provisioning core, built in one place. They share the product's hash tag
+// (src/redis/key-space.ts). Caller-supplied ids (which may hold `:` or be all digits) never appear
+// in key names: they are fields of the partner's hashes.
+import { CORE_KEY_ROOT as ROOT } from '../redis/key-space.js';
 
 export const registryKeys = {
   /** HASH partner id -> partner JSON */
@@ -22,7 +19,7 @@ export const registryKeys = {
 export type PartnerKeys = ReturnType<typeof partnerKeys>;
 
 export function partnerKeys(partnerId: number) {
-  const scope = `${ROOT}:{p${partnerId}}`;
+  const scope = `${ROOT}:p${partnerId}`;
   return {
     /** HASH caller customer id -> customer record JSON */
     customers: `${scope}:customers`,

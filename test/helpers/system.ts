@@ -88,9 +88,11 @@ export async function startSystem(
     clock?: Clock;
     stalledIntervalMs?: number;
     lockLeaseMs?: number;
+    /** A Redis of the test's own (left running on close), instead of a fresh one. */
+    redis?: TestRedis;
   } = {},
 ): Promise<System> {
-  const redis = await startTestRedis();
+  const redis = options.redis ?? (await startTestRedis());
   const dataDir = await mkdtemp(join(tmpdir(), 'billing-e2e-'));
   const settings = loadSettings({
     REDIS_URL: redis.url,
@@ -196,7 +198,7 @@ export async function startSystem(
       for (const queue of queues.values()) await queue.close();
       await queueConnection.quit();
       await started.stop();
-      await redis.stop();
+      if (!options.redis) await redis.stop();
       await rm(dataDir, { recursive: true, force: true });
     },
   };
