@@ -27,7 +27,7 @@ import { makePartnerDirectory, type PartnerDirectory } from '../src/provisioning
 import type { Partner } from '../src/provisioning/records.js';
 import { ProvisioningStore } from '../src/provisioning/store.js';
 import { defaultJobOptions, QUEUE_PREFIX, QUEUES, STALLED_INTERVAL_MS } from '../src/queues.js';
-import { connectRedis } from '../src/redis/connection.js';
+import { connectRedis, type RedisClient } from '../src/redis/connection.js';
 import { closeQueues, openQueues, refusalsFailJobs } from '../src/workers.js';
 import { startTestRedis } from '../test/helpers/redis-server.js';
 
@@ -109,16 +109,16 @@ function countRoundTrips(): void {
 
 interface Bench {
   /** The core's request-path connection (as openRuntime makes it); also INFO and FLUSHDB. */
-  admin: Redis;
+  admin: RedisClient;
   core: ProvisioningCore;
   partners: PartnerDirectory;
   settings: Settings;
   /** Everything but the provisioning client, which belongs to each round's partner. */
   deps: Omit<WorkerDeps, 'provisioning'>;
   /** BullMQ workers' connection. */
-  workerRedis: Redis;
+  workerRedis: RedisClient;
   /** The chain store's and producer queues' connection (auto-pipelined, as in main.ts). */
-  storeRedis: Redis;
+  storeRedis: RedisClient;
   close(): Promise<void>;
 }
 
@@ -272,7 +272,7 @@ function infoNumber(info: string, field: string): number {
   return Number(match[1]);
 }
 
-async function redisCounters(admin: Redis): Promise<RedisCounters> {
+async function redisCounters(admin: RedisClient): Promise<RedisCounters> {
   // One section per call: Redis before 7 takes a single section name.
   const stats = await admin.info('stats');
   const commandStats = await admin.info('commandstats');
@@ -293,7 +293,7 @@ async function redisCounters(admin: Redis): Promise<RedisCounters> {
 }
 
 /** Times `run` and counts what it cost: round trips, Redis commands, CPU on both sides. */
-async function measure(admin: Redis, jobs: number, run: () => Promise<void>): Promise<Phase> {
+async function measure(admin: RedisClient, jobs: number, run: () => Promise<void>): Promise<Phase> {
   const before = await redisCounters(admin);
   const trips = roundTrips.count;
   const cpu = process.cpuUsage();

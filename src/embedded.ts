@@ -1,5 +1,4 @@
 // Opens what every entry point needs: Redis (configured or private), the store and the core.
-import type { Redis } from 'ioredis';
 import type { Settings } from '../config/settings.js';
 import { type Clock, systemClock } from './clock.js';
 import type { Logger } from './logger.js';
@@ -7,6 +6,7 @@ import { makeProvisioningCore, type ProvisioningCore } from './provisioning/oper
 import { makePartnerDirectory, type PartnerDirectory } from './provisioning/partners.js';
 import { ProvisioningStore } from './provisioning/store.js';
 import { queueNames } from './queues.js';
+import type { RedisClient } from './redis/connection.js';
 import { connectRedis } from './redis/connection.js';
 import { migrateKeyLayout } from './redis/key-layout.js';
 import { ensurePrivateRedis, findRunningPrivateRedis } from './redis/private-redis.js';
@@ -14,7 +14,7 @@ import { loadOrCreateSecret } from './secrets.js';
 
 export interface Runtime {
   redisUrl: string;
-  redis: Redis;
+  redis: RedisClient;
   store: ProvisioningStore;
   core: ProvisioningCore;
   partners: PartnerDirectory;

@@ -1,6 +1,5 @@
 // Starts the BullMQ workers of every queue that has a processor, with one shared hygiene.
 import { type Processor, Queue, UnrecoverableError, Worker } from 'bullmq';
-import type { Redis } from 'ioredis';
 import type { WorkerDeps } from '../jobs/deps.js';
 import {
   makeProcessor as makeMaintenanceProcessor,
@@ -12,6 +11,7 @@ import { makeRenewalProcessor } from '../jobs/renewals.js';
 import { makeProcessor as makeSeatProcessor } from '../jobs/seat-changes.js';
 import { RefusalError } from './errors.js';
 import { QUEUE_PREFIX, QUEUES, type QueueName, queueNames, STALLED_INTERVAL_MS } from './queues.js';
+import type { RedisClient } from './redis/connection.js';
 import { settlesWithin } from './settles-within.js';
 
 export interface Workers {
@@ -22,7 +22,7 @@ export interface Workers {
 }
 
 /** One producer Queue per name, on the given connection (not closed with the queues). */
-export function openQueues(connection: Redis): Record<QueueName, Queue> {
+export function openQueues(connection: RedisClient): Record<QueueName, Queue> {
   return Object.fromEntries(
     queueNames.map((name) => [name, new Queue(name, { connection, prefix: QUEUE_PREFIX })]),
   ) as Record<QueueName, Queue>;
@@ -51,7 +51,7 @@ export function refusalsFailJobs(processor: Processor): Processor {
 export async function startWorkers(input: {
   deps: WorkerDeps;
   /** A connection with `maxRetriesPerRequest: null`, as BullMQ workers require. */
-  connection: Redis;
+  connection: RedisClient;
   concurrency: number;
   reconcileEverySeconds: number;
   /** Every worker the same (the queue uses whichever worker set it first); tests shorten it. */

@@ -1,6 +1,6 @@
 // The chain store: each chain's record, history and lock, and the indexes the ops API reads.
-import type { Redis } from 'ioredis';
 import { TransientError } from '../errors.js';
+import type { RedisClient } from '../redis/connection.js';
 import { callScript, defineScripts, readScripts, type ScriptCall } from '../redis/lua-scripts.js';
 import { chainKeys, customerChainsKey, indexKeys } from './keys.js';
 import {
@@ -74,7 +74,7 @@ export class ChainStore {
   private readonly released = new Set<string>();
 
   constructor(
-    readonly redis: Redis,
+    readonly redis: RedisClient,
     options: { leaseMs?: number } = {},
   ) {
     this.leaseMs = options.leaseMs ?? LOCK_LEASE_MS;

@@ -8,12 +8,12 @@ import type {
   FastifyReply,
   FastifyRequest,
 } from 'fastify';
-import type { Redis } from 'ioredis';
 import { Webhook } from 'standardwebhooks';
 import type { Clock, EpochSeconds } from '../clock.js';
 import { ConfigError } from '../errors.js';
 import { sendError } from '../http-errors.js';
 import { defaultJobOptions, type QueueName, queueForEvent } from '../queues.js';
+import type { RedisClient } from '../redis/connection.js';
 import { isRedisUnavailable } from '../redis/connection.js';
 import { WORKER_KEY_ROOT } from '../redis/key-space.js';
 import { describeIssues } from '../validation.js';
@@ -43,7 +43,7 @@ const PENDING_CLAIM_SECONDS = 60;
 
 export interface WebhookDeps {
   /** A request-path connection (fails fast while Redis is down). */
-  redis: Redis;
+  redis: RedisClient;
   /** Read at request time, one BullMQ Queue per name. */
   queues: Record<QueueName, Queue>;
   clock: Clock;

@@ -1,6 +1,6 @@
 // The provisioning core's Redis store: every read and atomic write the operations need.
 import { randomBytes } from 'node:crypto';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../redis/connection.js';
 import { callScript, defineScripts, readScripts, type ScriptCall } from '../redis/lua-scripts.js';
 import { partnerKeys, registryKeys } from './keys.js';
 import {
@@ -64,7 +64,7 @@ export interface OrderContext {
 }
 
 export class ProvisioningStore {
-  constructor(readonly redis: Redis) {
+  constructor(readonly redis: RedisClient) {
     defineScripts(redis, scripts);
   }
 

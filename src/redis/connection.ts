@@ -1,7 +1,10 @@
 // Redis connections: request-path clients fail fast, worker clients wait for Redis to return.
 import type { Socket } from 'node:net';
-import { Redis, type RedisOptions } from 'ioredis';
-import { parseRedisTarget } from './target.js';
+import { Cluster, Redis, type RedisOptions } from 'ioredis';
+import { parseRedisTarget, type RedisTarget } from './target.js';
+
+/** A connection to one server (directly or through Sentinel) or to a Redis Cluster. */
+export type RedisClient = Redis | Cluster;
 
 /**
  * - request: the HTTP request path; fails fast while Redis is down.
@@ -12,30 +15,17 @@ import { parseRedisTarget } from './target.js';
 export type ConnectionRole = 'request' | 'worker' | 'store';
 
 /**
- * Opens a connection to `url` (one server, or the master behind Redis Sentinel: target.ts) and
- * waits until it is ready. A request-path connection has no offline queue
+ * Opens a connection to `url` (one server, the master behind Redis Sentinel, or a Redis Cluster:
+ * target.ts) and waits until it is ready. A request-path connection has no offline queue
  * and one retry, so a request fails in milliseconds with 503 while Redis is down instead of
  * hanging; BullMQ workers require `maxRetriesPerRequest: null` and ride out outages. A connection
  * whose first connect fails is closed, so it does not keep reconnecting in the background.
  */
-export async function connectRedis(url: string, role: ConnectionRole): Promise<Redis> {
-  const options: RedisOptions = {
-    request: { lazyConnect: true, maxRetriesPerRequest: 1, enableOfflineQueue: false },
-    worker: { lazyConnect: true, maxRetriesPerRequest: null },
-    store: { lazyConnect: true, maxRetriesPerRequest: null },
-  }[role];
-  const target = parseRedisTarget(url);
+export async function connectRedis(url: string, role: ConnectionRole): Promise<RedisClient> {
   let connected = false;
-  const redis =
-    target.kind === 'sentinel'
-      ? new Redis({
-          ...target.options,
-          ...options,
-          sentinelRetryStrategy: sentinelRetry(() => connected),
-        })
-      : new Redis(target.url, options);
+  const redis = openClient(parseRedisTarget(url), role, () => connected);
   // BullMQ's own connections stay as BullMQ expects them (and as the benchmark's baseline uses).
-  if (role !== 'worker') coalesceWrites(redis);
+  if (role !== 'worker' && redis instanceof Redis) coalesceWrites(redis);
   // Without a listener, ioredis prints every reconnection error; the callers observe failures
   // through the commands that fail.
   redis.on('error', () => {});
@@ -49,21 +39,52 @@ export async function connectRedis(url: string, role: ConnectionRole): Promise<R
   return redis;
 }
 
-/** How many times the sentinels are asked for the master before the first connect fails. */
-const SENTINEL_TRIES_AT_START = 3;
+function openClient(
+  target: RedisTarget,
+  role: ConnectionRole,
+  connected: () => boolean,
+): RedisClient {
+  const failFast = role === 'request';
+  const options: RedisOptions = failFast
+    ? { lazyConnect: true, maxRetriesPerRequest: 1, enableOfflineQueue: false }
+    : { lazyConnect: true, maxRetriesPerRequest: null };
+  switch (target.kind) {
+    case 'server':
+      return new Redis(target.url, options);
+    case 'sentinel':
+      return new Redis({
+        ...target.options,
+        ...options,
+        sentinelRetryStrategy: retryAtStartThenForever(connected),
+      });
+    case 'cluster':
+      return new Cluster(target.nodes, {
+        lazyConnect: true,
+        enableOfflineQueue: !failFast,
+        clusterRetryStrategy: retryAtStartThenForever(connected),
+        redisOptions: {
+          ...target.credentials,
+          maxRetriesPerRequest: options.maxRetriesPerRequest ?? null,
+        },
+      });
+  }
+}
+
+/** How many times the sentinels or cluster nodes are tried before the first connect fails. */
+const TRIES_AT_START = 3;
 
 /**
- * When to ask the sentinels again (ms), or null to give up. At start a few times only, so a
- * wrong URL or master name fails the start with the reason instead of hanging; once connected,
- * for as long as it takes, as a failover or a restart of the sentinels may.
+ * When to ask the sentinels (or the cluster's nodes) again (ms), or null to give up. At start a
+ * few times only, so a wrong URL or master name fails the start with the reason instead of
+ * hanging; once connected, for as long as it takes, as a failover or a restart may.
  */
-function sentinelRetry(connected: () => boolean) {
+function retryAtStartThenForever(connected: () => boolean) {
   return (times: number): number | null =>
-    connected() || times <= SENTINEL_TRIES_AT_START ? Math.min(times * 200, 2000) : null;
+    connected() || times <= TRIES_AT_START ? Math.min(times * 200, 2000) : null;
 }
 
 const UNAVAILABLE =
-  /Connection is closed|Stream isn't writeable|ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|max retries per request|LOADING|READONLY|CLUSTERDOWN|MISCONF|NOREPLICAS/i;
+  /Connection is closed|Stream isn't writeable|ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|max retries per request|LOADING|READONLY|CLUSTERDOWN|TRYAGAIN|Cluster isn't ready|None of startup nodes|Failed to refresh slots|MISCONF|NOREPLICAS/i;
 
 /** Whether an error means "Redis cannot be reached or cannot write now" (retry later: 503). */
 export function isRedisUnavailable(error: unknown): boolean {

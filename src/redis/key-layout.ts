@@ -1,9 +1,10 @@
 // Keys written before every key carried the product's hash tag (key-space.ts) are renamed once,
 // at the first start of a version that has it, so an upgrade keeps its chains, jobs and orders.
 import { Queue } from 'bullmq';
-import type { Redis } from 'ioredis';
+import { Cluster } from 'ioredis';
 import { ConfigError } from '../errors.js';
 import type { Logger } from '../logger.js';
+import type { RedisClient } from './connection.js';
 import { CORE_KEY_ROOT, KEY_TAG, WORKER_KEY_ROOT } from './key-space.js';
 
 /** Present once this database holds only tagged keys: later starts skip the scan. */
@@ -41,10 +42,11 @@ export function taggedKeyName(oldKey: string): string | null {
  * Redis Cluster is skipped: the untagged layout never ran there (BullMQ needs a tagged prefix).
  */
 export async function migrateKeyLayout(
-  redis: Redis,
+  redis: RedisClient,
   queueNames: readonly string[],
   log: Logger,
 ): Promise<void> {
+  if (redis instanceof Cluster) return;
   if ((await redis.get(KEY_LAYOUT_KEY)) === TAGGED_LAYOUT) return;
   await refuseWhileOldWorkersRun(redis, queueNames);
   let renamed = 0;
@@ -81,7 +83,7 @@ export async function migrateKeyLayout(
   if (renamed > 0) log.info({ renamed }, 'key layout: old keys renamed to the tagged layout');
 }
 
-async function refuseWhileOldWorkersRun(redis: Redis, queueNames: readonly string[]) {
+async function refuseWhileOldWorkersRun(redis: RedisClient, queueNames: readonly string[]) {
   const busy: string[] = [];
   for (const name of queueNames) {
     const queue = new Queue(name, { connection: redis, prefix: OLD_WORKER_ROOT.slice(0, -1) });

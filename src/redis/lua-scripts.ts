@@ -5,7 +5,7 @@
 // `--- @include "<path>"` is replaced by that file (relative to the script), as in BullMQ, so two
 // scripts can share the checks and writes that one atomic step needs.
 import { readdirSync, readFileSync } from 'node:fs';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from './connection.js';
 
 export type ScriptArg = string | number;
 
@@ -47,7 +47,7 @@ export function readScripts(folder: URL): readonly LuaScript[] {
 }
 
 /** Registers the scripts on a connection (idempotent per connection; EVALSHA after the first call). */
-export function defineScripts(redis: Redis, scripts: readonly LuaScript[]): void {
+export function defineScripts(redis: RedisClient, scripts: readonly LuaScript[]): void {
   for (const script of scripts) {
     if (typeof (redis as unknown as Record<string, unknown>)[script.name] === 'function') continue;
     redis.defineCommand(script.name, { numberOfKeys: script.numberOfKeys, lua: script.lua });
@@ -59,7 +59,7 @@ export function defineScripts(redis: Redis, scripts: readonly LuaScript[]): void
  * `unknown` reply is parsed right there.
  */
 export function callScript(
-  redis: Redis,
+  redis: RedisClient,
   name: string,
   keys: readonly string[],
   args: readonly ScriptArg[],

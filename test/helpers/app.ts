@@ -2,7 +2,6 @@
 import { randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
-import type { Redis } from 'ioredis';
 import { request } from 'undici';
 import { afterAll, beforeAll, beforeEach } from 'vitest';
 import { type ManualClock, manualClock } from '../../src/clock.js';
@@ -12,7 +11,7 @@ import { makePartnerDirectory, type PartnerDirectory } from '../../src/provision
 import type { Partner } from '../../src/provisioning/records.js';
 import type { Variant } from '../../src/provisioning/schemas.js';
 import { ProvisioningStore } from '../../src/provisioning/store.js';
-import { connectRedis } from '../../src/redis/connection.js';
+import { connectRedis, type RedisClient } from '../../src/redis/connection.js';
 import { buildApp } from '../../src/server.js';
 import { startTestRedis, type TestRedis } from './redis-server.js';
 
@@ -26,7 +25,7 @@ export interface TestApp {
   url: string;
   clock: ManualClock;
   /** The app's own request-path connection, and the address of its Redis. */
-  redis: Redis;
+  redis: RedisClient;
   redisUrl: string;
   core: ProvisioningCore;
   partners: PartnerDirectory;

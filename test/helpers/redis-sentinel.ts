@@ -6,9 +6,9 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { vi } from 'vitest';
 import { findFreePort } from '../../src/redis/private-redis.js';
 import { startTestRedis, type TestRedis } from './redis-server.js';
+import { until } from './until.js';
 
 export interface TestSentinelGroup {
   /** `redis+sentinel://127.0.0.1:<sentinel port>/<master name>`. */
@@ -101,14 +101,4 @@ export async function startTestSentinelGroup(): Promise<TestSentinelGroup> {
       await rm(dir, { recursive: true, force: true });
     },
   };
-}
-
-/** Waits for `check` to hold (it may throw while things start), or fails naming `what`. */
-function until(check: () => Promise<boolean>, what: string): Promise<void> {
-  return vi.waitFor(
-    async () => {
-      if (!(await check())) throw new Error(`timed out waiting for ${what}`);
-    },
-    { timeout: 20_000, interval: 100 },
-  );
 }

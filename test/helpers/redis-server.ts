@@ -3,9 +3,8 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { tmpdir } from 'node:os';
-import type { Redis } from 'ioredis';
 import { afterAll, beforeAll } from 'vitest';
-import { connectRedis } from '../../src/redis/connection.js';
+import { connectRedis, type RedisClient } from '../../src/redis/connection.js';
 import { findFreePort, untilRedisReady } from '../../src/redis/private-redis.js';
 
 export interface TestRedis {
@@ -43,9 +42,9 @@ export async function startTestRedis(args: readonly string[] = []): Promise<Test
  * and the chain store take), opened before the file's tests and closed after them. Read
  * `redis` from the returned holder inside hooks and tests, once it is open.
  */
-export function useTestRedisConnection(): { readonly redis: Redis } {
+export function useTestRedisConnection(): { readonly redis: RedisClient } {
   let server: TestRedis | undefined;
-  let redis: Redis | undefined;
+  let redis: RedisClient | undefined;
   beforeAll(async () => {
     server = await startTestRedis();
     redis = await connectRedis(server.url, 'worker');
@@ -55,7 +54,7 @@ export function useTestRedisConnection(): { readonly redis: Redis } {
     await server?.stop();
   });
   return {
-    get redis(): Redis {
+    get redis(): RedisClient {
       if (!redis) throw new Error('the test Redis connection opens in beforeAll');
       return redis;
     },

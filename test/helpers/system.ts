@@ -5,7 +5,6 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Queue } from 'bullmq';
-import { Redis } from 'ioredis';
 import { request } from 'undici';
 import { afterAll, beforeAll, vi } from 'vitest';
 import { loadSettings, type Settings } from '../../config/settings.js';
@@ -19,6 +18,7 @@ import { createLogger } from '../../src/logger.js';
 import { type Role, type Started, start } from '../../src/main.js';
 import type { OrderRecord, Partner } from '../../src/provisioning/records.js';
 import { QUEUE_PREFIX, type QueueName } from '../../src/queues.js';
+import { connectRedis } from '../../src/redis/connection.js';
 import { startTestRedis, type TestRedis } from './redis-server.js';
 
 export const OPS_TOKEN = 'test-ops-token-0123456789';
@@ -28,7 +28,8 @@ export interface System {
   baseUrl: string;
   settings: Settings;
   started: Started;
-  redis: TestRedis;
+  /** REDIS_URL of the system: its own test Redis, or the one given to startSystem. */
+  redisUrl: string;
   /** Posts a signed event; `id` defaults to a fresh webhook id. */
   send(
     type: string,
@@ -88,14 +89,15 @@ export async function startSystem(
     clock?: Clock;
     stalledIntervalMs?: number;
     lockLeaseMs?: number;
-    /** A Redis of the test's own (left running on close), instead of a fresh one. */
-    redis?: TestRedis;
+    /** A Redis of the test's own (any REDIS_URL form; left running on close), not a fresh one. */
+    redisUrl?: string;
   } = {},
 ): Promise<System> {
-  const redis = options.redis ?? (await startTestRedis());
+  const ownRedis = options.redisUrl === undefined ? await startTestRedis() : null;
+  const redisUrl = options.redisUrl ?? (ownRedis as TestRedis).url;
   const dataDir = await mkdtemp(join(tmpdir(), 'billing-e2e-'));
   const settings = loadSettings({
-    REDIS_URL: redis.url,
+    REDIS_URL: redisUrl,
     HOST: '127.0.0.1',
     PORT: '0',
     DATA_DIR: dataDir,
@@ -112,7 +114,7 @@ export async function startSystem(
     ...(options.lockLeaseMs ? { lockLeaseMs: options.lockLeaseMs } : {}),
   });
   const baseUrl = `http://127.0.0.1:${started.port}`;
-  const queueConnection = new Redis(redis.url, { maxRetriesPerRequest: null });
+  const queueConnection = await connectRedis(redisUrl, 'worker');
   const queues = new Map<QueueName, Queue>();
   const secret = settings.WEBHOOK_SECRET as string;
 
@@ -131,7 +133,7 @@ export async function startSystem(
     baseUrl,
     settings,
     started,
-    redis,
+    redisUrl,
     send(type, data, opts = {}) {
       const body = JSON.stringify({ type, data });
       const id = opts.id ?? `evt-${randomUUID()}`;
@@ -198,7 +200,7 @@ export async function startSystem(
       for (const queue of queues.values()) await queue.close();
       await queueConnection.quit();
       await started.stop();
-      if (!options.redis) await redis.stop();
+      await ownRedis?.stop();
       await rm(dataDir, { recursive: true, force: true });
     },
   };

@@ -4,7 +4,6 @@ import type { AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
 import { Queue } from 'bullmq';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
-import type { Redis } from 'ioredis';
 import { request } from 'undici';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { manualClock } from '../../../src/clock.js';
@@ -18,7 +17,7 @@ import {
 } from '../../../src/intake/webhooks.js';
 import { createLogger } from '../../../src/logger.js';
 import { type QueueName, queueForEvent, queueNames } from '../../../src/queues.js';
-import { connectRedis } from '../../../src/redis/connection.js';
+import { connectRedis, type RedisClient } from '../../../src/redis/connection.js';
 import { BODY_LIMIT_BYTES } from '../../../src/server.js';
 import { T0 } from '../../helpers/app.js';
 import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
@@ -40,7 +39,7 @@ const samples: Record<EventType, Record<string, unknown>> = {
 };
 
 let server: TestRedis;
-let redis: Redis;
+let redis: RedisClient;
 let queues: Record<QueueName, Queue>;
 const clock = manualClock(T0);
 const logLines: string[] = [];

@@ -70,11 +70,11 @@ class CrashRig {
   }
 
   spawnWorker(): Promise<ChildProcess> {
-    const { settings, redis } = this.system;
+    const { settings, redisUrl } = this.system;
     const child = spawn(process.execPath, ['--import', 'tsx', WORKER], {
       env: {
         ...process.env,
-        REDIS_URL: redis.url,
+        REDIS_URL: redisUrl,
         DATA_DIR: settings.DATA_DIR,
         PARTNER_NAME: settings.PARTNER_NAME,
         OPS_TOKEN: settings.OPS_TOKEN,

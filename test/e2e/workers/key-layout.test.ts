@@ -60,7 +60,7 @@ const renewalJobId = (order: string, count: number) => `renew-${chainIdOf(order)
 
 describe('an upgrade from the untagged key layout', () => {
   it('keeps chains, their jobs, the core and webhook claims, and renews on', async () => {
-    const first = await startSystem({ redis: server, env });
+    const first = await startSystem({ redisUrl: server.url, env });
     const now = systemClock.now();
     await first.send('order.placed', orderPlaced({ order: 'KL-1', startsAt: now - 25 * DAY }), {
       id: 'wh-kl-1',
@@ -72,7 +72,7 @@ describe('an upgrade from the untagged key layout', () => {
     expect(await keysMatching(`${KEY_TAG}:*`)).toEqual([]);
     expect(await redis.exists('bc:renewals:delayed', 'pp:partners')).toBe(2);
 
-    const second = await startSystem({ redis: server, env });
+    const second = await startSystem({ redisUrl: server.url, env });
     try {
       expect(await keysMatching('bc:*')).toEqual([]);
       expect(await keysMatching('pp:*')).toEqual([]);
@@ -103,7 +103,7 @@ describe('an upgrade from the untagged key layout', () => {
     });
     await old.waitUntilReady();
     try {
-      await expect(startSystem({ redis: server, env })).rejects.toThrow(
+      await expect(startSystem({ redisUrl: server.url, env })).rejects.toThrow(
         /workers of an older version are still connected to this Redis \(queues: renewals\)/,
       );
       expect(await keysMatching(`${KEY_TAG}:*`)).toEqual([]);

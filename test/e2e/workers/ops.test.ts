@@ -195,7 +195,7 @@ describe('health and metrics', () => {
       });
     }
     // Each worker ran its check on start: BullMQ marks it in Redis for the check's interval.
-    const redis = new Redis(system.redis.url);
+    const redis = new Redis(system.redisUrl);
     try {
       for (const name of queueNames) {
         const ttl = await redis.pttl(`${QUEUE_PREFIX}:${name}:stalled-check`);
@@ -229,7 +229,7 @@ describe('the CLI', () => {
   const BIN = join(import.meta.dirname, '../../../bin/billing.js');
   const env = () => ({
     ...process.env,
-    REDIS_URL: system.redis.url,
+    REDIS_URL: system.redisUrl,
     DATA_DIR: system.settings.DATA_DIR,
   });
 

@@ -24,7 +24,7 @@ let renewals: Queue;
 
 beforeAll(async () => {
   system = await startSystem();
-  redis = new Redis(system.redis.url, { maxRetriesPerRequest: null });
+  redis = new Redis(system.redisUrl, { maxRetriesPerRequest: null });
   renewals = new Queue('renewals', { connection: redis, prefix: QUEUE_PREFIX });
 });
 

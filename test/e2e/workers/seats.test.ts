@@ -485,7 +485,7 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     const job = await system.queue('renewals').getJob(renewalJobId(chainIdOf('A-1.a1'), 2));
     expect(await job?.getState()).toBe('delayed');
     const shown = await run(process.execPath, [BIN, 'chains', 'show', 'A-1'], {
-      env: { ...process.env, REDIS_URL: system.redis.url, DATA_DIR: system.settings.DATA_DIR },
+      env: { ...process.env, REDIS_URL: system.redisUrl, DATA_DIR: system.settings.DATA_DIR },
     });
     expect(shown.stdout).toMatch(/^add-on {4}A-1\.a1: 3 licenses \(3 next\), term #1/m);
 

@@ -15,7 +15,7 @@ import { DAY, leftByDeadJob, orderPlaced, type System, startSystem } from '../..
 
 /** Runs the reconcile job now, as its scheduler would, so delays are recomputed from the clock. */
 async function reconcileNow(system: System) {
-  const redis = new Redis(system.redis.url, { maxRetriesPerRequest: null });
+  const redis = new Redis(system.redisUrl, { maxRetriesPerRequest: null });
   const queue = new Queue('maintenance', { connection: redis, prefix: QUEUE_PREFIX });
   await queue.add('reconcile now', {});
   await queue.close();

@@ -1,7 +1,6 @@
 // Embedded mode's one-script renewal: the in-process client writes a renewal order and the
 // workers' record of it together (createOrderAndSaveChain), or neither, against a real core and
 // a real Redis.
-import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chainIdOf, chainKeys } from '../../../src/chains/keys.js';
 import { type Chain, newChainRecord } from '../../../src/chains/records.js';
@@ -10,11 +9,11 @@ import { inProcessClient } from '../../../src/client/in-process.js';
 import type { ProvisioningClient } from '../../../src/client/provisioning-client.js';
 import { RefusalError } from '../../../src/errors.js';
 import type { PlannedOrder } from '../../../src/provisioning/order-operations.js';
-import { connectRedis } from '../../../src/redis/connection.js';
+import { connectRedis, type RedisClient } from '../../../src/redis/connection.js';
 import { DAY, T0, useTestApp } from '../../helpers/app.js';
 
 const app = useTestApp({ resetClock: false });
-let storeRedis: Redis;
+let storeRedis: RedisClient;
 let chains: ChainStore;
 
 beforeAll(async () => {

@@ -13,7 +13,7 @@ const clients: Redis[] = [];
 
 beforeAll(async () => {
   server = await startTestRedis();
-  admin = await connectRedis(server.url, 'worker');
+  admin = (await connectRedis(server.url, 'worker')) as Redis;
 });
 
 afterAll(async () => {
@@ -22,7 +22,8 @@ afterAll(async () => {
 });
 
 async function open(role: ConnectionRole): Promise<Redis> {
-  const redis = await connectRedis(server.url, role);
+  // One server: a Redis, not a Cluster, whose socket the tests look into.
+  const redis = (await connectRedis(server.url, role)) as Redis;
   clients.push(redis);
   return redis;
 }

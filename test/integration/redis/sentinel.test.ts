@@ -3,7 +3,7 @@
 import { Queue, Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { connectRedis } from '../../../src/redis/connection.js';
+import { type ConnectionRole, connectRedis } from '../../../src/redis/connection.js';
 import { findFreePort } from '../../../src/redis/private-redis.js';
 import { startTestSentinelGroup, type TestSentinelGroup } from '../../helpers/redis-sentinel.js';
 
@@ -16,8 +16,8 @@ const processed: string[] = [];
 beforeAll(async () => {
   group = await startTestSentinelGroup();
   const [workerRedis, storeRedis] = await Promise.all([
-    connectRedis(group.url, 'worker'),
-    connectRedis(group.url, 'store'),
+    connectSentinel('worker'),
+    connectSentinel('store'),
   ]);
   clients.push(workerRedis, storeRedis);
   queue = new Queue('sentinel-test', { connection: storeRedis });
@@ -37,6 +37,11 @@ afterAll(async () => {
   await group?.stop();
 });
 
+/** Through Sentinel the client is a Redis (not a Cluster), whose socket the tests look into. */
+async function connectSentinel(role: ConnectionRole): Promise<Redis> {
+  return (await connectRedis(group.url, role)) as Redis;
+}
+
 async function processedSoon(name: string) {
   await expect.poll(() => processed.includes(name), { timeout: 20_000 }).toBe(true);
 }
@@ -54,7 +59,7 @@ describe('a Redis behind Sentinel', () => {
   });
 
   it('serves every connection role from the master the sentinel names', async () => {
-    const request = await connectRedis(group.url, 'request');
+    const request = await connectSentinel('request');
     clients.push(request);
     await request.set('billing:sentinel-test', 'before');
     expect(request.stream.remotePort).toBe(group.master.port);

@@ -1,5 +1,5 @@
-// REDIS_URL forms: one server, or a master found through Redis Sentinel; errors never show a
-// password.
+// REDIS_URL forms: one server, a master found through Redis Sentinel, or a Redis Cluster; errors
+// never show a password.
 import { describe, expect, it } from 'vitest';
 import {
   describeRedisTarget,
@@ -62,14 +62,37 @@ describe('parseRedisTarget', () => {
     });
   });
 
+  it('reads the cluster nodes and the credentials every node takes', () => {
+    expect(parseRedisTarget('redis+cluster://app:p%40ss@10.0.0.1:7000,[fd00::2]:7001/')).toEqual({
+      kind: 'cluster',
+      nodes: [
+        { host: '10.0.0.1', port: 7000 },
+        { host: 'fd00::2', port: 7001 },
+      ],
+      credentials: { username: 'app', password: 'p@ss' },
+    });
+    expect(parseRedisTarget('redis+cluster://n1:7000')).toEqual({
+      kind: 'cluster',
+      nodes: [{ host: 'n1', port: 7000 }],
+      credentials: {},
+    });
+  });
+
   it.each([
-    ['http://localhost:6379', 'must be a redis://, rediss:// or redis+sentinel:// URL'],
-    ['not a url', 'must be a redis://, rediss:// or redis+sentinel:// URL'],
+    [
+      'http://localhost:6379',
+      'must be a redis://, rediss://, redis+sentinel:// or redis+cluster:// URL',
+    ],
+    ['not a url', 'must be a redis://, rediss://, redis+sentinel:// or redis+cluster:// URL'],
     ['redis+sentinel://s1:26379', 'must be redis+sentinel://'],
     ['redis+sentinel://s1/billing', 'sentinel "s1" must be host:port'],
     ['redis+sentinel://s1:99999/billing', 'sentinel "s1:99999" must be host:port'],
     ['redis+sentinel://s1:26379/billing?db=2', 'unknown parameter db (only sentinelPassword)'],
     ['redis+sentinel://s1:26379/billing/99999999999', 'db 99999999999 must be at most 2147483647'],
+    ['redis+cluster://', 'must be redis+cluster://[[user]:password@]host:port[,host:port...]'],
+    ['redis+cluster://n1:7000/3', 'must be redis+cluster://'],
+    ['redis+cluster://n1:7000?password=x', 'must be redis+cluster://'],
+    ['redis+cluster://n1:7000,n2', 'cluster node "n2" must be host:port'],
   ])('refuses %s', (url, message) => {
     expect(() => parseRedisTarget(url)).toThrow(message);
   });
@@ -85,6 +108,7 @@ describe('hideUrlPasswords', () => {
       'redis+sentinel://h:99999/m?sentinelPassword=redacted',
     ],
     ['redis://h:6379?password=x&db=1', 'redis://h:6379?password=redacted&db=1'],
+    ['redis+cluster://:pw@n1:7000,n2:7000', 'redis+cluster://:redacted@n1:7000,n2:7000'],
   ])('hides the passwords in %s', (text, shown) => {
     expect(hideUrlPasswords(text)).toBe(shown);
   });
@@ -98,6 +122,9 @@ describe('describeRedisTarget', () => {
     expect(describeRedisTarget('redis://:pw@h:6379/0')).toBe('redis://:redacted@h:6379/0');
     expect(describeRedisTarget('redis+sentinel://app:pw@s1:26379,s2:26379/billing/1')).toBe(
       'redis+sentinel://s1:26379,s2:26379/billing/1',
+    );
+    expect(describeRedisTarget('redis+cluster://app:pw@n1:7000,[::1]:7001')).toBe(
+      'redis+cluster://n1:7000,[::1]:7001',
     );
   });
 });
