@@ -27,7 +27,8 @@ import { makePartnerDirectory, type PartnerDirectory } from '../src/provisioning
 import type { Partner } from '../src/provisioning/records.js';
 import { ProvisioningStore } from '../src/provisioning/store.js';
 import { defaultJobOptions, QUEUE_PREFIX, QUEUES, STALLED_INTERVAL_MS } from '../src/queues.js';
-import { connectRedis, type RedisClient } from '../src/redis/connection.js';
+import { connectRedis } from '../src/redis/connection.js';
+import { parseRedisTarget } from '../src/redis/target.js';
 import { closeQueues, openQueues, refusalsFailJobs } from '../src/workers.js';
 import { startTestRedis } from '../test/helpers/redis-server.js';
 
@@ -109,25 +110,29 @@ function countRoundTrips(): void {
 
 interface Bench {
   /** The core's request-path connection (as openRuntime makes it); also INFO and FLUSHDB. */
-  admin: RedisClient;
+  admin: Redis;
   core: ProvisioningCore;
   partners: PartnerDirectory;
   settings: Settings;
   /** Everything but the provisioning client, which belongs to each round's partner. */
   deps: Omit<WorkerDeps, 'provisioning'>;
   /** BullMQ workers' connection. */
-  workerRedis: RedisClient;
+  workerRedis: Redis;
   /** The chain store's and producer queues' connection (auto-pipelined, as in main.ts). */
-  storeRedis: RedisClient;
+  storeRedis: Redis;
   close(): Promise<void>;
 }
 
 async function openBench(url: string): Promise<Bench> {
   // The product's defaults, not this shell's environment, so runs compare across machines.
   const settings = loadSettings({});
-  const admin = await connectRedis(url, 'request');
-  const workerRedis = await connectRedis(url, 'worker');
-  const storeRedis = await connectRedis(url, 'store');
+  if (parseRedisTarget(url).kind === 'cluster') {
+    // DBSIZE, FLUSHDB and INFO answer for one node of a cluster, not for the data.
+    throw new Error('--redis-url: the benchmark runs on one Redis server, not a cluster');
+  }
+  const admin = (await connectRedis(url, 'request')) as Redis;
+  const workerRedis = (await connectRedis(url, 'worker')) as Redis;
+  const storeRedis = (await connectRedis(url, 'store')) as Redis;
   const store = new ProvisioningStore(admin);
   // Production logs at info; /dev/null keeps the serialising cost without flooding the output.
   const log = createLogger(settings.LOG_LEVEL, pino.destination({ dest: '/dev/null', sync: true }));
@@ -272,7 +277,7 @@ function infoNumber(info: string, field: string): number {
   return Number(match[1]);
 }
 
-async function redisCounters(admin: RedisClient): Promise<RedisCounters> {
+async function redisCounters(admin: Redis): Promise<RedisCounters> {
   // One section per call: Redis before 7 takes a single section name.
   const stats = await admin.info('stats');
   const commandStats = await admin.info('commandstats');
@@ -293,7 +298,7 @@ async function redisCounters(admin: RedisClient): Promise<RedisCounters> {
 }
 
 /** Times `run` and counts what it cost: round trips, Redis commands, CPU on both sides. */
-async function measure(admin: RedisClient, jobs: number, run: () => Promise<void>): Promise<Phase> {
+async function measure(admin: Redis, jobs: number, run: () => Promise<void>): Promise<Phase> {
   const before = await redisCounters(admin);
   const trips = roundTrips.count;
   const cpu = process.cpuUsage();

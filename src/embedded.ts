@@ -5,7 +5,6 @@ import type { Logger } from './logger.js';
 import { makeProvisioningCore, type ProvisioningCore } from './provisioning/operations.js';
 import { makePartnerDirectory, type PartnerDirectory } from './provisioning/partners.js';
 import { ProvisioningStore } from './provisioning/store.js';
-import { queueNames } from './queues.js';
 import type { RedisClient } from './redis/connection.js';
 import { connectRedis } from './redis/connection.js';
 import { migrateKeyLayout } from './redis/key-layout.js';
@@ -47,7 +46,7 @@ export async function openRuntime(
   }
   const redis = await connectRedis(redisUrl, 'request');
   try {
-    await migrateKeyLayout(redis, queueNames, log);
+    await migrateKeyLayout(redis, log);
   } catch (error) {
     redis.disconnect();
     await stopPrivate();

@@ -12,7 +12,7 @@ import type { Logger } from './logger.js';
 import { createMetrics } from './metrics.js';
 import { makeProvisioningClient } from './provisioning-client-factory.js';
 import { queueNames } from './queues.js';
-import { connectRedis } from './redis/connection.js';
+import { answersForKeys, connectRedis } from './redis/connection.js';
 import { describeRedisTarget } from './redis/target.js';
 import { loadOrCreateSecret } from './secrets.js';
 import { buildApp } from './server.js';
@@ -115,7 +115,7 @@ export async function start(
     log,
     metrics,
     readiness: {
-      redis: async () => (await runtime.redis.ping().catch(() => null)) === 'PONG',
+      redis: () => answersForKeys(runtime.redis),
       workers: () => (workers ? workers.isRunning() : null),
     },
     ...(serveApi && !settings.remote

@@ -1,6 +1,8 @@
 // Redis connections: request-path clients fail fast, worker clients wait for Redis to return.
 import type { Socket } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
+import { READINESS_KEY } from './key-space.js';
 import { parseRedisTarget, type RedisTarget } from './target.js';
 
 /** A connection to one server (directly or through Sentinel) or to a Redis Cluster. */
@@ -22,8 +24,23 @@ export type ConnectionRole = 'request' | 'worker' | 'store';
  * whose first connect fails is closed, so it does not keep reconnecting in the background.
  */
 export async function connectRedis(url: string, role: ConnectionRole): Promise<RedisClient> {
+  const target = parseRedisTarget(url);
+  // ioredis' Cluster gives up a first connect at the first failure; a client of the sentinels
+  // retries by itself (retryAtStartThenForever), and one server fails at once.
+  const tries = target.kind === 'cluster' ? TRIES_AT_START : 1;
+  for (let attempt = 1; ; attempt += 1) {
+    try {
+      return await connectOnce(target, role);
+    } catch (error) {
+      if (attempt >= tries) throw error;
+      await sleep(retryDelayMs(attempt));
+    }
+  }
+}
+
+async function connectOnce(target: RedisTarget, role: ConnectionRole): Promise<RedisClient> {
   let connected = false;
-  const redis = openClient(parseRedisTarget(url), role, () => connected);
+  const redis = openClient(target, role, () => connected);
   // BullMQ's own connections stay as BullMQ expects them (and as the benchmark's baseline uses).
   if (role !== 'worker' && redis instanceof Redis) coalesceWrites(redis);
   // Without a listener, ioredis prints every reconnection error; the callers observe failures
@@ -37,6 +54,19 @@ export async function connectRedis(url: string, role: ConnectionRole): Promise<R
     throw error;
   }
   return redis;
+}
+
+/**
+ * Whether Redis answers where the product's keys live. On a Cluster a keyless PING goes to any
+ * node, so this asks about a key: the node serving the tag's slot answers.
+ */
+export async function answersForKeys(redis: RedisClient): Promise<boolean> {
+  try {
+    await redis.exists(READINESS_KEY);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 function openClient(
@@ -61,7 +91,8 @@ function openClient(
       return new Cluster(target.nodes, {
         lazyConnect: true,
         enableOfflineQueue: !failFast,
-        clusterRetryStrategy: retryAtStartThenForever(connected),
+        // Once connected, reconnect for as long as it takes (connectRedis retries the first).
+        clusterRetryStrategy: retryDelayMs,
         redisOptions: {
           ...target.credentials,
           maxRetriesPerRequest: options.maxRetriesPerRequest ?? null,
@@ -73,18 +104,22 @@ function openClient(
 /** How many times the sentinels or cluster nodes are tried before the first connect fails. */
 const TRIES_AT_START = 3;
 
+function retryDelayMs(times: number): number {
+  return Math.min(times * 200, 2000);
+}
+
 /**
- * When to ask the sentinels (or the cluster's nodes) again (ms), or null to give up. At start a
- * few times only, so a wrong URL or master name fails the start with the reason instead of
- * hanging; once connected, for as long as it takes, as a failover or a restart may.
+ * When to ask the sentinels again (ms), or null to give up. At start a few times only, so a
+ * wrong URL or master name fails the start with the reason instead of hanging; once connected,
+ * for as long as it takes, as a failover or a restart of the sentinels may.
  */
 function retryAtStartThenForever(connected: () => boolean) {
   return (times: number): number | null =>
-    connected() || times <= TRIES_AT_START ? Math.min(times * 200, 2000) : null;
+    connected() || times <= TRIES_AT_START ? retryDelayMs(times) : null;
 }
 
 const UNAVAILABLE =
-  /Connection is closed|Stream isn't writeable|ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|max retries per request|LOADING|READONLY|CLUSTERDOWN|TRYAGAIN|Cluster isn't ready|None of startup nodes|Failed to refresh slots|MISCONF|NOREPLICAS/i;
+  /Connection is closed|Stream isn't writeable|ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|max retries per request|LOADING|READONLY|CLUSTERDOWN|TRYAGAIN|Cluster isn't ready|Cluster is ended|Too many Cluster redirections|None of startup nodes|Failed to refresh slots|MISCONF|NOREPLICAS/i;
 
 /** Whether an error means "Redis cannot be reached or cannot write now" (retry later: 503). */
 export function isRedisUnavailable(error: unknown): boolean {

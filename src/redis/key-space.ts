@@ -14,3 +14,6 @@ export const WORKER_KEY_ROOT = KEY_TAG;
 
 /** The embedded provisioning core's keys. */
 export const CORE_KEY_ROOT = `${KEY_TAG}:pp`;
+
+/** A key never written: readiness asks Redis about it, so a Cluster's tag node answers. */
+export const READINESS_KEY = `${KEY_TAG}:readiness`;

@@ -21,6 +21,8 @@ export interface TestCluster {
   replicated(): Promise<void>;
   /** Promotes the replica (CLUSTER FAILOVER), and resolves once the cluster agrees. */
   failover(): Promise<void>;
+  /** Stops the tag's master and its replica: the other masters still answer, that slot not. */
+  stopTagNodes(): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -115,6 +117,10 @@ export async function startTestCluster(): Promise<TestCluster> {
           `node ${node.server.port} to see the failover`,
         );
       }
+    },
+    async stopTagNodes() {
+      await tagMaster.server.stop();
+      await replicaNode.server.stop();
     },
     async stop() {
       for (const node of nodes) {

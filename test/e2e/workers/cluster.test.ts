@@ -3,13 +3,14 @@
 // workers' chain together run there; after a failover the workers go on.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { systemClock } from '../../../src/clock.js';
-import { connectRedis } from '../../../src/redis/connection.js';
+import { answersForKeys, connectRedis } from '../../../src/redis/connection.js';
 import { findFreePort } from '../../../src/redis/private-redis.js';
 import { startTestCluster, type TestCluster } from '../../helpers/redis-cluster.js';
 import { DAY, orderPlaced, type System, startSystem } from '../../helpers/system.js';
 
 let cluster: TestCluster;
 let system: System;
+let systemClosed = false;
 
 beforeAll(async () => {
   cluster = await startTestCluster();
@@ -17,7 +18,7 @@ beforeAll(async () => {
 }, 60_000);
 
 afterAll(async () => {
-  await system?.close();
+  if (!systemClosed) await system?.close();
   await cluster?.stop();
 });
 
@@ -60,4 +61,20 @@ describe('on a Redis Cluster', () => {
     expect(cancelled.status).toBe(200);
     expect((await system.providerOrder('CL-1.r2'))?.status).toBe('cancelled');
   }, 60_000);
+
+  it('is not ready while the node serving the tag is down, though other nodes answer', async () => {
+    // The system goes first: it would keep reconnecting to the stopped nodes.
+    await system.close();
+    systemClosed = true;
+    const redis = await connectRedis(cluster.url, 'request');
+    try {
+      expect(await answersForKeys(redis)).toBe(true);
+      await cluster.stopTagNodes();
+      // A keyless PING goes to any node, and the others still answer it.
+      await expect.poll(() => redis.ping(), { timeout: 10_000 }).toBe('PONG');
+      for (let i = 0; i < 3; i += 1) expect(await answersForKeys(redis)).toBe(false);
+    } finally {
+      redis.disconnect();
+    }
+  }, 30_000);
 });

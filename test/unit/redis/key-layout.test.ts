@@ -48,7 +48,21 @@ describe('taggedKeyName', () => {
   });
 
   it('leaves keys that are not ours alone', () => {
-    for (const key of ['bull:renewals:wait', 'sess:1', '{bc}:chain:c1', 'bcx:1', 'ppp:1', '']) {
+    for (const key of [
+      'bull:renewals:wait',
+      'sess:1',
+      '{bc}:chain:c1',
+      'bcx:1',
+      'ppp:1',
+      '',
+      // Another application's keys under the same roots.
+      'bc:cache:1',
+      'bc:renewalsx:1',
+      'pp:cache:1',
+      'pp:{p1}:other',
+      'pp:{p1}:orders:x',
+      'pp:{px}:orders',
+    ]) {
       expect(taggedKeyName(key), key).toBeNull();
     }
   });
