@@ -62,35 +62,16 @@ export async function startTestCluster(): Promise<TestCluster> {
   const masters = await Promise.all(Array.from({ length: MASTERS }, startNode));
   const replicaNode = await startNode();
   const nodes = [...masters, replicaNode];
-  const per = Math.ceil(SLOTS / MASTERS);
-  await Promise.all(
-    masters.map((m, i) =>
-      m.admin.call('CLUSTER', 'ADDSLOTSRANGE', i * per, Math.min(SLOTS, (i + 1) * per) - 1),
-    ),
-  );
+  let formed: { tagSlot: number; tagMaster: Node };
+  try {
+    formed = await formCluster(masters, replicaNode);
+  } catch (error) {
+    // Nothing else would stop the servers of a cluster that never formed.
+    await stopNodes(nodes);
+    throw error;
+  }
+  const { tagSlot, tagMaster } = formed;
   const [first] = masters as [Node];
-  for (const node of nodes.slice(1)) {
-    await first.admin.call('CLUSTER', 'MEET', '127.0.0.1', node.server.port, node.busPort);
-  }
-  const tagSlot = (await first.admin.call('CLUSTER', 'KEYSLOT', KEY_TAG)) as number;
-  const tagMaster = masters[Math.floor(tagSlot / per)] as Node;
-  // A replica may only follow a master it knows.
-  await until(
-    async () => String(await replicaNode.admin.call('CLUSTER', 'NODES')).includes(tagMaster.id),
-    'the replica to learn of its master',
-  );
-  await replicaNode.admin.call('CLUSTER', 'REPLICATE', tagMaster.id);
-  for (const node of nodes) {
-    await until(
-      async () => String(await node.admin.call('CLUSTER', 'INFO')).includes('cluster_state:ok'),
-      `node ${node.server.port} to see the cluster ok`,
-    );
-  }
-  await until(
-    async () => (await replicaNode.admin.info('replication')).includes('master_link_status:up'),
-    'the replica to sync',
-  );
-
   /** The port of the master serving the tag's slot, as `node` sees the cluster. */
   const tagMasterPort = async (node: Node = first) => {
     const slots = (await node.admin.call('CLUSTER', 'SLOTS')) as [
@@ -123,11 +104,52 @@ export async function startTestCluster(): Promise<TestCluster> {
       await replicaNode.server.stop();
     },
     async stop() {
-      for (const node of nodes) {
-        node.admin.disconnect();
-        await node.server.stop();
-        await rm(join(tmpdir(), node.configFile), { force: true });
-      }
+      await stopNodes(nodes);
     },
   };
+}
+
+/**
+ * Shares the slots among the masters, joins every node, and makes the replica follow the master
+ * of the tag's slot; resolves once the cluster is ok and the replica in sync.
+ */
+async function formCluster(masters: Node[], replicaNode: Node) {
+  const nodes = [...masters, replicaNode];
+  const per = Math.ceil(SLOTS / MASTERS);
+  await Promise.all(
+    masters.map((m, i) =>
+      m.admin.call('CLUSTER', 'ADDSLOTSRANGE', i * per, Math.min(SLOTS, (i + 1) * per) - 1),
+    ),
+  );
+  const [first] = masters as [Node];
+  for (const node of nodes.slice(1)) {
+    await first.admin.call('CLUSTER', 'MEET', '127.0.0.1', node.server.port, node.busPort);
+  }
+  const tagSlot = (await first.admin.call('CLUSTER', 'KEYSLOT', KEY_TAG)) as number;
+  const tagMaster = masters[Math.floor(tagSlot / per)] as Node;
+  // A replica may only follow a master it knows.
+  await until(
+    async () => String(await replicaNode.admin.call('CLUSTER', 'NODES')).includes(tagMaster.id),
+    'the replica to learn of its master',
+  );
+  await replicaNode.admin.call('CLUSTER', 'REPLICATE', tagMaster.id);
+  for (const node of nodes) {
+    await until(
+      async () => String(await node.admin.call('CLUSTER', 'INFO')).includes('cluster_state:ok'),
+      `node ${node.server.port} to see the cluster ok`,
+    );
+  }
+  await until(
+    async () => (await replicaNode.admin.info('replication')).includes('master_link_status:up'),
+    'the replica to sync',
+  );
+  return { tagSlot, tagMaster };
+}
+
+async function stopNodes(nodes: readonly Node[]): Promise<void> {
+  for (const node of nodes) {
+    node.admin.disconnect();
+    await node.server.stop();
+    await rm(join(tmpdir(), node.configFile), { force: true });
+  }
 }
