@@ -57,18 +57,33 @@ export async function startTestSentinelGroup(): Promise<TestSentinelGroup> {
     )) as [string, string];
     return Number(masterPort);
   };
-  await until(async () => (await masterPort()) === master.port, 'the sentinel to see its master');
-  // A failover needs the replica in sync and known to the sentinel.
-  const replicaAdmin = new Redis({ port: replica.port, lazyConnect: true });
-  await until(
-    async () => (await replicaAdmin.info('replication')).includes('master_link_status:up'),
-    'the replica to sync',
-  );
-  replicaAdmin.disconnect();
-  await until(async () => {
-    const replicas = (await admin.call('SENTINEL', 'REPLICAS', MASTER_NAME)) as string[][];
-    return replicas.some((r) => r.includes(String(replica.port)) && r.includes('slave'));
-  }, 'the sentinel to see the replica');
+  const stop = async () => {
+    admin.disconnect();
+    const exited = once(sentinel, 'exit');
+    sentinel.kill('SIGKILL');
+    await exited;
+    await replica.stop();
+    await master.stop();
+    await rm(dir, { recursive: true, force: true });
+  };
+  try {
+    await until(async () => (await masterPort()) === master.port, 'the sentinel to see its master');
+    // A failover needs the replica in sync and known to the sentinel.
+    const replicaAdmin = new Redis({ port: replica.port, lazyConnect: true });
+    await until(
+      async () => (await replicaAdmin.info('replication')).includes('master_link_status:up'),
+      'the replica to sync',
+    );
+    replicaAdmin.disconnect();
+    await until(async () => {
+      const replicas = (await admin.call('SENTINEL', 'REPLICAS', MASTER_NAME)) as string[][];
+      return replicas.some((r) => r.includes(String(replica.port)) && r.includes('slave'));
+    }, 'the sentinel to see the replica');
+  } catch (error) {
+    // Nothing else would stop the servers of a group that never came up.
+    await stop();
+    throw error;
+  }
 
   return {
     url: `redis+sentinel://127.0.0.1:${port}/${MASTER_NAME}`,
@@ -91,14 +106,6 @@ export async function startTestSentinelGroup(): Promise<TestSentinelGroup> {
         return (await masterPort()) === replica.port;
       }, 'the failover');
     },
-    async stop() {
-      admin.disconnect();
-      const exited = once(sentinel, 'exit');
-      sentinel.kill('SIGKILL');
-      await exited;
-      await replica.stop();
-      await master.stop();
-      await rm(dir, { recursive: true, force: true });
-    },
+    stop,
   };
 }
