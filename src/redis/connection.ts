@@ -25,9 +25,10 @@ export type ConnectionRole = 'request' | 'worker' | 'store';
  */
 export async function connectRedis(url: string, role: ConnectionRole): Promise<RedisClient> {
   const target = parseRedisTarget(url);
-  // ioredis' Cluster gives up a first connect at the first failure; a client of the sentinels
-  // retries by itself (retryAtStartThenForever), and one server fails at once.
-  const tries = target.kind === 'cluster' ? TRIES_AT_START : 1;
+  // Sentinels and cluster nodes get a few tries, so a wrong URL or master name fails the start
+  // with the reason instead of hanging, while a moment's unavailability does not; one server
+  // fails at once.
+  const tries = target.kind === 'server' ? 1 : TRIES_AT_START;
   for (let attempt = 1; ; attempt += 1) {
     try {
       return await connectOnce(target, role);
@@ -85,7 +86,7 @@ function openClient(
       return new Redis({
         ...target.options,
         ...options,
-        sentinelRetryStrategy: retryAtStartThenForever(connected),
+        sentinelRetryStrategy: onceConnectedRetryForever(connected),
       });
     case 'cluster':
       return new Cluster(target.nodes, {
@@ -109,13 +110,12 @@ function retryDelayMs(times: number): number {
 }
 
 /**
- * When to ask the sentinels again (ms), or null to give up. At start a few times only, so a
- * wrong URL or master name fails the start with the reason instead of hanging; once connected,
- * for as long as it takes, as a failover or a restart of the sentinels may.
+ * When to ask the sentinels again (ms), or null to give up: at once before the first connect
+ * (connectRedis tries again), for as long as it takes after it, as a failover or a restart of
+ * the sentinels may.
  */
-function retryAtStartThenForever(connected: () => boolean) {
-  return (times: number): number | null =>
-    connected() || times <= TRIES_AT_START ? retryDelayMs(times) : null;
+function onceConnectedRetryForever(connected: () => boolean) {
+  return (times: number): number | null => (connected() ? retryDelayMs(times) : null);
 }
 
 const UNAVAILABLE =
