@@ -13,8 +13,7 @@ import type { Clock, EpochSeconds } from '../clock.js';
 import { ConfigError } from '../errors.js';
 import { sendError } from '../http-errors.js';
 import { defaultJobOptions, type QueueName, queueForEvent } from '../queues.js';
-import type { RedisClient } from '../redis/connection.js';
-import { isRedisUnavailable } from '../redis/connection.js';
+import { isRedisUnavailable, type RedisClient } from '../redis/connection.js';
 import { WORKER_KEY_ROOT } from '../redis/key-space.js';
 import { describeIssues } from '../validation.js';
 import {

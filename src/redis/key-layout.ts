@@ -6,10 +6,8 @@ import type { Logger } from '../logger.js';
 import { partnerKeys, registryKeys } from '../provisioning/keys.js';
 import { queueNames } from '../queues.js';
 import type { RedisClient } from './connection.js';
-import { CORE_KEY_ROOT, KEY_TAG, WORKER_KEY_ROOT } from './key-space.js';
+import { CORE_KEY_ROOT, KEY_LAYOUT_KEY, WORKER_KEY_ROOT } from './key-space.js';
 
-/** Present once this database holds only tagged keys: later starts skip the scan. */
-export const KEY_LAYOUT_KEY = `${KEY_TAG}:key-layout`;
 const TAGGED_LAYOUT = 'tagged';
 
 /** The untagged layout's roots: BullMQ (prefix `bc`) and the workers under `bc:`, the core `pp:`. */

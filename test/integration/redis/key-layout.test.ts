@@ -4,7 +4,8 @@ import type { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createLogger } from '../../../src/logger.js';
 import { connectRedis } from '../../../src/redis/connection.js';
-import { KEY_LAYOUT_KEY, migrateKeyLayout } from '../../../src/redis/key-layout.js';
+import { migrateKeyLayout } from '../../../src/redis/key-layout.js';
+import { KEY_LAYOUT_KEY } from '../../../src/redis/key-space.js';
 import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
 
 const log = createLogger('silent');
