@@ -40,7 +40,7 @@ export const settingDefinitions = {
       })
       .optional(),
     describe:
-      'Redis to use (redis://, rediss://, redis+sentinel://host:port,.../master, or redis+cluster://host:port,...); unset: start a private redis-server under DATA_DIR',
+      'Redis to use (redis://, redis+sentinel://host:port,.../master, or redis+cluster://host:port,...; rediss... for TLS, with ?ca=&cert=&key=); unset: start a private redis-server under DATA_DIR',
   },
   EMBEDDED_REDIS_PORT: {
     schema: port.default(0),

@@ -1,9 +1,11 @@
 // Redis connections: request-path clients fail fast, worker clients wait for Redis to return.
+import { readFileSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
+import type { ConnectionOptions } from 'node:tls';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { READINESS_KEY } from './key-space.js';
-import { parseRedisTarget, type RedisTarget } from './target.js';
+import { parseRedisTarget, type RedisTarget, type TlsFiles } from './target.js';
 
 /** A connection to one server (directly or through Sentinel) or to a Redis Cluster. */
 export type RedisClient = Redis | Cluster;
@@ -29,9 +31,11 @@ export async function connectRedis(url: string, role: ConnectionRole): Promise<R
   // with the reason instead of hanging, while a moment's unavailability does not; one server
   // fails at once.
   const tries = target.kind === 'server' ? 1 : TRIES_AT_START;
+  // Read once: a missing file is not worth another try.
+  const tls = target.tls ? tlsOptions(target.tls) : undefined;
   for (let attempt = 1; ; attempt += 1) {
     try {
-      return await connectOnce(target, role);
+      return await connectOnce(target, tls, role);
     } catch (error) {
       if (attempt >= tries) throw error;
       await sleep(retryDelayMs(attempt));
@@ -39,22 +43,38 @@ export async function connectRedis(url: string, role: ConnectionRole): Promise<R
   }
 }
 
-async function connectOnce(target: RedisTarget, role: ConnectionRole): Promise<RedisClient> {
+async function connectOnce(
+  target: RedisTarget,
+  tls: ConnectionOptions | undefined,
+  role: ConnectionRole,
+): Promise<RedisClient> {
   let connected = false;
-  const redis = openClient(target, role, () => connected);
+  const redis = openClient(target, tls, role, () => connected);
   // BullMQ's own connections stay as BullMQ expects them (and as the benchmark's baseline uses).
   if (role !== 'worker' && redis instanceof Redis) coalesceWrites(redis);
   // Without a listener, ioredis prints every reconnection error; the callers observe failures
-  // through the commands that fail.
-  redis.on('error', () => {});
+  // through the commands that fail. Before the first connect, the last one is the reason.
+  let reason: Error | undefined;
+  redis.on('error', (error: Error) => {
+    if (!connected) reason = error;
+  });
   try {
     await redis.connect();
     connected = true;
   } catch (error) {
     redis.disconnect();
-    throw error;
+    throw withReason(error, reason);
   }
   return redis;
+}
+
+/**
+ * A failed first connect with the reason behind it: a TLS handshake that fails (an unknown
+ * authority, a missing client certificate) only rejects with "Connection is closed.".
+ */
+function withReason(error: unknown, reason: Error | undefined): unknown {
+  if (!(error instanceof Error) || !reason || error.message.includes(reason.message)) return error;
+  return new Error(`${error.message} (${reason.message})`, { cause: error });
 }
 
 /**
@@ -72,6 +92,7 @@ export async function answersForKeys(redis: RedisClient): Promise<boolean> {
 
 function openClient(
   target: RedisTarget,
+  tls: ConnectionOptions | undefined,
   role: ConnectionRole,
   connected: () => boolean,
 ): RedisClient {
@@ -81,12 +102,14 @@ function openClient(
     : { lazyConnect: true, maxRetriesPerRequest: null };
   switch (target.kind) {
     case 'server':
-      return new Redis(target.url, options);
+      return new Redis(target.url, tls ? { ...options, tls } : options);
     case 'sentinel':
       return new Redis({
         ...target.options,
         ...options,
         sentinelRetryStrategy: onceConnectedRetryForever(connected),
+        // The same TLS to the sentinels and to the master they name.
+        ...(tls ? { tls, sentinelTLS: tls, enableTLSForSentinelMode: true } : {}),
       });
     case 'cluster':
       return new Cluster(target.nodes, {
@@ -94,12 +117,32 @@ function openClient(
         enableOfflineQueue: !failFast,
         // Once connected, reconnect for as long as it takes (connectRedis retries the first).
         clusterRetryStrategy: retryDelayMs,
+        // With TLS, a node's certificate names the host the cluster announces: connect to that
+        // name, not to an address looked up for it, so the name is what gets verified.
+        ...(tls ? { dnsLookup: (host, found) => found(null, host) } : {}),
         redisOptions: {
           ...target.credentials,
           maxRetriesPerRequest: options.maxRetriesPerRequest ?? null,
+          ...(tls ? { tls } : {}),
         },
       });
   }
+}
+
+/** Node's TLS options from the URL's files; the error names the parameter and the file. */
+function tlsOptions(files: TlsFiles): ConnectionOptions {
+  const options: ConnectionOptions = {};
+  for (const name of ['ca', 'cert', 'key'] as const) {
+    const path = files[name];
+    if (path === undefined) continue;
+    try {
+      options[name] = readFileSync(path);
+    } catch (error) {
+      const reason = (error as NodeJS.ErrnoException).code ?? (error as Error).message;
+      throw new Error(`the ${name} file ${path} cannot be read (${reason})`);
+    }
+  }
+  return options;
 }
 
 /** How many times the sentinels or cluster nodes are tried before the first connect fails. */

@@ -1,15 +1,18 @@
 // Where Redis is: one server (`redis://`, `rediss://`), a master found through Redis Sentinel
 // (`redis+sentinel://`), so that a failover moves every connection to the new master, or a Redis
-// Cluster (`redis+cluster://`).
+// Cluster (`redis+cluster://`). Each has a TLS form (`rediss...`), which takes the files that a
+// private certificate authority or a server that asks for client certificates needs
+// (`?ca=&cert=&key=`).
 import type { RedisOptions } from 'ioredis';
 
 /**
  * `redis+sentinel://[[user]:password@]host:port[,host:port...]/master[/db][?sentinelPassword=...]`:
  * the sentinels to ask, the name of the master they watch, and the master's credentials. The
- * sentinels' own password, when they have one, goes in `sentinelPassword`.
+ * sentinels' own password, when they have one, goes in `sentinelPassword`. `rediss+sentinel://`
+ * speaks TLS to the sentinels and to the master, with `ca`, `cert`, `key` for both.
  */
 const SENTINEL_URL =
-  /^redis\+sentinel:\/\/(?:([^:@/]*)(?::([^@/]*))?@)?([^/@?]+)\/([^/?]+)(?:\/(\d+))?(?:\?(.*))?$/;
+  /^(rediss?)\+sentinel:\/\/(?:([^:@/]*)(?::([^@/]*))?@)?([^/@?]+)\/([^/?]+)(?:\/(\d+))?(?:\?(.*))?$/;
 
 /** Redis numbers its databases with an int. */
 const MAX_DB = 2 ** 31 - 1;
@@ -32,22 +35,44 @@ export interface HostPort {
   port: number;
 }
 
+/**
+ * TLS for every connection of a `rediss` form: the paths of PEM files, read when connecting.
+ * `ca` replaces Node's trusted authorities (a private CA); `cert` and `key` are the client's
+ * certificate, for servers that require one (`tls-auth-clients yes`). None: the server's
+ * certificate is checked against Node's authorities, and no client certificate is sent.
+ */
+export interface TlsFiles {
+  ca?: string;
+  cert?: string;
+  key?: string;
+}
+
 export type RedisTarget =
-  | { kind: 'server'; url: string }
-  | { kind: 'sentinel'; options: RedisOptions; sentinels: string; master: string }
-  | { kind: 'cluster'; nodes: HostPort[]; credentials: Credentials };
+  | { kind: 'server'; url: string; tls?: TlsFiles }
+  | {
+      kind: 'sentinel';
+      options: RedisOptions;
+      sentinels: string;
+      master: string;
+      tls?: TlsFiles;
+    }
+  | { kind: 'cluster'; nodes: HostPort[]; credentials: Credentials; tls?: TlsFiles };
 
 interface Credentials {
   username?: string;
   password?: string;
 }
 
-const URL_FORMS = 'a redis://, rediss://, redis+sentinel:// or redis+cluster:// URL';
+const URL_FORMS = 'a redis://, rediss://, redis+sentinel://, redis+cluster:// URL (or rediss+...)';
 
 /** Parses a Redis URL; the error says what is wrong with it, and never repeats a password. */
 export function parseRedisTarget(url: string): RedisTarget {
-  if (url.startsWith('redis+sentinel:')) return parseSentinelUrl(url);
-  if (url.startsWith('redis+cluster:')) return parseClusterUrl(url);
+  if (url.startsWith('redis+sentinel:') || url.startsWith('rediss+sentinel:')) {
+    return parseSentinelUrl(url);
+  }
+  if (url.startsWith('redis+cluster:') || url.startsWith('rediss+cluster:')) {
+    return parseClusterUrl(url);
+  }
   let parsed: URL;
   try {
     parsed = new URL(url);
@@ -57,7 +82,51 @@ export function parseRedisTarget(url: string): RedisTarget {
   if (parsed.protocol !== 'redis:' && parsed.protocol !== 'rediss:') {
     throw new Error(`must be ${URL_FORMS}`);
   }
-  return { kind: 'server', url };
+  // ioredis takes the URL's other parameters as its options; the TLS files are ours.
+  const queryAt = url.indexOf('?');
+  if (queryAt === -1) return { kind: 'server', url };
+  const pairs = url.slice(queryAt + 1).split('&');
+  const isTlsFile = (pair: string) =>
+    TLS_FILE_PARAMS.has(decodeURIComponent(pair.split('=')[0] ?? ''));
+  const tls = tlsFiles(
+    queryParams(pairs.filter(isTlsFile).join('&')),
+    parsed.protocol === 'rediss:',
+  );
+  const rest = pairs.filter((pair) => pair !== '' && !isTlsFile(pair));
+  return {
+    kind: 'server',
+    url: url.slice(0, queryAt) + (rest.length > 0 ? `?${rest.join('&')}` : ''),
+    ...(tls ? { tls } : {}),
+  };
+}
+
+const TLS_FILE_PARAMS: ReadonlySet<string> = new Set(['ca', 'cert', 'key']);
+
+/**
+ * The TLS files among `params` (which it removes), or undefined when not `secure`; the error
+ * names a file given to a form without TLS, and a certificate without its key or the reverse.
+ */
+function tlsFiles(params: Map<string, string>, secure: boolean): TlsFiles | undefined {
+  const files: TlsFiles = {};
+  for (const name of TLS_FILE_PARAMS) {
+    const path = params.get(name);
+    if (path === undefined) continue;
+    params.delete(name);
+    if (path === '') throw new Error(`${name} must be the path of a PEM file`);
+    files[name as keyof TlsFiles] = path;
+  }
+  if (!secure) {
+    const given = Object.keys(files)[0];
+    if (given !== undefined)
+      throw new Error(
+        `${given} is for TLS: use rediss://, rediss+sentinel:// or rediss+cluster://`,
+      );
+    return undefined;
+  }
+  if ((files.cert === undefined) !== (files.key === undefined)) {
+    throw new Error('cert and key go together: the client certificate and its private key');
+  }
+  return files;
 }
 
 function parseSentinelUrl(url: string): RedisTarget {
@@ -67,12 +136,14 @@ function parseSentinelUrl(url: string): RedisTarget {
       'must be redis+sentinel://[[user]:password@]host:port[,host:port...]/master[/db]',
     );
   }
-  const [, username, password, hostList = '', master = '', db, query] = match;
+  const [, scheme, username, password, hostList = '', master = '', db, query] = match;
   const sentinels = parseHostList(hostList, 'sentinel');
   const params = queryParams(query ?? '');
+  const tls = tlsFiles(params, scheme === 'rediss');
   const unknown = [...params.keys()].filter((key) => key !== 'sentinelPassword');
   if (unknown.length > 0) {
-    throw new Error(`unknown parameter ${unknown[0]} (only sentinelPassword)`);
+    const known = tls ? 'sentinelPassword, ca, cert, key' : 'only sentinelPassword';
+    throw new Error(`unknown parameter ${unknown[0]} (${known})`);
   }
   const dbNumber = db === undefined ? 0 : Number(db);
   if (dbNumber > MAX_DB) throw new Error(`db ${db} must be at most ${MAX_DB}`);
@@ -92,26 +163,34 @@ function parseSentinelUrl(url: string): RedisTarget {
     options,
     sentinels: describeHosts(sentinels),
     master: options.name as string,
+    ...(tls ? { tls } : {}),
   };
 }
 
 /**
  * `redis+cluster://[[user]:password@]host:port[,host:port...]`: some nodes of a Redis Cluster
  * (the client learns the rest from them), and the credentials every node takes. A cluster has
- * database 0 only.
+ * database 0 only. `rediss+cluster://` speaks TLS to every node, with `?ca=&cert=&key=`.
  */
-const CLUSTER_URL = /^redis\+cluster:\/\/(?:([^:@/]*)(?::([^@/]*))?@)?([^/@?]+)\/?$/;
+const CLUSTER_URL = /^(rediss?)\+cluster:\/\/(?:([^:@/]*)(?::([^@/]*))?@)?([^/@?]+)\/?(?:\?(.*))?$/;
 
 function parseClusterUrl(url: string): RedisTarget {
   const match = CLUSTER_URL.exec(url);
   if (!match) {
     throw new Error('must be redis+cluster://[[user]:password@]host:port[,host:port...]');
   }
-  const [, username, password, hostList = ''] = match;
+  const [, scheme, username, password, hostList = '', query] = match;
+  const params = queryParams(query ?? '');
+  const tls = tlsFiles(params, scheme === 'rediss');
+  const unknown = [...params.keys()][0];
+  if (unknown !== undefined) {
+    throw new Error(`unknown parameter ${unknown} (${tls ? 'only ca, cert, key' : 'none'})`);
+  }
   return {
     kind: 'cluster',
     nodes: parseHostList(hostList, 'cluster node'),
     credentials: credentials(username, password),
+    ...(tls ? { tls } : {}),
   };
 }
 
@@ -149,9 +228,12 @@ function credentials(username: string | undefined, password: string | undefined)
 export function describeRedisTarget(url: string): string {
   const target = parseRedisTarget(url);
   if (target.kind === 'sentinel') {
-    return `redis+sentinel://${target.sentinels}/${target.master}/${target.options.db ?? 0}`;
+    const scheme = target.tls ? 'rediss' : 'redis';
+    return `${scheme}+sentinel://${target.sentinels}/${target.master}/${target.options.db ?? 0}`;
   }
-  if (target.kind === 'cluster') return `redis+cluster://${describeHosts(target.nodes)}`;
+  if (target.kind === 'cluster') {
+    return `${target.tls ? 'rediss' : 'redis'}+cluster://${describeHosts(target.nodes)}`;
+  }
   return hideUrlPasswords(target.url);
 }
 

@@ -2,7 +2,9 @@
 
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
+import { readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll } from 'vitest';
 import { connectRedis, type RedisClient } from '../../src/redis/connection.js';
 import { findFreePort, untilRedisReady } from '../../src/redis/private-redis.js';
@@ -15,15 +17,70 @@ export interface TestRedis {
   restart(): Promise<void>;
 }
 
+/** The test-only certificates (tls/generate.sh): a CA, the servers' and a client's. */
+export const TEST_TLS = {
+  ca: fileURLToPath(new URL('tls/ca.pem', import.meta.url)),
+  serverCert: fileURLToPath(new URL('tls/server.pem', import.meta.url)),
+  serverKey: fileURLToPath(new URL('tls/server.key', import.meta.url)),
+  clientCert: fileURLToPath(new URL('tls/client.pem', import.meta.url)),
+  clientKey: fileURLToPath(new URL('tls/client.key', import.meta.url)),
+};
+
+/** The helpers' own connections to TLS servers: the test CA, and the client certificate. */
+export function testClientTls() {
+  return {
+    ca: readFileSync(TEST_TLS.ca),
+    cert: readFileSync(TEST_TLS.clientCert),
+    key: readFileSync(TEST_TLS.clientKey),
+  };
+}
+
+/**
+ * How a test server takes connections: plain, TLS only (`tls`), or TLS with a client certificate
+ * required (`tls-client-cert`). A TLS server's certificate is for 127.0.0.1, from TEST_TLS.ca.
+ */
+export type TestRedisTransport = 'plain' | 'tls' | 'tls-client-cert';
+
+/** The redis-server options that make `port` a TLS port (and open no plain one). */
+export function tlsServerArgs(port: number, transport: TestRedisTransport): string[] {
+  if (transport === 'plain') return [];
+  return [
+    '--port',
+    '0',
+    '--tls-port',
+    String(port),
+    '--tls-cert-file',
+    TEST_TLS.serverCert,
+    '--tls-key-file',
+    TEST_TLS.serverKey,
+    '--tls-ca-cert-file',
+    TEST_TLS.ca,
+    '--tls-auth-clients',
+    transport === 'tls-client-cert' ? 'yes' : 'no',
+  ];
+}
+
 /**
  * A redis-server without persistence on 127.0.0.1, ready when this resolves; `args` are more
- * of its command-line options (`--replicaof HOST PORT`).
+ * of its command-line options (`--replicaof HOST PORT`). `url` trusts the test CA when the
+ * server speaks TLS, and sends the client certificate when it asks for one.
  */
-export async function startTestRedis(args: readonly string[] = []): Promise<TestRedis> {
+export async function startTestRedis(
+  args: readonly string[] = [],
+  transport: TestRedisTransport = 'plain',
+): Promise<TestRedis> {
   const port = await findFreePort();
-  let child = await runRedisServer(port, args);
+  const serverArgs = [...tlsServerArgs(port, transport), ...args];
+  let child = await runRedisServer(port, serverArgs);
+  const ca = `ca=${encodeURIComponent(TEST_TLS.ca)}`;
+  const client = `cert=${encodeURIComponent(TEST_TLS.clientCert)}&key=${encodeURIComponent(TEST_TLS.clientKey)}`;
+  const urls: Record<TestRedisTransport, string> = {
+    plain: `redis://127.0.0.1:${port}`,
+    tls: `rediss://127.0.0.1:${port}?${ca}`,
+    'tls-client-cert': `rediss://127.0.0.1:${port}?${ca}&${client}`,
+  };
   return {
-    url: `redis://127.0.0.1:${port}`,
+    url: urls[transport],
     port,
     stop: async () => {
       if (child.exitCode !== null || child.signalCode !== null) return;
@@ -32,7 +89,7 @@ export async function startTestRedis(args: readonly string[] = []): Promise<Test
       await exited;
     },
     restart: async () => {
-      child = await runRedisServer(port, args);
+      child = await runRedisServer(port, serverArgs);
     },
   };
 }

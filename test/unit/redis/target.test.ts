@@ -78,12 +78,70 @@ describe('parseRedisTarget', () => {
     });
   });
 
+  it('takes the TLS files of a rediss:// URL and leaves ioredis its own parameters', () => {
+    expect(
+      parseRedisTarget('rediss://:pw@h:6380/1?family=6&ca=%2Fetc%2Fca.pem&cert=c.pem&key=k.pem'),
+    ).toEqual({
+      kind: 'server',
+      url: 'rediss://:pw@h:6380/1?family=6',
+      tls: { ca: '/etc/ca.pem', cert: 'c.pem', key: 'k.pem' },
+    });
+    expect(parseRedisTarget('rediss://h:6380?ca=ca.pem')).toEqual({
+      kind: 'server',
+      url: 'rediss://h:6380',
+      tls: { ca: 'ca.pem' },
+    });
+    expect(parseRedisTarget('redis://h:6379?db=2')).toEqual({
+      kind: 'server',
+      url: 'redis://h:6379?db=2',
+    });
+  });
+
+  it('speaks TLS to the sentinels and the master of a rediss+sentinel:// URL', () => {
+    const target = parseRedisTarget(
+      'rediss+sentinel://:pw@s1:26379/billing?sentinelPassword=s&ca=%2Fca.pem&cert=c&key=k',
+    );
+    expect(target).toMatchObject({
+      kind: 'sentinel',
+      master: 'billing',
+      options: { password: 'pw', sentinelPassword: 's' },
+      tls: { ca: '/ca.pem', cert: 'c', key: 'k' },
+    });
+    expect(parseRedisTarget('rediss+sentinel://s1:26379/billing')).toMatchObject({ tls: {} });
+    expect(parseRedisTarget('redis+sentinel://s1:26379/billing')).not.toHaveProperty('tls');
+  });
+
+  it('speaks TLS to every cluster node of a rediss+cluster:// URL', () => {
+    expect(parseRedisTarget('rediss+cluster://:pw@n1:7000,n2:7000')).toEqual({
+      kind: 'cluster',
+      nodes: [
+        { host: 'n1', port: 7000 },
+        { host: 'n2', port: 7000 },
+      ],
+      credentials: { password: 'pw' },
+      tls: {},
+    });
+    expect(parseRedisTarget('rediss+cluster://n1:7000/?ca=%2Fca.pem&cert=c&key=k')).toMatchObject({
+      tls: { ca: '/ca.pem', cert: 'c', key: 'k' },
+    });
+  });
+
   it.each([
     [
       'http://localhost:6379',
-      'must be a redis://, rediss://, redis+sentinel:// or redis+cluster:// URL',
+      'must be a redis://, rediss://, redis+sentinel://, redis+cluster:// URL (or rediss+...)',
     ],
-    ['not a url', 'must be a redis://, rediss://, redis+sentinel:// or redis+cluster:// URL'],
+    [
+      'not a url',
+      'must be a redis://, rediss://, redis+sentinel://, redis+cluster:// URL (or rediss+...)',
+    ],
+    ['redis://h:6379?ca=ca.pem', 'ca is for TLS: use rediss://, rediss+sentinel:// or rediss+'],
+    ['redis+sentinel://s1:26379/m?cert=c', 'cert is for TLS'],
+    ['rediss+sentinel://s1:26379/m?db=1', 'unknown parameter db (sentinelPassword, ca, cert, key)'],
+    ['rediss://h:6379?cert=c.pem', 'cert and key go together'],
+    ['rediss://h:6379?ca=', 'ca must be the path of a PEM file'],
+    ['redis+cluster://n1:7000?key=k.pem', 'key is for TLS'],
+    ['rediss+cluster://n1:7000?ca=a&tls=1', 'unknown parameter tls (only ca, cert, key)'],
     ['redis+sentinel://s1:26379', 'must be redis+sentinel://'],
     ['redis+sentinel://s1/billing', 'sentinel "s1" must be host:port'],
     ['redis+sentinel://s1:99999/billing', 'sentinel "s1:99999" must be host:port'],
@@ -91,7 +149,7 @@ describe('parseRedisTarget', () => {
     ['redis+sentinel://s1:26379/billing/99999999999', 'db 99999999999 must be at most 2147483647'],
     ['redis+cluster://', 'must be redis+cluster://[[user]:password@]host:port[,host:port...]'],
     ['redis+cluster://n1:7000/3', 'must be redis+cluster://'],
-    ['redis+cluster://n1:7000?password=x', 'must be redis+cluster://'],
+    ['redis+cluster://n1:7000?password=x', 'unknown parameter password (none)'],
     ['redis+cluster://n1:7000,n2', 'cluster node "n2" must be host:port'],
   ])('refuses %s', (url, message) => {
     expect(() => parseRedisTarget(url)).toThrow(message);
@@ -125,6 +183,12 @@ describe('describeRedisTarget', () => {
     );
     expect(describeRedisTarget('redis+cluster://app:pw@n1:7000,[::1]:7001')).toBe(
       'redis+cluster://n1:7000,[::1]:7001',
+    );
+    expect(describeRedisTarget('rediss+cluster://:pw@n1:7000?ca=ca.pem')).toBe(
+      'rediss+cluster://n1:7000',
+    );
+    expect(describeRedisTarget('rediss+sentinel://:pw@s1:26379/billing?ca=ca.pem')).toBe(
+      'rediss+sentinel://s1:26379/billing/0',
     );
   });
 });
