@@ -7,11 +7,19 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { KEY_TAG } from '../../src/redis/key-space.js';
 import { findFreePort } from '../../src/redis/private-redis.js';
-import { startTestRedis, type TestRedis } from './redis-server.js';
+import {
+  startTestRedis,
+  type TestRedis,
+  type TestRedisTransport,
+  testClientTls,
+} from './redis-server.js';
 import { until } from './until.js';
 
 export interface TestCluster {
-  /** `redis+cluster://127.0.0.1:<port>,...` naming every master. */
+  /**
+   * `redis+cluster://127.0.0.1:<port>,...` naming every master; over TLS,
+   * `rediss+cluster://...?ca=...` (and the client certificate when the nodes require one).
+   */
   url: string;
   /** The port of the node serving the product's keys now. */
   tagMasterPort(): Promise<number>;
@@ -37,30 +45,44 @@ interface Node {
   configFile: string;
 }
 
-/** A cluster node: cluster mode on, its bus on a free port of its own (not port + 10000). */
-async function startNode(): Promise<Node> {
+/**
+ * A cluster node: cluster mode on, its bus on a free port of its own (not port + 10000). Over
+ * TLS, the bus and replication use TLS as well, and clients connect on the TLS port only.
+ */
+async function startNode(transport: TestRedisTransport): Promise<Node> {
   // Cluster nodes write their state file to the working directory (the temp dir).
   const configFile = `billing-cluster-${randomUUID()}.conf`;
   const busPort = await findFreePort();
-  const server = await startTestRedis([
-    '--cluster-enabled',
-    'yes',
-    '--cluster-config-file',
-    configFile,
-    '--cluster-port',
-    String(busPort),
-    '--cluster-node-timeout',
-    '2000',
-  ]);
-  const admin = new Redis({ port: server.port, lazyConnect: true, retryStrategy: () => 100 });
+  const server = await startTestRedis(
+    [
+      '--cluster-enabled',
+      'yes',
+      '--cluster-config-file',
+      configFile,
+      '--cluster-port',
+      String(busPort),
+      '--cluster-node-timeout',
+      '2000',
+      ...(transport === 'plain' ? [] : ['--tls-cluster', 'yes', '--tls-replication', 'yes']),
+    ],
+    transport,
+  );
+  const admin = new Redis({
+    port: server.port,
+    lazyConnect: true,
+    retryStrategy: () => 100,
+    ...(transport === 'plain' ? {} : { tls: testClientTls() }),
+  });
   admin.on('error', () => {});
   const id = (await admin.call('CLUSTER', 'MYID')) as string;
   return { server, admin, id, busPort, configFile };
 }
 
-export async function startTestCluster(): Promise<TestCluster> {
-  const masters = await Promise.all(Array.from({ length: MASTERS }, startNode));
-  const replicaNode = await startNode();
+export async function startTestCluster(
+  transport: TestRedisTransport = 'plain',
+): Promise<TestCluster> {
+  const masters = await Promise.all(Array.from({ length: MASTERS }, () => startNode(transport)));
+  const replicaNode = await startNode(transport);
   const nodes = [...masters, replicaNode];
   let formed: { tagSlot: number; tagMaster: Node };
   try {
@@ -82,8 +104,11 @@ export async function startTestCluster(): Promise<TestCluster> {
     const owner = slots.find(([from, to]) => from <= tagSlot && tagSlot <= to);
     return owner?.[2][1] ?? 0;
   };
+  const hosts = masters.map((m) => `127.0.0.1:${m.server.port}`).join(',');
+  // Each node's URL already holds the files its transport needs.
+  const query = new URL(first.server.url).search;
   return {
-    url: `redis+cluster://${masters.map((m) => `127.0.0.1:${m.server.port}`).join(',')}`,
+    url: `${transport === 'plain' ? 'redis' : 'rediss'}+cluster://${hosts}${query}`,
     tagMasterPort: () => tagMasterPort(),
     replica: replicaNode.server,
     async replicated() {

@@ -7,11 +7,20 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { findFreePort } from '../../src/redis/private-redis.js';
-import { startTestRedis, type TestRedis } from './redis-server.js';
+import {
+  startTestRedis,
+  type TestRedis,
+  type TestRedisTransport,
+  testClientTls,
+  tlsServerArgs,
+} from './redis-server.js';
 import { until } from './until.js';
 
 export interface TestSentinelGroup {
-  /** `redis+sentinel://127.0.0.1:<sentinel port>/<master name>`. */
+  /**
+   * `redis+sentinel://127.0.0.1:<sentinel port>/<master name>`; over TLS
+   * `rediss+sentinel://...?ca=...` (and the client certificate when the servers require one).
+   */
   url: string;
   master: TestRedis;
   replica: TestRedis;
@@ -26,17 +35,35 @@ export interface TestSentinelGroup {
 
 const MASTER_NAME = 'billing';
 
-export async function startTestSentinelGroup(): Promise<TestSentinelGroup> {
-  const master = await startTestRedis();
-  const replica = await startTestRedis(['--replicaof', '127.0.0.1', String(master.port)]);
+/**
+ * The group, every server and the sentinel speaking `transport`: over TLS, replication and the
+ * sentinel's own connections to the servers use TLS too.
+ */
+export async function startTestSentinelGroup(
+  transport: TestRedisTransport = 'plain',
+): Promise<TestSentinelGroup> {
+  const tls = transport !== 'plain';
+  const replication = tls ? ['--tls-replication', 'yes'] : [];
+  const master = await startTestRedis(replication, transport);
+  const replica = await startTestRedis(
+    ['--replicaof', '127.0.0.1', String(master.port), ...replication],
+    transport,
+  );
   const dir = await mkdtemp(join(tmpdir(), 'billing-sentinel-'));
   const port = await findFreePort();
-  // Sentinel rewrites its configuration file, so it gets one of its own.
+  // Sentinel rewrites its configuration file, so it gets one of its own: the servers' TLS
+  // options, one per line (`--tls-port 1` becomes `tls-port 1`).
   const config = join(dir, 'sentinel.conf');
+  const tlsLines: string[] = [];
+  const tlsArgs = [...tlsServerArgs(port, transport), ...replication];
+  for (let i = 0; i < tlsArgs.length; i += 2) {
+    tlsLines.push(`${tlsArgs[i]?.slice(2)} ${tlsArgs[i + 1]}`);
+  }
   await writeFile(
     config,
     [
       `port ${port}`,
+      ...tlsLines,
       'bind 127.0.0.1',
       `sentinel monitor ${MASTER_NAME} 127.0.0.1 ${master.port} 1`,
       `sentinel down-after-milliseconds ${MASTER_NAME} 1000`,
@@ -47,7 +74,8 @@ export async function startTestSentinelGroup(): Promise<TestSentinelGroup> {
   const sentinel: ChildProcess = spawn('redis-server', [config, '--sentinel'], {
     stdio: ['ignore', 'ignore', 'ignore'],
   });
-  const admin = new Redis({ port, lazyConnect: true, retryStrategy: () => 100 });
+  const adminTls = tls ? { tls: testClientTls() } : {};
+  const admin = new Redis({ port, lazyConnect: true, retryStrategy: () => 100, ...adminTls });
   admin.on('error', () => {});
   const masterPort = async () => {
     const [, masterPort] = (await admin.call(
@@ -69,7 +97,7 @@ export async function startTestSentinelGroup(): Promise<TestSentinelGroup> {
   try {
     await until(async () => (await masterPort()) === master.port, 'the sentinel to see its master');
     // A failover needs the replica in sync and known to the sentinel.
-    const replicaAdmin = new Redis({ port: replica.port, lazyConnect: true });
+    const replicaAdmin = new Redis({ port: replica.port, lazyConnect: true, ...adminTls });
     await until(
       async () => (await replicaAdmin.info('replication')).includes('master_link_status:up'),
       'the replica to sync',
@@ -85,14 +113,16 @@ export async function startTestSentinelGroup(): Promise<TestSentinelGroup> {
     throw error;
   }
 
+  // The servers' URLs already hold the files the transport needs.
+  const query = new URL(master.url).search;
   return {
-    url: `redis+sentinel://127.0.0.1:${port}/${MASTER_NAME}`,
+    url: `${tls ? 'rediss' : 'redis'}+sentinel://127.0.0.1:${port}/${MASTER_NAME}${query}`,
     master,
     replica,
     masterPort,
     async replicated() {
       // Redis replicates asynchronously: WAIT returns once the replica has every write so far.
-      const direct = new Redis({ port: await masterPort() });
+      const direct = new Redis({ port: await masterPort(), ...adminTls });
       try {
         await direct.call('WAIT', '1', '10000');
       } finally {
