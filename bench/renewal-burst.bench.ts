@@ -28,7 +28,7 @@ import type { Partner } from '../src/provisioning/records.js';
 import { ProvisioningStore } from '../src/provisioning/store.js';
 import { defaultJobOptions, QUEUE_PREFIX, QUEUES, STALLED_INTERVAL_MS } from '../src/queues.js';
 import { connectRedis } from '../src/redis/connection.js';
-import { parseRedisTarget } from '../src/redis/target.js';
+import { describeRedisTarget, parseRedisTarget } from '../src/redis/target.js';
 import { closeQueues, openQueues, refusalsFailJobs } from '../src/workers.js';
 import { startTestRedis } from '../test/helpers/redis-server.js';
 
@@ -597,7 +597,7 @@ async function requireEmpty(bench: Bench, url: string): Promise<void> {
   const keys = await bench.admin.dbsize();
   if (keys > 0) {
     throw new Error(
-      `--redis-url ${url}: the database holds ${keys} keys; the benchmark flushes it, so give it an empty one`,
+      `--redis-url ${describeRedisTarget(url)}: the database holds ${keys} keys; the benchmark flushes it, so give it an empty one`,
     );
   }
 }

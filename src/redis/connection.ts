@@ -1,11 +1,11 @@
 // Redis connections: request-path clients fail fast, worker clients wait for Redis to return.
-import { readFileSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ConnectionOptions } from 'node:tls';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { READINESS_KEY } from './key-space.js';
-import { parseRedisTarget, type RedisTarget, type TlsFiles } from './target.js';
+import { parseRedisTarget, type RedisTarget } from './target.js';
+import { tlsDiagnosis, tlsOptions } from './tls.js';
 
 /** A connection to one server (directly or through Sentinel) or to a Redis Cluster. */
 export type RedisClient = Redis | Cluster;
@@ -37,11 +37,23 @@ export async function connectRedis(url: string, role: ConnectionRole): Promise<R
     try {
       return await connectOnce(target, tls, role);
     } catch (error) {
-      if (attempt >= tries) throw error;
-      await sleep(retryDelayMs(attempt));
+      if (attempt < tries) {
+        await sleep(retryDelayMs(attempt));
+        continue;
+      }
+      const failure = tls === undefined ? undefined : await tlsDiagnosis(target, tls);
+      throw failure === undefined ? error : withReason(error, new Error(failure));
     }
   }
 }
+
+/**
+ * How long a Cluster's first connect may take before it fails: a client that learned the slots
+ * but cannot reach the nodes they name (a certificate for another name, say) would otherwise
+ * retry forever without a word. One server and Sentinel have ioredis' own bounds, and a server
+ * still loading its data at start is waited for.
+ */
+const FIRST_CONNECT_TIMEOUT_MS = 10_000;
 
 async function connectOnce(
   target: RedisTarget,
@@ -58,23 +70,34 @@ async function connectOnce(
   redis.on('error', (error: Error) => {
     if (!connected) reason = error;
   });
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    if (!(redis instanceof Cluster)) return;
+    timer = setTimeout(() => {
+      const seconds = FIRST_CONNECT_TIMEOUT_MS / 1000;
+      reject(new Error(`the cluster was not ready within ${seconds} s`));
+    }, FIRST_CONNECT_TIMEOUT_MS);
+  });
   try {
-    await redis.connect();
+    await Promise.race([redis.connect(), deadline]);
     connected = true;
   } catch (error) {
     redis.disconnect();
     throw withReason(error, reason);
+  } finally {
+    clearTimeout(timer);
   }
   return redis;
 }
 
 /**
  * A failed first connect with the reason behind it: a TLS handshake that fails (an unknown
- * authority, a missing client certificate) only rejects with "Connection is closed.".
+ * authority, a missing client certificate) only rejects with "Connection is closed.". The
+ * reason becomes the cause, with its code (`SELF_SIGNED_CERT_IN_CHAIN`).
  */
 function withReason(error: unknown, reason: Error | undefined): unknown {
   if (!(error instanceof Error) || !reason || error.message.includes(reason.message)) return error;
-  return new Error(`${error.message} (${reason.message})`, { cause: error });
+  return new Error(`${error.message} (${reason.message})`, { cause: reason });
 }
 
 /**
@@ -127,22 +150,6 @@ function openClient(
         },
       });
   }
-}
-
-/** Node's TLS options from the URL's files; the error names the parameter and the file. */
-function tlsOptions(files: TlsFiles): ConnectionOptions {
-  const options: ConnectionOptions = {};
-  for (const name of ['ca', 'cert', 'key'] as const) {
-    const path = files[name];
-    if (path === undefined) continue;
-    try {
-      options[name] = readFileSync(path);
-    } catch (error) {
-      const reason = (error as NodeJS.ErrnoException).code ?? (error as Error).message;
-      throw new Error(`the ${name} file ${path} cannot be read (${reason})`);
-    }
-  }
-  return options;
 }
 
 /** How many times the sentinels or cluster nodes are tried before the first connect fails. */

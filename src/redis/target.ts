@@ -24,10 +24,20 @@ const MAX_DB = 2 ** 31 - 1;
 function queryParams(query: string): Map<string, string> {
   const params = new Map<string, string>();
   for (const pair of query.split('&').filter(Boolean)) {
-    const [key = '', ...value] = pair.split('=');
-    params.set(decodeURIComponent(key), decodeURIComponent(value.join('=')));
+    const [rawKey = '', ...value] = pair.split('=');
+    const key = percentDecoded(rawKey, 'a parameter name');
+    params.set(key, percentDecoded(value.join('='), `parameter ${key}`));
   }
   return params;
+}
+
+/** `text` percent-decoded; the error names `what` (decodeURIComponent's says only "malformed"). */
+function percentDecoded(text: string, what: string): string {
+  try {
+    return decodeURIComponent(text);
+  } catch {
+    throw new Error(`${what} is not percent-encoded correctly (write % as %25)`);
+  }
 }
 
 export interface HostPort {
@@ -82,20 +92,23 @@ export function parseRedisTarget(url: string): RedisTarget {
   if (parsed.protocol !== 'redis:' && parsed.protocol !== 'rediss:') {
     throw new Error(`must be ${URL_FORMS}`);
   }
-  // ioredis takes the URL's other parameters as its options; the TLS files are ours.
+  // ioredis takes the URL's other parameters as its options (they win over the options the
+  // client passes); the TLS files are ours, and TLS itself follows the scheme alone. ioredis
+  // only sees a lower-case `rediss://`, so TLS is set here for any spelling of it.
+  const secure = parsed.protocol === 'rediss:';
   const queryAt = url.indexOf('?');
-  if (queryAt === -1) return { kind: 'server', url };
-  const pairs = url.slice(queryAt + 1).split('&');
-  const isTlsFile = (pair: string) =>
-    TLS_FILE_PARAMS.has(decodeURIComponent(pair.split('=')[0] ?? ''));
-  const tls = tlsFiles(
-    queryParams(pairs.filter(isTlsFile).join('&')),
-    parsed.protocol === 'rediss:',
-  );
+  const pairs = queryAt === -1 ? [] : url.slice(queryAt + 1).split('&');
+  const name = (pair: string) => percentDecoded(pair.split('=')[0] ?? '', 'a parameter name');
+  if (pairs.some((pair) => name(pair) === 'tls')) {
+    throw new Error('tls is not a parameter: TLS follows the scheme (rediss://)');
+  }
+  const isTlsFile = (pair: string) => TLS_FILE_PARAMS.has(name(pair));
+  const tls = tlsFiles(queryParams(pairs.filter(isTlsFile).join('&')), secure);
   const rest = pairs.filter((pair) => pair !== '' && !isTlsFile(pair));
+  const base = queryAt === -1 ? url : url.slice(0, queryAt);
   return {
     kind: 'server',
-    url: url.slice(0, queryAt) + (rest.length > 0 ? `?${rest.join('&')}` : ''),
+    url: base + (rest.length > 0 ? `?${rest.join('&')}` : ''),
     ...(tls ? { tls } : {}),
   };
 }

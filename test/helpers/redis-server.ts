@@ -22,6 +22,9 @@ export const TEST_TLS = {
   ca: fileURLToPath(new URL('tls/ca.pem', import.meta.url)),
   serverCert: fileURLToPath(new URL('tls/server.pem', import.meta.url)),
   serverKey: fileURLToPath(new URL('tls/server.key', import.meta.url)),
+  /** For the name localhost only: a server reached by its address fails verification. */
+  localhostCert: fileURLToPath(new URL('tls/localhost.pem', import.meta.url)),
+  localhostKey: fileURLToPath(new URL('tls/localhost.key', import.meta.url)),
   clientCert: fileURLToPath(new URL('tls/client.pem', import.meta.url)),
   clientKey: fileURLToPath(new URL('tls/client.key', import.meta.url)),
 };

@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # Regenerates the test-only TLS files: a CA, a certificate for 127.0.0.1 and localhost that the
-# test redis-servers present, and a client certificate for servers that require one. Valid for
-# 100 years, so the suite never fails on a date. Never use these keys outside the tests.
+# test redis-servers present, one for the name localhost only (a server reached by an address
+# its certificate does not name), and a client certificate for servers that require one. Valid
+# for 100 years, so the suite never fails on a date. Never use these keys outside the tests.
 set -euo pipefail
 cd "$(dirname "$0")"
 days=36500
 openssl ecparam -name prime256v1 -genkey -noout -out ca.key
 openssl req -x509 -new -key ca.key -sha256 -days "$days" -subj '/CN=billing test CA' -out ca.pem
-for name in server client; do
+for name in server localhost client; do
   openssl ecparam -name prime256v1 -genkey -noout -out "$name.key"
   openssl req -new -key "$name.key" -subj "/CN=billing test $name" -out "$name.csr"
   if [ "$name" = server ]; then
     ext='subjectAltName=IP:127.0.0.1,DNS:localhost
+extendedKeyUsage=serverAuth,clientAuth'
+  elif [ "$name" = localhost ]; then
+    ext='subjectAltName=DNS:localhost
 extendedKeyUsage=serverAuth,clientAuth'
   else
     ext='extendedKeyUsage=clientAuth'

@@ -1,5 +1,6 @@
 // rediss:// against real redis-servers that speak only TLS: a private CA given by `ca`, a client
-// certificate for a server that requires one, and clear errors when either is missing.
+// certificate for a server that requires one, and clear errors when either is missing or a file
+// is not what it should be; a TLS Cluster whose nodes cannot be verified fails with the reason.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { answersForKeys, connectRedis, type RedisClient } from '../../../src/redis/connection.js';
 import { startTestRedis, TEST_TLS, type TestRedis } from '../../helpers/redis-server.js';
@@ -49,9 +50,10 @@ describe('rediss:// with the files of the URL', () => {
     const redis = await connect(clientCertServer.url);
     expect(await redis.ping()).toBe('PONG');
     const caOnly = `ca=${encodeURIComponent(TEST_TLS.ca)}`;
-    // The server hangs up on a handshake without one: Node sees the connection reset.
+    // The server hangs up on a handshake without one: Node sees the connection reset, or reads
+    // the server's alert first.
     await expect(connect(withQuery(clientCertServer, caOnly))).rejects.toThrow(
-      /Connection is closed\. \(.*ECONNRESET\)/,
+      /Connection is closed\. \(.*(ECONNRESET|certificate required)/,
     );
   });
 
@@ -61,7 +63,65 @@ describe('rediss:// with the files of the URL', () => {
     );
   });
 
+  it('names the file that is not a certificate, or a certificate and key that do not match', async () => {
+    const notPem = encodeURIComponent(TEST_TLS.clientKey);
+    await expect(connect(withQuery(tlsServer, `ca=${notPem}`))).rejects.toThrow(
+      `the ca file ${TEST_TLS.clientKey} holds no PEM certificate`,
+    );
+    const ca = `ca=${encodeURIComponent(TEST_TLS.ca)}`;
+    const mismatched = `cert=${encodeURIComponent(TEST_TLS.clientCert)}&key=${encodeURIComponent(TEST_TLS.serverKey)}`;
+    await expect(connect(withQuery(tlsServer, `${ca}&${mismatched}`))).rejects.toThrow(
+      /the TLS files \(ca .*, cert .*client\.pem, key .*server\.key\) cannot be used: .*key values mismatch/,
+    );
+    const keyNotPem = `cert=${encodeURIComponent(TEST_TLS.clientCert)}&key=${encodeURIComponent(TEST_TLS.ca)}`;
+    await expect(connect(withQuery(tlsServer, `${ca}&${keyNotPem}`))).rejects.toThrow(
+      /the TLS files \(.*key .*ca\.pem\) cannot be used/,
+    );
+  });
+
   it('does not take a plain connection on a TLS-only server', async () => {
     await expect(connect(`redis://127.0.0.1:${tlsServer.port}`)).rejects.toThrow();
   });
+
+  it('speaks TLS for REDISS:// too (ioredis alone would not)', async () => {
+    const upper = tlsServer.url.replace('rediss://', 'REDISS://');
+    const redis = await connect(upper);
+    expect(await redis.ping()).toBe('PONG');
+  });
+});
+
+describe('rediss+cluster:// whose nodes cannot be verified', () => {
+  it('fails the start with the reason instead of waiting forever', async () => {
+    // One node holding every slot, its certificate for the name localhost only: the client
+    // learns the slots through localhost, then meets the node at the address it announces.
+    const node = await startTestRedis(
+      [
+        '--cluster-enabled',
+        'yes',
+        '--cluster-config-file',
+        `billing-tls-${process.pid}-${Date.now()}.conf`,
+        '--tls-cluster',
+        'yes',
+        // As a node of a real cluster knows it, once its peers have met it.
+        '--cluster-announce-ip',
+        '127.0.0.1',
+        '--tls-cert-file',
+        TEST_TLS.localhostCert,
+        '--tls-key-file',
+        TEST_TLS.localhostKey,
+      ],
+      'tls',
+    );
+    servers.push(node);
+    const admin = await connect(node.url.replace('127.0.0.1', 'localhost'));
+    await admin.call('CLUSTER', 'ADDSLOTSRANGE', '0', '16383');
+    const ca = `ca=${encodeURIComponent(TEST_TLS.ca)}`;
+    await expect(
+      connect(`rediss+cluster://localhost:${node.port}?${ca}`, 'worker'),
+    ).rejects.toThrow(
+      new RegExp(
+        `not ready within 10 s \\(TLS to 127\\.0\\.0\\.1:${node.port}, as the cluster announces that node: .*does not match certificate's altnames`,
+      ),
+    );
+  }, 60_000);
 });

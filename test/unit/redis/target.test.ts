@@ -97,6 +97,15 @@ describe('parseRedisTarget', () => {
     });
   });
 
+  it('speaks TLS for rediss:// in any case (ioredis sees only the lower-case one)', () => {
+    expect(parseRedisTarget('REDISS://h:6380')).toEqual({
+      kind: 'server',
+      url: 'REDISS://h:6380',
+      tls: {},
+    });
+    expect(parseRedisTarget('rediss://h:6380')).toMatchObject({ tls: {} });
+  });
+
   it('speaks TLS to the sentinels and the master of a rediss+sentinel:// URL', () => {
     const target = parseRedisTarget(
       'rediss+sentinel://:pw@s1:26379/billing?sentinelPassword=s&ca=%2Fca.pem&cert=c&key=k',
@@ -142,6 +151,10 @@ describe('parseRedisTarget', () => {
     ['rediss://h:6379?ca=', 'ca must be the path of a PEM file'],
     ['redis+cluster://n1:7000?key=k.pem', 'key is for TLS'],
     ['rediss+cluster://n1:7000?ca=a&tls=1', 'unknown parameter tls (only ca, cert, key)'],
+    ['rediss://h:6380?ca=a.pem&tls=RedisCloudFixed', 'tls is not a parameter'],
+    ['rediss://h:6380?ca=%ZZ', 'parameter ca is not percent-encoded correctly (write % as %25)'],
+    ['redis://h:6379?%E0=1', 'a parameter name is not percent-encoded correctly'],
+    ['redis+sentinel://s1:26379/m?sentinelPassword=%', 'parameter sentinelPassword is not'],
     ['redis+sentinel://s1:26379', 'must be redis+sentinel://'],
     ['redis+sentinel://s1/billing', 'sentinel "s1" must be host:port'],
     ['redis+sentinel://s1:99999/billing', 'sentinel "s1:99999" must be host:port'],
