@@ -37,23 +37,25 @@ export async function connectRedis(url: string, role: ConnectionRole): Promise<R
     try {
       return await connectOnce(target, tls, role);
     } catch (error) {
+      // TLS that does not work now will not work on the next try.
+      if (error instanceof TlsNotWorking) throw error;
       if (attempt < tries) {
         await sleep(retryDelayMs(attempt));
         continue;
       }
       const failure = tls === undefined ? undefined : await tlsDiagnosis(target, tls);
-      throw failure === undefined ? error : withReason(error, new Error(failure));
+      throw withReason(error, failure);
     }
   }
 }
 
 /**
- * How long a Cluster's first connect may take before it fails: a client that learned the slots
- * but cannot reach the nodes they name (a certificate for another name, say) would otherwise
- * retry forever without a word. One server and Sentinel have ioredis' own bounds, and a server
- * still loading its data at start is waited for.
+ * How often a TLS Cluster's first connect, while it waits, asks whether TLS is what stops it: a
+ * client that learned the slots but cannot verify the nodes they name (a certificate for another
+ * name) would otherwise retry forever without a word. A cluster that is only not ready yet
+ * (slots not covered, a failover) is waited for, as without TLS.
  */
-const FIRST_CONNECT_TIMEOUT_MS = 10_000;
+const TLS_CHECK_INTERVAL_MS = 10_000;
 
 async function connectOnce(
   target: RedisTarget,
@@ -70,24 +72,45 @@ async function connectOnce(
   redis.on('error', (error: Error) => {
     if (!connected) reason = error;
   });
-  let timer: NodeJS.Timeout | undefined;
-  const deadline = new Promise<never>((_, reject) => {
-    if (!(redis instanceof Cluster)) return;
-    timer = setTimeout(() => {
-      const seconds = FIRST_CONNECT_TIMEOUT_MS / 1000;
-      reject(new Error(`the cluster was not ready within ${seconds} s`));
-    }, FIRST_CONNECT_TIMEOUT_MS);
-  });
+  const waiting = new AbortController();
   try {
-    await Promise.race([redis.connect(), deadline]);
+    await Promise.race([
+      redis.connect(),
+      ...(tls && redis instanceof Cluster ? [failOnTls(target, tls, waiting.signal)] : []),
+    ]);
     connected = true;
   } catch (error) {
     redis.disconnect();
     throw withReason(error, reason);
   } finally {
-    clearTimeout(timer);
+    waiting.abort();
   }
   return redis;
+}
+
+/** Rejects once a TLS check finds the reason a Cluster's first connect waits; never otherwise. */
+async function failOnTls(
+  target: RedisTarget,
+  tls: ConnectionOptions,
+  signal: AbortSignal,
+): Promise<never> {
+  const started = Date.now();
+  for (;;) {
+    await sleep(TLS_CHECK_INTERVAL_MS, undefined, { signal }).catch(() => {});
+    if (signal.aborted) return new Promise<never>(() => {});
+    const failure = await tlsDiagnosis(target, tls);
+    if (failure !== undefined && !signal.aborted) {
+      const seconds = Math.round((Date.now() - started) / 1000);
+      throw new TlsNotWorking(`the cluster was not ready after ${seconds} s`, failure);
+    }
+  }
+}
+
+/** A first connect that waits because TLS fails, with the reason. */
+class TlsNotWorking extends Error {
+  constructor(waited: string, reason: Error) {
+    super(`${waited} (${reason.message})`, { cause: reason });
+  }
 }
 
 /**

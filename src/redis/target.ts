@@ -92,6 +92,8 @@ export function parseRedisTarget(url: string): RedisTarget {
   if (parsed.protocol !== 'redis:' && parsed.protocol !== 'rediss:') {
     throw new Error(`must be ${URL_FORMS}`);
   }
+  // ioredis decodes them when it connects, where a stray % would fail without saying where.
+  credentials(parsed.username, parsed.password);
   // ioredis takes the URL's other parameters as its options (they win over the options the
   // client passes); the TLS files are ours, and TLS itself follows the scheme alone. ioredis
   // only sees a lower-case `rediss://`, so TLS is set here for any spelling of it.
@@ -162,7 +164,7 @@ function parseSentinelUrl(url: string): RedisTarget {
   if (dbNumber > MAX_DB) throw new Error(`db ${db} must be at most ${MAX_DB}`);
   const options: RedisOptions = {
     sentinels,
-    name: decodeURIComponent(master),
+    name: percentDecoded(master, 'the master name'),
     db: dbNumber,
     // Reconnects to the new master as soon as a sentinel announces a failover, instead of
     // waiting for the old master to drop the connection or refuse a write.
@@ -219,16 +221,19 @@ function parseHostList(list: string, what: string): HostPort[] {
   });
 }
 
+/** `host:port`, or `[IPv6]:port`. */
+export function describeHost({ host, port }: HostPort): string {
+  return host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
+}
+
 function describeHosts(hosts: readonly HostPort[]): string {
-  return hosts
-    .map((h) => (h.host.includes(':') ? `[${h.host}]:${h.port}` : `${h.host}:${h.port}`))
-    .join(',');
+  return hosts.map(describeHost).join(',');
 }
 
 /** The URL's user and password, percent-decoded; an empty one counts as none. */
 function credentials(username: string | undefined, password: string | undefined): Credentials {
   const decode = (part: string | undefined) =>
-    part === undefined || part === '' ? undefined : decodeURIComponent(part);
+    part === undefined || part === '' ? undefined : percentDecoded(part, 'the user or password');
   const user = decode(username);
   const pass = decode(password);
   return {

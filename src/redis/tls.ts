@@ -3,7 +3,7 @@
 import { readFileSync } from 'node:fs';
 import { type ConnectionOptions, connect, createSecureContext } from 'node:tls';
 import { Redis } from 'ioredis';
-import type { HostPort, RedisTarget, TlsFiles } from './target.js';
+import { describeHost, type HostPort, type RedisTarget, type TlsFiles } from './target.js';
 
 /**
  * Node's TLS options from the URL's files, checked as Node will use them: each file readable,
@@ -22,7 +22,10 @@ export function tlsOptions(files: TlsFiles): ConnectionOptions {
       throw new Error(`the ${name} file ${path} cannot be read (${reason})`);
     }
   }
-  if (files.ca !== undefined && !String(options.ca).includes('-----BEGIN CERTIFICATE-----')) {
+  if (
+    files.ca !== undefined &&
+    !/-----BEGIN (TRUSTED )?CERTIFICATE-----/.test(String(options.ca))
+  ) {
     throw new Error(`the ca file ${files.ca} holds no PEM certificate`);
   }
   try {
@@ -37,40 +40,37 @@ export function tlsOptions(files: TlsFiles): ConnectionOptions {
   return options;
 }
 
-/** How long the probe waits for a server's answer after the handshake. */
+/** How long each step of a probe (connect, handshake, answer) may take. */
 const PROBE_TIMEOUT_MS = 3_000;
 
 /**
  * Why TLS fails on the way to a Sentinel's or a Cluster's data, or undefined when it does not:
  * their clients keep the reason to themselves ("Connection is closed.", or a Cluster that
  * retries without end), so a failed start asks the first sentinel or node of the URL, and then
- * each node a Cluster announces, at the address it announces (where its clients connect).
+ * each node a Cluster announces, at the address it announces (where its clients connect). Every
+ * step is bounded, and the announced nodes are asked at once.
  */
 export async function tlsDiagnosis(
   target: RedisTarget,
   options: ConnectionOptions,
-): Promise<string | undefined> {
-  const first =
-    target.kind === 'cluster'
-      ? target.nodes[0]
-      : target.kind === 'sentinel'
-        ? (target.options.sentinels?.[0] as HostPort | undefined)
-        : undefined;
+): Promise<Error | undefined> {
+  const first = firstHost(target);
   if (first === undefined) return undefined;
-  const failure = await tlsFailure(first, options);
-  if (failure !== undefined) return `TLS to ${hostPort(first)}: ${failure}`;
-  if (target.kind !== 'cluster') return undefined;
-  for (const node of await announcedNodes(first, options, target.credentials)) {
-    const nodeFailure = await tlsFailure(node, options);
-    if (nodeFailure !== undefined) {
-      return `TLS to ${hostPort(node)}, as the cluster announces that node: ${nodeFailure}`;
-    }
-  }
-  return undefined;
+  const failure = await tlsFailure(first, options, '');
+  if (failure !== undefined || target.kind !== 'cluster') return failure;
+  const nodes = await announcedNodes(first, options, target.credentials);
+  const failures = await Promise.all(
+    nodes.map((node) => tlsFailure(node, options, ', as the cluster announces that node')),
+  );
+  return failures.find((found) => found !== undefined);
 }
 
-const hostPort = (at: HostPort) =>
-  at.host.includes(':') ? `[${at.host}]:${at.port}` : `${at.host}:${at.port}`;
+/** The first sentinel or cluster node of the URL (one server's client says why itself). */
+function firstHost(target: RedisTarget): HostPort | undefined {
+  if (target.kind === 'cluster') return target.nodes[0];
+  if (target.kind === 'sentinel') return target.options.sentinels?.[0] as HostPort | undefined;
+  return undefined;
+}
 
 /** The masters and replicas `at` names in CLUSTER SLOTS; none when it cannot be asked. */
 async function announcedNodes(
@@ -83,6 +83,9 @@ async function announcedNodes(
     ...credentials,
     tls: options,
     lazyConnect: true,
+    enableReadyCheck: false,
+    connectTimeout: PROBE_TIMEOUT_MS,
+    commandTimeout: PROBE_TIMEOUT_MS,
     maxRetriesPerRequest: 0,
     retryStrategy: () => null,
   });
@@ -99,7 +102,7 @@ async function announcedNodes(
       // An empty host is "the address you asked me at" (a node that has not learned its own).
       for (const [host, port] of served) {
         const node = { host: host || at.host, port };
-        nodes.set(hostPort(node), node);
+        nodes.set(describeHost(node), node);
       }
     }
     return [...nodes.values()];
@@ -113,20 +116,57 @@ async function announcedNodes(
 /**
  * Why TLS to `at` fails, or undefined when it works: a handshake, then a PING, since a server
  * that requires a client certificate hangs up only after the client's side of the handshake.
+ * The error says whether the address could not be reached at all or TLS failed there, and
+ * keeps Node's error (with its code) as its cause.
  */
-function tlsFailure(at: HostPort, options: ConnectionOptions): Promise<string | undefined> {
+function tlsFailure(
+  at: HostPort,
+  options: ConnectionOptions,
+  as: string,
+): Promise<Error | undefined> {
   return new Promise((resolve) => {
+    const where = describeHost(at) + as;
+    let stage: 'connecting' | 'handshake' | 'answer' = 'connecting';
     const socket = connect({ ...options, host: at.host, port: at.port });
-    const settle = (reason: string | undefined) => {
+    let timer: NodeJS.Timeout;
+    const wait = () => {
+      clearTimeout(timer);
+      timer = setTimeout(() => {
+        // Silence after a handshake is a server that is busy, not a TLS failure.
+        if (stage === 'answer') settle(undefined);
+        else
+          settle(
+            new Error(`${describe(stage, where)}: no answer within ${PROBE_TIMEOUT_MS / 1000} s`),
+          );
+      }, PROBE_TIMEOUT_MS);
+    };
+    const settle = (failure: Error | undefined) => {
       clearTimeout(timer);
       socket.destroy();
-      resolve(reason);
+      resolve(failure);
     };
-    const timer = setTimeout(() => settle(undefined), PROBE_TIMEOUT_MS);
-    socket.once('secureConnect', () => socket.write('PING\r\n'));
+    wait();
+    socket.once('connect', () => {
+      stage = 'handshake';
+      wait();
+    });
+    socket.once('secureConnect', () => {
+      stage = 'answer';
+      wait();
+      socket.write('PING\r\n');
+    });
     // Any answer (PONG, or NOAUTH without the password) means TLS itself works.
     socket.once('data', () => settle(undefined));
-    socket.once('error', (error: Error) => settle(error.message));
-    socket.once('close', () => settle('the server closed the connection'));
+    socket.once('error', (error: Error) =>
+      settle(new Error(`${describe(stage, where)}: ${error.message}`, { cause: error })),
+    );
+    socket.once('close', () =>
+      settle(new Error(`${describe(stage, where)}: the server closed the connection`)),
+    );
   });
+}
+
+/** Where a probe stopped, as the reason's prefix. */
+function describe(stage: 'connecting' | 'handshake' | 'answer', where: string): string {
+  return stage === 'connecting' ? `connecting to ${where}` : `TLS to ${where}`;
 }

@@ -1,6 +1,9 @@
 // rediss:// against real redis-servers that speak only TLS: a private CA given by `ca`, a client
 // certificate for a server that requires one, and clear errors when either is missing or a file
 // is not what it should be; a TLS Cluster whose nodes cannot be verified fails with the reason.
+import { rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { answersForKeys, connectRedis, type RedisClient } from '../../../src/redis/connection.js';
 import { startTestRedis, TEST_TLS, type TestRedis } from '../../helpers/redis-server.js';
@@ -90,38 +93,72 @@ describe('rediss:// with the files of the URL', () => {
   });
 });
 
-describe('rediss+cluster:// whose nodes cannot be verified', () => {
-  it('fails the start with the reason instead of waiting forever', async () => {
-    // One node holding every slot, its certificate for the name localhost only: the client
-    // learns the slots through localhost, then meets the node at the address it announces.
-    const node = await startTestRedis(
-      [
-        '--cluster-enabled',
-        'yes',
-        '--cluster-config-file',
-        `billing-tls-${process.pid}-${Date.now()}.conf`,
-        '--tls-cluster',
-        'yes',
-        // As a node of a real cluster knows it, once its peers have met it.
-        '--cluster-announce-ip',
-        '127.0.0.1',
-        '--tls-cert-file',
-        TEST_TLS.localhostCert,
-        '--tls-key-file',
-        TEST_TLS.localhostKey,
-      ],
-      'tls',
-    );
-    servers.push(node);
-    const admin = await connect(node.url.replace('127.0.0.1', 'localhost'));
-    await admin.call('CLUSTER', 'ADDSLOTSRANGE', '0', '16383');
-    const ca = `ca=${encodeURIComponent(TEST_TLS.ca)}`;
+/**
+ * A TLS cluster of one node, announcing 127.0.0.1 as a node of a real cluster does once its
+ * peers have met it; `slots` says whether it serves every slot yet (the cluster is not ready
+ * before). `certificate` is the one it presents.
+ */
+async function oneNodeCluster(certificate: 'server' | 'localhost') {
+  const configFile = `billing-tls-${process.pid}-${Date.now()}.conf`;
+  const [cert, key] =
+    certificate === 'server'
+      ? [TEST_TLS.serverCert, TEST_TLS.serverKey]
+      : [TEST_TLS.localhostCert, TEST_TLS.localhostKey];
+  const node = await startTestRedis(
+    [
+      '--cluster-enabled',
+      'yes',
+      '--cluster-config-file',
+      configFile,
+      '--tls-cluster',
+      'yes',
+      '--cluster-announce-ip',
+      '127.0.0.1',
+      '--tls-cert-file',
+      cert,
+      '--tls-key-file',
+      key,
+    ],
+    'tls',
+  );
+  servers.push({
+    ...node,
+    stop: async () => {
+      await node.stop();
+      await rm(join(tmpdir(), configFile), { force: true });
+    },
+  });
+  const admin = await connect(node.url.replace('127.0.0.1', 'localhost'));
+  return {
+    port: node.port,
+    serveEverySlot: () => admin.call('CLUSTER', 'ADDSLOTSRANGE', '0', '16383'),
+  };
+}
+
+const trustTestCa = `ca=${encodeURIComponent(TEST_TLS.ca)}`;
+
+describe('rediss+cluster:// at start', () => {
+  it('fails with the reason when the nodes cannot be verified, instead of waiting forever', async () => {
+    // Its certificate is for the name localhost only: the client learns the slots through
+    // localhost, then meets the node at the address it announces.
+    const node = await oneNodeCluster('localhost');
+    await node.serveEverySlot();
     await expect(
-      connect(`rediss+cluster://localhost:${node.port}?${ca}`, 'worker'),
+      connect(`rediss+cluster://localhost:${node.port}?${trustTestCa}`, 'worker'),
     ).rejects.toThrow(
       new RegExp(
-        `not ready within 10 s \\(TLS to 127\\.0\\.0\\.1:${node.port}, as the cluster announces that node: .*does not match certificate's altnames`,
+        `not ready after 1\\d s \\(TLS to 127\\.0\\.0\\.1:${node.port}, as the cluster announces that node: .*does not match certificate's altnames`,
       ),
     );
+  }, 60_000);
+
+  it('waits for a cluster that is not ready yet, as without TLS', async () => {
+    const node = await oneNodeCluster('server');
+    const connecting = connect(`rediss+cluster://127.0.0.1:${node.port}?${trustTestCa}`, 'worker');
+    // Longer than a TLS check's interval: the check finds TLS working and the start waits on.
+    await new Promise((resolve) => setTimeout(resolve, 12_000));
+    await node.serveEverySlot();
+    const redis = await connecting;
+    expect(await redis.set('{bc}:tls-late', '1')).toBe('OK');
   }, 60_000);
 });
