@@ -415,9 +415,10 @@ describe('marketplace, after an early renewal', () => {
       { id: 'lost-seat-r9' },
     );
     const chain = await system.waitForChain('R-9', (c) => lastEvent(c) === 'seats.refused');
-    const job = await system.queue('seat-changes').getJob(webhookJobId('lost-seat-r9'));
-    await expect.poll(async () => job?.getState(), { timeout: 5_000 }).toBe('completed');
-    expect(await job?.returnvalue).toBe('already applied: lost-seat-r9');
+    // The history is written before the job completes: read the job again until it has.
+    const finished = async () =>
+      (await system.queue('seat-changes').getJob(webhookJobId('lost-seat-r9')))?.returnvalue;
+    await expect.poll(finished, { timeout: 5_000 }).toBe('already applied: lost-seat-r9');
     expect(chain.history.filter((h) => h.event === 'seats.refused')).toHaveLength(1);
     expect(chain.partials.map((p) => p.orderId)).toEqual(['R-9.p1']);
   });
