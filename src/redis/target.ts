@@ -115,7 +115,9 @@ export function parseRedisTarget(url: string): RedisTarget {
   };
 }
 
-const TLS_FILE_PARAMS: ReadonlySet<string> = new Set(['ca', 'cert', 'key']);
+/** The URL parameters that name TLS files, in the order Node's options take them. */
+export const TLS_FILE_NAMES = ['ca', 'cert', 'key'] as const satisfies readonly (keyof TlsFiles)[];
+const TLS_FILE_PARAMS: ReadonlySet<string> = new Set(TLS_FILE_NAMES);
 
 /**
  * The TLS files among `params` (which it removes), or undefined when not `secure`; the error
@@ -123,12 +125,12 @@ const TLS_FILE_PARAMS: ReadonlySet<string> = new Set(['ca', 'cert', 'key']);
  */
 function tlsFiles(params: Map<string, string>, secure: boolean): TlsFiles | undefined {
   const files: TlsFiles = {};
-  for (const name of TLS_FILE_PARAMS) {
+  for (const name of TLS_FILE_NAMES) {
     const path = params.get(name);
     if (path === undefined) continue;
     params.delete(name);
     if (path === '') throw new Error(`${name} must be the path of a PEM file`);
-    files[name as keyof TlsFiles] = path;
+    files[name] = path;
   }
   if (!secure) {
     const given = Object.keys(files)[0];

@@ -3,7 +3,13 @@
 import { readFileSync } from 'node:fs';
 import { type ConnectionOptions, connect, createSecureContext } from 'node:tls';
 import { Redis } from 'ioredis';
-import { describeHost, type HostPort, type RedisTarget, type TlsFiles } from './target.js';
+import {
+  describeHost,
+  type HostPort,
+  type RedisTarget,
+  TLS_FILE_NAMES,
+  type TlsFiles,
+} from './target.js';
 
 /**
  * Node's TLS options from the URL's files, checked as Node will use them: each file readable,
@@ -12,7 +18,7 @@ import { describeHost, type HostPort, type RedisTarget, type TlsFiles } from './
  */
 export function tlsOptions(files: TlsFiles): ConnectionOptions {
   const options: ConnectionOptions = {};
-  for (const name of ['ca', 'cert', 'key'] as const) {
+  for (const name of TLS_FILE_NAMES) {
     const path = files[name];
     if (path === undefined) continue;
     try {
@@ -31,9 +37,8 @@ export function tlsOptions(files: TlsFiles): ConnectionOptions {
   try {
     createSecureContext(options);
   } catch (error) {
-    const named = [files.ca && `ca ${files.ca}`, files.cert && `cert ${files.cert}`]
-      .concat(files.key ? [`key ${files.key}`] : [])
-      .filter(Boolean)
+    const named = TLS_FILE_NAMES.filter((name) => files[name] !== undefined)
+      .map((name) => `${name} ${files[name]}`)
       .join(', ');
     throw new Error(`the TLS files (${named}) cannot be used: ${(error as Error).message}`);
   }

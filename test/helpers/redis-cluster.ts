@@ -12,6 +12,7 @@ import {
   type TestRedis,
   type TestRedisTransport,
   testClientTls,
+  transportQuery,
 } from './redis-server.js';
 import { until } from './until.js';
 
@@ -105,10 +106,8 @@ export async function startTestCluster(
     return owner?.[2][1] ?? 0;
   };
   const hosts = masters.map((m) => `127.0.0.1:${m.server.port}`).join(',');
-  // Each node's URL already holds the files its transport needs.
-  const query = new URL(first.server.url).search;
   return {
-    url: `${transport === 'plain' ? 'redis' : 'rediss'}+cluster://${hosts}${query}`,
+    url: `${transport === 'plain' ? 'redis' : 'rediss'}+cluster://${hosts}${transportQuery(transport)}`,
     tagMasterPort: () => tagMasterPort(),
     replica: replicaNode.server,
     async replicated() {

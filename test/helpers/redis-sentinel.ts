@@ -13,6 +13,7 @@ import {
   type TestRedisTransport,
   testClientTls,
   tlsServerArgs,
+  transportQuery,
 } from './redis-server.js';
 import { until } from './until.js';
 
@@ -113,10 +114,8 @@ export async function startTestSentinelGroup(
     throw error;
   }
 
-  // The servers' URLs already hold the files the transport needs.
-  const query = new URL(master.url).search;
   return {
-    url: `${tls ? 'rediss' : 'redis'}+sentinel://127.0.0.1:${port}/${MASTER_NAME}${query}`,
+    url: `${tls ? 'rediss' : 'redis'}+sentinel://127.0.0.1:${port}/${MASTER_NAME}${transportQuery(transport)}`,
     master,
     replica,
     masterPort,

@@ -44,6 +44,19 @@ export function testClientTls() {
  */
 export type TestRedisTransport = 'plain' | 'tls' | 'tls-client-cert';
 
+/** `?ca=...&cert=...&key=...` naming the given files, percent-encoded; empty for none. */
+export function tlsQuery(files: { ca?: string; cert?: string; key?: string }): string {
+  const pairs = Object.entries(files).map(([name, path]) => `${name}=${encodeURIComponent(path)}`);
+  return pairs.length > 0 ? `?${pairs.join('&')}` : '';
+}
+
+/** The query a client URL needs for `transport`: the test CA, and the client certificate. */
+export function transportQuery(transport: TestRedisTransport): string {
+  if (transport === 'plain') return '';
+  const client = { cert: TEST_TLS.clientCert, key: TEST_TLS.clientKey };
+  return tlsQuery({ ca: TEST_TLS.ca, ...(transport === 'tls-client-cert' ? client : {}) });
+}
+
 /** The redis-server options that make `port` a TLS port (and open no plain one). */
 export function tlsServerArgs(port: number, transport: TestRedisTransport): string[] {
   if (transport === 'plain') return [];
@@ -75,15 +88,9 @@ export async function startTestRedis(
   const port = await findFreePort();
   const serverArgs = [...tlsServerArgs(port, transport), ...args];
   let child = await runRedisServer(port, serverArgs);
-  const ca = `ca=${encodeURIComponent(TEST_TLS.ca)}`;
-  const client = `cert=${encodeURIComponent(TEST_TLS.clientCert)}&key=${encodeURIComponent(TEST_TLS.clientKey)}`;
-  const urls: Record<TestRedisTransport, string> = {
-    plain: `redis://127.0.0.1:${port}`,
-    tls: `rediss://127.0.0.1:${port}?${ca}`,
-    'tls-client-cert': `rediss://127.0.0.1:${port}?${ca}&${client}`,
-  };
+  const scheme = transport === 'plain' ? 'redis' : 'rediss';
   return {
-    url: urls[transport],
+    url: `${scheme}://127.0.0.1:${port}${transportQuery(transport)}`,
     port,
     stop: async () => {
       if (child.exitCode !== null || child.signalCode !== null) return;

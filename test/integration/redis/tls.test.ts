@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { answersForKeys, connectRedis, type RedisClient } from '../../../src/redis/connection.js';
-import { startTestRedis, TEST_TLS, type TestRedis } from '../../helpers/redis-server.js';
+import { startTestRedis, TEST_TLS, type TestRedis, tlsQuery } from '../../helpers/redis-server.js';
 
 const servers: TestRedis[] = [];
 const clients: RedisClient[] = [];
@@ -31,9 +31,9 @@ async function connect(url: string, role: 'request' | 'worker' | 'store' = 'requ
   return client;
 }
 
-/** The URL's address with other query parameters. */
-const withQuery = (server: TestRedis, query: string) =>
-  `rediss://127.0.0.1:${server.port}${query ? `?${query}` : ''}`;
+/** The server's address with the TLS files given. */
+const withFiles = (server: TestRedis, files: Parameters<typeof tlsQuery>[0]) =>
+  `rediss://127.0.0.1:${server.port}${tlsQuery(files)}`;
 
 describe('rediss:// with the files of the URL', () => {
   it('connects every role over TLS, trusting the CA named by ca', async () => {
@@ -46,38 +46,36 @@ describe('rediss:// with the files of the URL', () => {
   });
 
   it("refuses a server whose certificate Node's authorities do not vouch for", async () => {
-    await expect(connect(withQuery(tlsServer, ''))).rejects.toThrow(/self-signed certificate/);
+    await expect(connect(withFiles(tlsServer, {}))).rejects.toThrow(/self-signed certificate/);
   });
 
   it('sends the client certificate a server requires, and fails without it', async () => {
     const redis = await connect(clientCertServer.url);
     expect(await redis.ping()).toBe('PONG');
-    const caOnly = `ca=${encodeURIComponent(TEST_TLS.ca)}`;
     // The server hangs up on a handshake without one: Node sees the connection reset, or reads
     // the server's alert first.
-    await expect(connect(withQuery(clientCertServer, caOnly))).rejects.toThrow(
+    await expect(connect(withFiles(clientCertServer, { ca: TEST_TLS.ca }))).rejects.toThrow(
       /Connection is closed\. \(.*(ECONNRESET|certificate required)/,
     );
   });
 
   it('names the parameter and the file that cannot be read', async () => {
-    await expect(connect(withQuery(tlsServer, 'ca=/nonexistent/ca.pem'))).rejects.toThrow(
+    await expect(connect(withFiles(tlsServer, { ca: '/nonexistent/ca.pem' }))).rejects.toThrow(
       'the ca file /nonexistent/ca.pem cannot be read (ENOENT)',
     );
   });
 
   it('names the file that is not a certificate, or a certificate and key that do not match', async () => {
-    const notPem = encodeURIComponent(TEST_TLS.clientKey);
-    await expect(connect(withQuery(tlsServer, `ca=${notPem}`))).rejects.toThrow(
+    await expect(connect(withFiles(tlsServer, { ca: TEST_TLS.clientKey }))).rejects.toThrow(
       `the ca file ${TEST_TLS.clientKey} holds no PEM certificate`,
     );
-    const ca = `ca=${encodeURIComponent(TEST_TLS.ca)}`;
-    const mismatched = `cert=${encodeURIComponent(TEST_TLS.clientCert)}&key=${encodeURIComponent(TEST_TLS.serverKey)}`;
-    await expect(connect(withQuery(tlsServer, `${ca}&${mismatched}`))).rejects.toThrow(
+    const { ca, clientCert } = TEST_TLS;
+    const mismatched = { ca, cert: clientCert, key: TEST_TLS.serverKey };
+    await expect(connect(withFiles(tlsServer, mismatched))).rejects.toThrow(
       /the TLS files \(ca .*, cert .*client\.pem, key .*server\.key\) cannot be used: .*key values mismatch/,
     );
-    const keyNotPem = `cert=${encodeURIComponent(TEST_TLS.clientCert)}&key=${encodeURIComponent(TEST_TLS.ca)}`;
-    await expect(connect(withQuery(tlsServer, `${ca}&${keyNotPem}`))).rejects.toThrow(
+    const keyNotPem = { ca, cert: clientCert, key: ca };
+    await expect(connect(withFiles(tlsServer, keyNotPem))).rejects.toThrow(
       /the TLS files \(.*key .*ca\.pem\) cannot be used/,
     );
   });
@@ -135,7 +133,7 @@ async function oneNodeCluster(certificate: 'server' | 'localhost') {
   };
 }
 
-const trustTestCa = `ca=${encodeURIComponent(TEST_TLS.ca)}`;
+const trustTestCa = tlsQuery({ ca: TEST_TLS.ca });
 
 describe('rediss+cluster:// at start', () => {
   it('fails with the reason when the nodes cannot be verified, instead of waiting forever', async () => {
@@ -144,7 +142,7 @@ describe('rediss+cluster:// at start', () => {
     const node = await oneNodeCluster('localhost');
     await node.serveEverySlot();
     await expect(
-      connect(`rediss+cluster://localhost:${node.port}?${trustTestCa}`, 'worker'),
+      connect(`rediss+cluster://localhost:${node.port}${trustTestCa}`, 'worker'),
     ).rejects.toThrow(
       new RegExp(
         `not ready after 1\\d s \\(TLS to 127\\.0\\.0\\.1:${node.port}, as the cluster announces that node: .*does not match certificate's altnames`,
@@ -154,7 +152,7 @@ describe('rediss+cluster:// at start', () => {
 
   it('waits for a cluster that is not ready yet, as without TLS', async () => {
     const node = await oneNodeCluster('server');
-    const connecting = connect(`rediss+cluster://127.0.0.1:${node.port}?${trustTestCa}`, 'worker');
+    const connecting = connect(`rediss+cluster://127.0.0.1:${node.port}${trustTestCa}`, 'worker');
     // Longer than a TLS check's interval: the check finds TLS working and the start waits on.
     await new Promise((resolve) => setTimeout(resolve, 12_000));
     await node.serveEverySlot();
