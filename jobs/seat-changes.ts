@@ -2,65 +2,26 @@
 // order with its own renewals, or only the next renewal's count (DESIGN §4, seat change).
 
 import { type Job, UnrecoverableError } from 'bullmq';
-import { z } from 'zod';
 import type { Chain, HistoryEntry } from '../src/chains/records.js';
 import { planSeatChange } from '../src/domain/seats.js';
 import { formatInstant } from '../src/format.js';
 import { type EventJobData, eventJobData, eventSchemas } from '../src/intake/events.js';
-import { defaultJobOptions } from '../src/queues.js';
 import { chainOfEvent, delayJobUntil, waitForOtherJob, withChainLock } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
 import {
   addOnIntent,
   allocation,
   applied,
+  buyPlanned,
   describeAllocation,
   finishPendingSeatPurchase,
   finishSeatIntent,
   paidAhead,
   paidInForce,
-  partialIntent,
 } from './seat-purchases.js';
+import { ADD_ON_DUE, addOnDueData, removeAddOnJob, scheduleAddOnJob } from './waiting-add-ons.js';
 
 export const schema = eventJobData;
-
-/** A delayed job that buys an add-on on the date it is needed (external: no start date). */
-export const ADD_ON_DUE = 'add-on due';
-export const addOnDueData = z.object({
-  chainId: z.string(),
-  order: z.string(),
-  customer: z.string(),
-  startsAt: z.int(),
-});
-
-/** One per chain: a newer seat event replaces the waiting add-on. */
-export function addOnJobId(chainId: string): string {
-  return `addon-${chainId}`;
-}
-
-/** Schedules (or moves) the chain's one waiting add-on job to the date its licenses are needed. */
-async function scheduleAddOnJob(deps: WorkerDeps, chain: Chain, startsAt: number, now: number) {
-  const queue = deps.queues['seat-changes'];
-  const id = addOnJobId(chain.id);
-  const existing = await queue.getJob(id);
-  if (existing) await existing.remove();
-  const data: z.infer<typeof addOnDueData> = {
-    chainId: chain.id,
-    order: chain.order,
-    customer: chain.customer,
-    startsAt,
-  };
-  await queue.add(`${ADD_ON_DUE} ${chain.order}`, data, {
-    ...defaultJobOptions,
-    jobId: id,
-    delay: Math.max(0, startsAt - now) * 1000,
-  });
-}
-
-async function removeAddOnJob(deps: WorkerDeps, chain: Chain) {
-  const existing = await deps.queues['seat-changes'].getJob(addOnJobId(chain.id));
-  if (existing && (await existing.getState()) !== 'active') await existing.remove();
-}
 
 async function applySeatEvent(
   deps: WorkerDeps,
@@ -80,7 +41,7 @@ async function applySeatEvent(
     if (chain.appliedSeatEvents.includes(data.webhookId)) {
       // A retry after a crash right after the save: the waiting add-on's job may be missing.
       if (chain.pendingAddOn) {
-        await scheduleAddOnJob(deps, chain, chain.pendingAddOn.startsAt, deps.clock.now());
+        await scheduleAddOnJob(deps, chain, chain.pendingAddOn.startsAt, deps.clock.now(), job);
       }
       return `already applied: ${data.webhookId}`;
     }
@@ -129,7 +90,7 @@ async function applySeatEvent(
     }
     if (decision.kind === 'next_renewal_only') {
       const counts = allocation(deps, chain, addOns, decision.total);
-      if (chain.pendingAddOn) await removeAddOnJob(deps, chain);
+      if (chain.pendingAddOn) await removeAddOnJob(deps, chain, job);
       const reason = {
         decrease: 'a decrease refunds nothing',
         already_paid: 'already paid',
@@ -147,66 +108,45 @@ async function applySeatEvent(
       return `next renewal: ${decision.total}`;
     }
 
-    const jobId = job.id ?? null;
-    if (deps.settings.seatIncrease === 'coterm') {
-      const intent = partialIntent(
-        chain,
-        decision.licenses,
-        decision,
-        decision.rest ? { ...event, rest: true } : event,
-        jobId,
-      );
-      const held = await save(
-        { ...chain, intent, partialCount: chain.partialCount + 1, pendingAddOn: null },
-        {
-          event: 'seats.buying',
-          detail: `buying ${decision.licenses} licenses from ${formatInstant(decision.startsAt)} as ${intent.orderId}`,
-        },
-      );
-      if (chain.pendingAddOn) await removeAddOnJob(deps, chain);
-      // With `rest`, the term in force lacks more than this partial buys: finishing it buys the
-      // rest too, and the chain keeps the event until then, so a crash in between loses nothing.
-      const done = await finishSeatIntent(deps, job, { chain: held, token });
-      const before = new Set(chain.partials.map((p) => p.orderId));
-      const bought = done.partials.filter((p) => !before.has(p.orderId)).map((p) => p.orderId);
-      return `partial: ${bought.join(', ') || intent.orderId}`;
-    }
-    if (deps.provisioning.variant === 'external' && decision.startsAt > now) {
-      // createFirstOrder starts at once: the add-on is bought on the date it is needed. The job
-      // comes first: one that fires without a waiting add-on on the chain does nothing.
-      await scheduleAddOnJob(deps, chain, decision.startsAt, now);
-      const counts = allocation(deps, chain, addOns, decision.total, decision.licenses);
-      await save(
-        {
-          ...chain,
-          ...applied(chain, event),
-          ...counts,
-          pendingAddOn: {
-            licenses: decision.licenses,
-            startsAt: decision.startsAt,
-            occurredAt: data.occurredAt,
-            total: decision.total,
-          },
-        },
-        {
-          event: 'seats.addon_scheduled',
-          detail: `${decision.licenses} more licenses needed from ${formatInstant(decision.startsAt)}: an add-on will be ordered then; until it is, ${describeAllocation(counts)}`,
-        },
-      );
-      return `add-on scheduled: ${formatInstant(decision.startsAt)}`;
-    }
-    const intent = addOnIntent(deps, chain, decision.licenses, decision.startsAt, event, jobId);
-    const held = await save(
-      { ...chain, intent, addOnCount: chain.addOnCount + 1, pendingAddOn: null },
+    const partials = new Set(chain.partials.map((p) => p.orderId));
+    const done = await buyPlanned(
+      deps,
+      job,
+      { chain, token },
+      { refusal: 'fail' },
       {
-        event: 'seats.buying',
-        detail: `buying ${decision.licenses} licenses from ${formatInstant(decision.startsAt)} as add-on ${intent.orderId}`,
+        decision,
+        event,
+        style: deps.settings.seatIncrease,
+        addOns,
+        owner: job.id ?? null,
+        cause,
+        what: `${decision.total} licenses`,
       },
     );
-    if (chain.pendingAddOn) await removeAddOnJob(deps, chain);
-    await finishSeatIntent(deps, job, { chain: held, token });
-    return `add-on: ${intent.orderId}`;
+    return describeBought(deps, chain, done, partials);
   });
+}
+
+/** What a seat job bought (or scheduled), for its return value in Bull Board. */
+async function describeBought(
+  deps: WorkerDeps,
+  before: Chain,
+  after: Chain,
+  partialsBefore: ReadonlySet<string>,
+): Promise<string> {
+  const partials = after.partials.map((p) => p.orderId).filter((id) => !partialsBefore.has(id));
+  const newAddOns = await deps.chains.getMany(
+    after.addOns.filter((id) => !before.addOns.includes(id)),
+  );
+  const bought = [
+    ...(partials.length > 0 ? [`partial: ${partials.join(', ')}`] : []),
+    ...(newAddOns.length > 0 ? [`add-on: ${newAddOns.map((a) => a.order).join(', ')}`] : []),
+    ...(after.pendingAddOn
+      ? [`add-on scheduled: ${formatInstant(after.pendingAddOn.startsAt)}`]
+      : []),
+  ];
+  return bought.join('; ') || 'nothing bought';
 }
 
 /** The waiting add-on's date came: buy it (unless a newer event withdrew it). */
@@ -225,9 +165,10 @@ async function buyDueAddOn(deps: WorkerDeps, job: Job, jobToken: string | undefi
     const addOns = await deps.chains.getMany(chain.addOns);
     const total = pending.total ?? paidInForce(chain, addOns, now) + pending.licenses;
     const event = {
-      webhookId: chain.appliedSeatEvents.at(-1) ?? '',
+      webhookId: pending.webhookId ?? chain.appliedSeatEvents.at(-1) ?? '',
       occurredAt: pending.occurredAt,
       total,
+      ...(pending.rest ? { rest: true } : {}),
     };
     const intent = addOnIntent(deps, chain, pending.licenses, now, event, job.id ?? null);
     const held = await deps.chains.save({
@@ -251,7 +192,14 @@ async function buyDueAddOn(deps: WorkerDeps, job: Job, jobToken: string | undefi
       ],
       release: false,
     });
-    await finishSeatIntent(deps, job, { chain: held, token });
+    const done = await finishSeatIntent(deps, job, { chain: held, token });
+    // One step of an event bought in several: the next add-on waits for its own day, and this
+    // job (the chain's one waiting add-on job) moves itself there.
+    const next = done.pendingAddOn;
+    if (next && next.startsAt > deps.clock.now()) {
+      await job.updateData({ ...data, startsAt: next.startsAt });
+      return delayJobUntil(job, jobToken, next.startsAt, deps.clock.now());
+    }
     return `add-on: ${intent.orderId}`;
   });
 }

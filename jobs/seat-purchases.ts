@@ -6,20 +6,28 @@ import { chainIdOf } from '../src/chains/keys.js';
 import { type Cause, type Chain, type Intent, newChainRecord } from '../src/chains/records.js';
 import { addOnOrderId, partialOrderId } from '../src/domain/ids.js';
 import { withNextRenewalAt } from '../src/domain/renewal.js';
-import { allocateNextLicenses, type PartTimeOrder, planSeatChange } from '../src/domain/seats.js';
+import {
+  allocateNextLicenses,
+  type PartTimeOrder,
+  planSeatChange,
+  type SeatDecision,
+} from '../src/domain/seats.js';
 import { RefusalError } from '../src/errors.js';
 import { formatInstant } from '../src/format.js';
 import type { WorkerDeps } from './deps.js';
 import { describeTerm, sendIntent } from './intents.js';
 import { ensureRenewalJob } from './renewals.js';
+import { removeAddOnJob, scheduleAddOnJob } from './waiting-add-ons.js';
 
 /** How many applied seat webhook ids a chain remembers, so a retried job never applies one twice. */
 const REMEMBERED_EVENTS = 50;
 export function applied(chain: Chain, event: { webhookId: string; occurredAt: number }) {
-  return {
-    lastSeatEventAt: lastSeenAt(chain, event),
-    appliedSeatEvents: [...chain.appliedSeatEvents, event.webhookId].slice(-REMEMBERED_EVENTS),
-  };
+  // An event bought in steps is applied when its first waiting add-on is scheduled and again
+  // with its last purchase: it is remembered once.
+  const remembered = chain.appliedSeatEvents.includes(event.webhookId)
+    ? chain.appliedSeatEvents
+    : [...chain.appliedSeatEvents, event.webhookId].slice(-REMEMBERED_EVENTS);
+  return { lastSeatEventAt: lastSeenAt(chain, event), appliedSeatEvents: remembered };
 }
 
 /**
@@ -259,6 +267,8 @@ function recordPurchase(
     event: { webhookId: string; occurredAt: number; total: number; rest?: boolean | undefined };
     /** When the bought licenses start: where the rest of an unfinished event is planned from. */
     startsAt: number;
+    /** How the rest of an unfinished event is bought: as this purchase was. */
+    style: SeatStyle;
     now: number;
     change: Pick<Partial<Chain>, 'partials' | 'addOns'>;
     addOns: readonly Chain[];
@@ -279,6 +289,7 @@ function recordPurchase(
             occurredAt: event.occurredAt,
             total: event.total,
             neededAt: purchase.startsAt,
+            style: purchase.style,
           },
         }
       : { ...applied(chain, event), unfinishedSeatEvent: null }),
@@ -329,11 +340,11 @@ export async function finishPendingSeatPurchase(
 }
 
 /**
- * Buys the rest of a seat event whose first partial is recorded: what the term in force still
- * lacks, planned again from the chain as it is now, as a partial that ends with that term; or
- * nothing when it lacks none any more (its end passed, or other purchases covered it). Either
- * way the event is then applied. It is finished as it began, with partials, whatever
- * SEAT_INCREASE says now.
+ * Buys the rest of a seat event whose first purchase is recorded: planned again from the chain
+ * as it is now, from when that purchase started, and bought as it was (partials or add-ons,
+ * whatever SEAT_INCREASE says now); or nothing when nothing is missing any more (the term in
+ * force ended, or other purchases covered it). Either way the event is then applied, by the last
+ * purchase when it takes more than one.
  */
 async function finishUnfinishedSeatEvent(
   deps: WorkerDeps,
@@ -345,18 +356,19 @@ async function finishUnfinishedSeatEvent(
   const now = deps.clock.now();
   // A chain cancelled (or expired) meanwhile buys nothing more.
   const ended = chain.status === 'cancelled' || chain.status === 'expired';
+  const addOns = await deps.chains.getMany(chain.addOns);
   const decision = ended
     ? null
     : planSeatChange({
-        ...paidAhead(chain, await deps.chains.getMany(chain.addOns), now),
+        ...paidAhead(chain, addOns, now),
         total: unfinished.total,
-        style: 'coterm',
+        style: unfinished.style,
         neededAt: unfinished.neededAt,
         occurredAt: unfinished.occurredAt,
-        // Its own event: it was the latest when its first partial was recorded.
+        // Its own event: it was the latest when its first purchase was recorded.
         lastAppliedAt: null,
       });
-  const { neededAt: _planned, ...event } = unfinished;
+  const { neededAt: _planned, style: _bought, ...event } = unfinished;
   const cause = { jobId: job.id ?? '', ...(event.webhookId ? { webhookId: event.webhookId } : {}) };
   if (decision?.kind !== 'buy') {
     return deps.chains.save({
@@ -369,38 +381,115 @@ async function finishUnfinishedSeatEvent(
           at: now,
           event: ended ? 'seats.ignored' : 'seats.changed',
           detail: ended
-            ? `${event.total} licenses: the rest of the term in force is not bought for a ${chain.status} chain`
-            : `${event.total} licenses: the term in force lacks none any more, nothing left to buy`,
+            ? `${event.total} licenses: the rest is not bought for a ${chain.status} chain`
+            : `${event.total} licenses: none missing any more, nothing left to buy`,
           cause,
         },
       ],
       release: false,
     });
   }
-  const intent = partialIntent(
-    chain,
-    decision.licenses,
+  return buyPlanned(deps, job, { chain, token }, options, {
     decision,
-    decision.rest ? { ...event, rest: true } : event,
+    event,
+    style: unfinished.style,
+    addOns,
     // Its owner is the event's own job, which alone fails on a refusal; another job that buys
     // the rest (and dies) must not fail its own work on that refusal when it is retried.
-    options.refusal === 'fail' ? (job.id ?? null) : null,
-  );
-  const buying = await deps.chains.save({
-    chainId: chain.id,
-    token,
-    previous: chain,
-    next: { ...chain, intent, partialCount: chain.partialCount + 1, updatedAt: now },
-    history: [
-      {
-        at: now,
-        event: 'seats.buying',
-        detail: `buying the rest of the term in force: ${decision.licenses} licenses from ${formatInstant(decision.startsAt)} as ${intent.orderId}`,
-        cause,
-      },
-    ],
-    release: false,
+    owner: options.refusal === 'fail' ? (job.id ?? null) : null,
+    cause,
+    what: 'the rest of the event',
   });
+}
+
+export type SeatStyle = 'coterm' | 'addon';
+
+/**
+ * Starts what a seat plan decided to buy for `event`: written as the chain's intent and sent (a
+ * partial, or an add-on from its start), or, when the external variant's add-on is needed later
+ * (createFirstOrder starts at once), the event applied and the add-on's job scheduled for then.
+ * With `rest`, recording the purchase keeps the event on the chain and plans it again, so an
+ * event bought in steps is finished even if a job dies between them. The lock stays held.
+ */
+export async function buyPlanned(
+  deps: WorkerDeps,
+  job: Job,
+  held: { chain: Chain; token: string },
+  options: { refusal: 'fail' | 'record' },
+  plan: {
+    decision: Extract<SeatDecision, { kind: 'buy' }>;
+    event: { webhookId: string; occurredAt: number; total: number };
+    style: SeatStyle;
+    /** The main chain's add-ons as they are now. */
+    addOns: readonly Chain[];
+    /** The job whose purchase it is: only it fails on a refusal. */
+    owner: string | null;
+    cause: Cause;
+    /** What is bought, for the history: the licenses an event asks for, or its rest. */
+    what: string;
+  },
+): Promise<Chain> {
+  const { chain, token } = held;
+  const { decision, event, cause } = plan;
+  const now = deps.clock.now();
+  const save = (next: Chain, entry: { event: string; detail: string }) =>
+    deps.chains.save({
+      chainId: chain.id,
+      token,
+      previous: chain,
+      next: { ...next, updatedAt: now },
+      history: [{ at: now, ...entry, cause }],
+      release: false,
+    });
+
+  if (
+    plan.style === 'addon' &&
+    deps.provisioning.variant === 'external' &&
+    decision.startsAt > now
+  ) {
+    // The job comes first: one that fires without a waiting add-on on the chain does nothing.
+    await scheduleAddOnJob(deps, chain, decision.startsAt, now, job);
+    const counts = allocation(deps, chain, plan.addOns, decision.total, decision.licenses);
+    return save(
+      {
+        ...chain,
+        ...applied(chain, event),
+        ...counts,
+        unfinishedSeatEvent: null,
+        pendingAddOn: {
+          licenses: decision.licenses,
+          startsAt: decision.startsAt,
+          occurredAt: event.occurredAt,
+          total: decision.total,
+          rest: decision.rest,
+          webhookId: event.webhookId,
+        },
+      },
+      {
+        event: 'seats.addon_scheduled',
+        detail: `${decision.licenses} more licenses needed from ${formatInstant(decision.startsAt)}: an add-on will be ordered then; until it is, ${describeAllocation(counts)}`,
+      },
+    );
+  }
+
+  const intentEvent = decision.rest ? { ...event, rest: true } : event;
+  const coterm = plan.style === 'coterm';
+  const intent = coterm
+    ? partialIntent(chain, decision.licenses, decision, intentEvent, plan.owner)
+    : addOnIntent(deps, chain, decision.licenses, decision.startsAt, intentEvent, plan.owner);
+  const buying = await save(
+    {
+      ...chain,
+      intent,
+      ...(coterm ? { partialCount: chain.partialCount + 1 } : { addOnCount: chain.addOnCount + 1 }),
+      pendingAddOn: null,
+    },
+    {
+      event: 'seats.buying',
+      detail: `buying ${plan.what}: ${decision.licenses} licenses from ${formatInstant(decision.startsAt)} as ${coterm ? '' : 'add-on '}${intent.orderId}`,
+    },
+  );
+  if (chain.pendingAddOn) await removeAddOnJob(deps, chain, job);
   return finishSeatIntent(deps, job, { chain: buying, token }, options);
 }
 
@@ -471,6 +560,7 @@ export async function finishSeatIntent(
     const recorded = await recordPurchase(deps, held, {
       event,
       startsAt: order.startsAt,
+      style: 'coterm',
       now,
       change: {
         partials: [
@@ -486,12 +576,12 @@ export async function finishSeatIntent(
       addOns,
       entry: {
         event: 'seats.partial_ordered',
-        detail: `partial ${intent.orderId}: ${describeTerm(order)}, co-terminated with the term${event.rest ? '; the rest of the term in force is bought next' : ''}`,
+        detail: `partial ${intent.orderId}: ${describeTerm(order)}, co-terminated with the term${event.rest ? '; the rest of the event is bought next' : ''}`,
         cause,
       },
       orderIds: [intent.orderId],
     });
-    // The first of two partials: the rest is bought now, under the same lock.
+    // A step of an event bought in several: the rest is planned now, under the same lock.
     if (recorded.unfinishedSeatEvent === null) return recorded;
     return finishUnfinishedSeatEvent(deps, job, { chain: recorded, token }, options);
   }
@@ -538,12 +628,13 @@ export async function finishSeatIntent(
   const saved = await recordPurchase(deps, held, {
     event,
     startsAt: order.startsAt,
+    style: 'addon',
     now,
     change: { addOns: [...chain.addOns, addOn.id] },
     addOns: [...addOns, addOn],
     entry: {
       event: 'seats.addon_ordered',
-      detail: `add-on ${intent.orderId}: ${describeTerm(order)}, renewing on its own cycle`,
+      detail: `add-on ${intent.orderId}: ${describeTerm(order)}, renewing on its own cycle${event.rest ? '; the rest of the event is bought next' : ''}`,
       cause,
     },
   });
@@ -554,5 +645,6 @@ export async function finishSeatIntent(
     { ...addOn, nextRenewalAt: governedNextRenewalAt(saved, addOn) },
     now,
   );
-  return saved;
+  if (saved.unfinishedSeatEvent === null) return saved;
+  return finishUnfinishedSeatEvent(deps, job, { chain: saved, token: held.token }, options);
 }

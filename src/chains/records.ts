@@ -20,7 +20,7 @@ export const intentRecord = z.object({
   jobId: z.string().nullable(),
   /**
    * For seat purchases: the event that asked for them, so whoever finishes the intent records it.
-   * `rest`: the event needs one more purchase, so recording this one does not apply it yet.
+   * `rest`: the event needs more purchases, so recording this one does not apply it yet.
    */
   event: z
     .object({
@@ -96,14 +96,20 @@ export const chainRecord = z.object({
       occurredAt: z.int(),
       /** The event's total (absent in older records: then what is paid plus `licenses`). */
       total: z.int().min(0).optional(),
+      /** More licenses are missing later (a step): once it is bought, the event is planned again. */
+      rest: z.boolean().default(false),
+      /** The event that asked for it (absent in older records: the last applied one). */
+      webhookId: z.string().optional(),
     })
     .nullable()
     .default(null),
   /**
-   * A seat event whose first partial is bought and whose second (the rest of the term in force,
-   * which lacked more than the next term) is not yet: whoever holds the chain next buys it, as
-   * it finishes an intent, so neither a crash nor a newer event in between loses it.
-   * `neededAt`: when the first partial started.
+   * A seat event whose first purchase is bought and whose rest is not yet (the rest of a term in
+   * force that lacked more than the next term, or licenses missing from a later day, when an
+   * order ending inside the term ends): whoever holds the chain next plans it again and buys
+   * the rest, as it finishes an intent, so neither a crash nor a newer event in between loses
+   * it. `neededAt`: when the last purchase started. `style`: how it is bought (records written
+   * before add-ons could have a rest are partials').
    */
   unfinishedSeatEvent: z
     .object({
@@ -111,6 +117,7 @@ export const chainRecord = z.object({
       occurredAt: z.int(),
       total: z.int().min(0),
       neededAt: z.int(),
+      style: z.enum(['coterm', 'addon']).default('coterm'),
     })
     .nullable()
     .default(null),

@@ -11,7 +11,8 @@
 //
 // An order that ends inside a term and will not renew (a stopped add-on) is not counted in that
 // term's count, but it still covers the days it runs: licenses missing after it are bought from
-// the day it ends, not from now, so its last days are not paid twice.
+// the day it ends, not from now, so its last days are not paid twice. With several such orders
+// ending on different days, the licenses are bought in steps, each from the day it is missing.
 
 export type SeatDecision =
   | { readonly kind: 'stale'; readonly lastAppliedAt: number }
@@ -22,7 +23,8 @@ export type SeatDecision =
       readonly total: number;
       /**
        * The licenses to buy: what the latest ordered term lacks, or, when only the term in force
-       * is short, what that term lacks.
+       * is short, what that term lacks; only what is missing at `startsAt` when an order ending
+       * later inside the term still covers part of it then (`rest`).
        */
       readonly licenses: number;
       /** When the bought licenses are needed (epoch seconds; never before now). */
@@ -33,8 +35,10 @@ export type SeatDecision =
        */
       readonly endsAt: number;
       /**
-       * The term in force is still short after this order (it lacked more than the next term):
-       * plan again once it is recorded, which buys the rest with a partial that ends with it.
+       * Licenses are still missing after this order: the term in force lacked more than the next
+       * term, or more are missing later, when an order ending inside the term ends. Plan again
+       * once this order is recorded: that buys the rest (a partial that ends with the term in
+       * force, or an order from the day the other one ends).
        */
       readonly rest: boolean;
     };
@@ -110,24 +114,34 @@ function stretchesAhead(input: SeatChangeInput, startsAt: number): PaidStretch[]
 }
 
 /**
- * The first instant of a short stretch at which `total` is not in force: its start, or a day an
- * order ends or starts inside it. By the stretch's last such day every order that ends inside it
- * has ended and every one that runs on has started, which leaves `paid`: short, by definition.
+ * The licenses in force at `t` in a stretch: `paid`, less the orders counted in it that have not
+ * started yet, plus those not counted in it (they end inside it) that are running.
  */
-function shortFrom(stretch: PaidStretch, total: number): number {
-  const { from, to, paid } = stretch;
-  const inside = stretch.partTime.filter((o) => o.startsAt < to && o.endsAt > from);
-  const inForceAt = (t: number) =>
-    inside.reduce((count, o) => {
-      const runsOn = o.endsAt >= to;
-      // Counted in `paid` (runs on) but not started yet; or not counted, and running at t.
-      if (runsOn) return o.startsAt > t ? count - o.licenses : count;
-      return o.startsAt <= t && t < o.endsAt ? count + o.licenses : count;
-    }, paid);
-  const changes = [from, ...inside.flatMap((o) => [o.startsAt, o.endsAt])]
+function inForceAt(stretch: PaidStretch, t: number): number {
+  return partTimeInside(stretch).reduce((count, o) => {
+    const runsOn = o.endsAt >= stretch.to;
+    if (runsOn) return o.startsAt > t ? count - o.licenses : count;
+    return o.startsAt <= t && t < o.endsAt ? count + o.licenses : count;
+  }, stretch.paid);
+}
+
+function partTimeInside({ partTime, from, to }: PaidStretch): PartTimeOrder[] {
+  return partTime.filter((o) => o.startsAt < to && o.endsAt > from);
+}
+
+/**
+ * The first instant of a short stretch at which `total` is not in force (its start, or a day an
+ * order ends or starts inside it), and how many licenses are missing then. By the stretch's last
+ * such day every order that ends inside it has ended and every one that runs on has started,
+ * which leaves `paid`: short, by definition.
+ */
+function firstShortfall(stretch: PaidStretch, total: number): { at: number; missing: number } {
+  const { from, to } = stretch;
+  const changes = [from, ...partTimeInside(stretch).flatMap((o) => [o.startsAt, o.endsAt])]
     .filter((t) => t >= from && t < to)
     .sort((a, b) => a - b);
-  return changes.find((t) => inForceAt(t) < total) ?? from;
+  const at = changes.find((t) => inForceAt(stretch, t) < total) ?? from;
+  return { at, missing: Math.max(1, total - inForceAt(stretch, at)) };
 }
 
 /**
@@ -135,8 +149,9 @@ function shortFrom(stretch: PaidStretch, total: number): number {
  * the moment the first term short falls short to the end of the last. When both terms ahead are
  * short, the order buys what the latest term lacks; a partial buys at least what the term in
  * force lacks too, unless that is more, which leaves the rest to a second partial that ends with
- * the term in force (`rest`). The latest term is never over-bought; the term in force at most
- * for the days it has left.
+ * the term in force (`rest`). An order ending inside the first term short caps the purchase at
+ * what is missing when it starts, leaving the rest to a later step (`rest`). The latest term is
+ * never over-bought; the term in force at most for the days it has left.
  */
 export function planSeatChange(input: SeatChangeInput): SeatDecision {
   if (input.lastAppliedAt !== null && input.occurredAt < input.lastAppliedAt) {
@@ -163,13 +178,21 @@ export function planSeatChange(input: SeatChangeInput): SeatDecision {
   }
   const missing = (s: PaidStretch) => input.total - s.paid;
   const firstLacksMore = first !== latest && missing(first) > missing(latest);
+  const whole = last === latest ? missing(latest) : missing(first);
+  // One order cannot step up: when an order ending inside the stretch still runs at the first
+  // short instant (a stopped add-on), only what is missing then is bought from then, and the
+  // rest from when it is missing, once this is recorded. The term in force may get on top what
+  // the next term lacks beyond it, for its last days (at most the renewal lead).
+  const shortfall = firstShortfall(first, input.total);
+  const onTop = last === latest && first !== latest ? Math.max(0, whole - missing(first)) : 0;
+  const licenses = Math.min(whole, shortfall.missing + onTop);
   return {
     kind: 'buy',
     total: input.total,
-    licenses: last === latest ? missing(latest) : missing(first),
-    startsAt: shortFrom(first, input.total),
+    licenses,
+    startsAt: shortfall.at,
     endsAt: last.to,
-    rest: input.style === 'coterm' && last === latest && firstLacksMore,
+    rest: licenses < whole || (input.style === 'coterm' && last === latest && firstLacksMore),
   };
 }
 

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { renewalJobId } from '../../../jobs/renewals.js';
-import { addOnJobId } from '../../../jobs/seat-changes.js';
+import { addOnJobId } from '../../../jobs/waiting-add-ons.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
 import type { Chain } from '../../../src/chains/records.js';
 import type { ChainView } from '../../../src/chains/view.js';
@@ -108,6 +108,36 @@ async function stopFirstAddOn(system: System, clock: ManualClock, order: string,
 }
 
 /**
+ * `order` of 5 with two add-ons, of 3 (bought 3 days in) and of 2 (6 days in), both given up
+ * (the total back to 5) and stopped at their renewals after the main chain renewed: they end 3
+ * apart inside its next term. Leaves the clock where that term starts; resolves with their ends.
+ */
+async function twoAddOnsStopped(system: System, clock: ManualClock, order: string) {
+  const placed = await place(system, order, 5, 0);
+  clock.advance(3 * DAY);
+  await seats(system, order, 8);
+  await system.waitForChain(order, (c) => c.addOns.length === 1);
+  clock.advance(3 * DAY);
+  await seats(system, order, 10);
+  const both = await system.waitForChain(order, (c) => c.addOns.length === 2);
+  clock.advance(60);
+  await seats(system, order, 5);
+  await system.waitForChain(order, (c) => c.addOns.every((a) => a.nextLicenses === 0));
+  await renewAt(system, clock, order, { count: 2, expiresAt: placed.term.expiresAt });
+  const ends = both.addOns.map((a) => a.term.expiresAt);
+  for (const [i, end] of ends.entries()) {
+    clock.set(end - 7 * DAY);
+    await system.promote('renewals', renewalJobId(chainIdOf(`${order}.a${i + 1}`), 2));
+    await system.waitForChain(order, (c) => c.addOns[i]?.nextRenewalAt === null);
+  }
+  clock.set(placed.term.expiresAt);
+  const [first = 0, second = 0] = ends;
+  expect(first).toBeGreaterThan(placed.term.expiresAt);
+  expect(second).toBeGreaterThan(first);
+  return { first, second };
+}
+
+/**
  * A chain renewed early (5 in force, 8 ordered) whose seat job, for 9 from now, bought its first
  * partial (the next term's 1) and died before the rest of the term in force (3). `chain`
  * changes the record besides (a product the provider refuses, say).
@@ -144,6 +174,7 @@ async function leftBetweenPartials(
       occurredAt: t1,
       total: 9,
       neededAt: t1,
+      style: 'coterm',
     },
     ...chain,
   }));
@@ -254,6 +285,30 @@ describe('marketplace, co-terminated partial orders (the default)', () => {
     expect(atProvider.reduce((sum, o) => sum + (o?.licenses ?? 0), 0)).toBe(10);
   }, 60_000);
 
+  it('finishes an event a job left between its steps as it began, with add-ons', async () => {
+    // A seat job of SEAT_INCREASE=addon (before a restart with partials) died between steps.
+    const placed = await place(system, 'S-9', 5);
+    const neededAt = clock.now();
+    await leftByDeadJob(system, 'S-9', 'crashed-addon-job', () => ({
+      lastSeatEventAt: neededAt,
+      unfinishedSeatEvent: {
+        webhookId: 'lost-seat-s9',
+        occurredAt: neededAt,
+        total: 8,
+        neededAt,
+        style: 'addon',
+      },
+    }));
+    clock.advance(60);
+    await seats(system, 'S-9', 9);
+    const chain = await system.waitForChain(
+      'S-9',
+      (c) => c.nextLicenses + c.addOns.reduce((n, a) => n + a.nextLicenses, 0) === 9,
+    );
+    expect(chain.addOns).toMatchObject([{ order: 'S-9.a1', licenses: 3 }]);
+    expect(chain.partials).toMatchObject([{ licenses: 1, expiresAt: placed.term.expiresAt }]);
+  });
+
   it('retries an event for an order whose order.placed has not been processed yet', async () => {
     await seats(system, 'LATE-1', 7);
     const job = await system
@@ -336,7 +391,7 @@ describe('marketplace, after an early renewal', () => {
     ]);
     expect(chain.nextLicenses).toBe(9);
     const ordered = chain.history.filter((h) => h.event === 'seats.partial_ordered');
-    expect(ordered[0]?.detail).toContain('the rest of the term in force is bought next');
+    expect(ordered[0]?.detail).toContain('the rest of the event is bought next');
     expect(ordered.map((h) => h.cause.webhookId)).toEqual([
       ordered[0]?.cause.webhookId,
       ordered[0]?.cause.webhookId,
@@ -549,6 +604,24 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     await seats(system, 'A-10', 9);
     const more = await system.waitForChain('A-10', (c) => c.addOns.length === 3);
     expect(more.addOns[2]).toMatchObject({ licenses: 1, term: { startsAt: clock.now() } });
+  });
+
+  it('buys in steps when stopped add-ons end on different days: each replacement from its end', async () => {
+    const ends = await twoAddOnsStopped(system, clock, 'A-14');
+    // 10 again: 3 go on the first end and 2 more on the second; one order from the first end
+    // would pay the second add-on's last days twice.
+    await seats(system, 'A-14', 10);
+    const chain = await system.waitForChain('A-14', (c) => c.addOns.length === 4);
+    expect(chain.addOns.slice(2)).toMatchObject([
+      { order: 'A-14.a3', licenses: 3, term: { startsAt: ends.first } },
+      { order: 'A-14.a4', licenses: 2, term: { startsAt: ends.second } },
+    ]);
+    expect(await system.providerOrder('A-14.a3')).toMatchObject({ startsAt: ends.first });
+    expect(await system.providerOrder('A-14.a4')).toMatchObject({ startsAt: ends.second });
+    expect(chain.nextLicenses).toBe(5);
+    expect(chain.addOns.map((a) => a.nextLicenses)).toEqual([0, 0, 3, 2]);
+    const ordered = chain.history.filter((h) => h.event === 'seats.addon_ordered');
+    expect(ordered.at(-2)?.detail).toContain('the rest of the event is bought next');
   });
 
   it('cancels an add-on renewal recorded while its main chain was being cancelled', async () => {
@@ -948,5 +1021,38 @@ describe('the external variant (add-ons only)', () => {
       licenses: 3,
       term: { startsAt: addOnEnd },
     });
+  });
+
+  it('orders the replacements of stopped add-ons ending on different days, each on its day', async () => {
+    const ends = await twoAddOnsStopped(system, clock, 'E-9');
+    await seats(system, 'E-9', 10);
+    const waiting = await system.waitForChain(
+      'E-9',
+      (c) => lastEvent(c) === 'seats.addon_scheduled',
+    );
+    expect(waiting.history.at(-1)?.detail).toContain(
+      `3 more licenses needed from ${formatInstant(ends.first)}`,
+    );
+
+    // On the first end its job buys the 3, then waits, itself, for the second end.
+    const first = await buyWaitingAddOn(system, clock, 'E-9', { at: ends.first, nth: 3 });
+    expect(first.addOns[2]).toMatchObject({ licenses: 3, term: { startsAt: ends.first } });
+    const job = addOnJobId(chainIdOf('E-9'));
+    await expect
+      .poll(async () => (await system.queue('seat-changes').getJob(job))?.getState())
+      .toBe('delayed');
+    expect((await system.queue('seat-changes').getJob(job))?.data).toMatchObject({
+      startsAt: ends.second,
+    });
+    const next = await system.chain('E-9');
+    expect(lastEvent(next)).toBe('seats.addon_scheduled');
+    expect(next.history.at(-1)?.detail).toContain(
+      `2 more licenses needed from ${formatInstant(ends.second)}`,
+    );
+
+    const chain = await buyWaitingAddOn(system, clock, 'E-9', { at: ends.second, nth: 4 });
+    expect(chain.addOns[3]).toMatchObject({ licenses: 2, term: { startsAt: ends.second } });
+    expect(chain.nextLicenses).toBe(5);
+    expect(chain.addOns.map((a) => a.nextLicenses)).toEqual([0, 0, 3, 2]);
   });
 });

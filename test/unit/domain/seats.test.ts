@@ -272,14 +272,48 @@ describe('planSeatChange', () => {
       expect(plan({ total: 12, partTime: [ending(5, 3)] })).toEqual(
         buy(12, 2, now + 5 * DAY, termEnd),
       );
-      // 14 are not there even now: the 4 are bought from now.
-      expect(plan({ total: 14, partTime: [ending(5, 3)] })).toEqual(buy(14, 4, now, termEnd));
+      // 14: 1 is missing even now, bought from now; the other 3 from day 5 (the rest).
+      expect(plan({ total: 14, partTime: [ending(5, 3)] })).toEqual(
+        buy(14, 1, now, termEnd, { rest: true }),
+      );
     });
 
-    it('buys from the first end that leaves the total short', () => {
+    it('buys in steps when orders end on different days, each from the day it is missing', () => {
       const partTime = [ending(10, 2), ending(5, 3)];
-      expect(plan({ total: 13, partTime })).toEqual(buy(13, 3, now + 5 * DAY, termEnd));
+      // 13: 12 from day 5 (1 missing), 10 from day 10 (3 missing).
+      expect(plan({ total: 13, partTime })).toEqual(
+        buy(13, 1, now + 5 * DAY, termEnd, { rest: true }),
+      );
+      // Planned again once that one is recorded (it starts on day 5 and runs on): 2 from day 10.
+      const first = { startsAt: now + 5 * DAY, endsAt: termEnd, licenses: 1 };
+      expect(
+        plan({ total: 13, paid: 11, neededAt: now + 5 * DAY, partTime: [...partTime, first] }),
+      ).toEqual(buy(13, 2, now + 10 * DAY, termEnd));
       expect(plan({ total: 11, partTime })).toEqual(buy(11, 1, now + 10 * DAY, termEnd));
+    });
+
+    it('buys the rest of a term in force in steps too, around an order ending inside it', () => {
+      // In force until day 5: 5, and an add-on of 2 until day 3; the next term ordered with 8.
+      const renewedAt = now + 5 * DAY;
+      const inForce = (paid: number, bought: { startsAt: number; licenses: number }[] = []) => ({
+        endsAt: renewedAt,
+        paid,
+        partTime: [ending(3, 2), ...bought.map((b) => ({ ...b, endsAt: termEnd }))],
+      });
+      const ahead = (
+        inForcePaid: number,
+        ordered: number,
+        bought: { startsAt: number; licenses: number }[] = [],
+        neededAt = now,
+      ) => plan({ total: 10, paid: ordered, termInForce: inForce(inForcePaid, bought), neededAt });
+      // The next term's 2, over both terms; 3 are missing now, 5 from day 3.
+      expect(ahead(5, 8)).toEqual(buy(10, 2, now, termEnd, { rest: true }));
+      const p1 = { startsAt: now, licenses: 2 };
+      // Then 1 now, ending with the term in force, and 2 more from day 3: never 3 from now.
+      expect(ahead(7, 10, [p1])).toEqual(buy(10, 1, now, renewedAt, { rest: true }));
+      expect(ahead(8, 10, [p1, { startsAt: now, licenses: 1 }])).toEqual(
+        buy(10, 2, now + 3 * DAY, renewedAt),
+      );
     });
 
     it('counts a replacement waiting to start only from its start', () => {
@@ -321,8 +355,31 @@ describe('planSeatChange', () => {
       ).toEqual(buy(8, 3, now + 7 * DAY, termEnd));
     });
 
+    /**
+     * A seat job's purchases for one event: it buys, records the order (it runs on from its
+     * start, so it counts in `paid`) and plans again from that start while `rest` says so.
+     */
+    function purchases(input: Partial<SeatChangeInput> & { paid: number; total: number }) {
+      const bought: { startsAt: number; licenses: number }[] = [];
+      let { paid, partTime = [], neededAt = now } = input;
+      for (;;) {
+        const decision = plan({ ...input, paid, partTime, neededAt });
+        if (decision.kind !== 'buy') return bought;
+        expect(decision.licenses).toBeGreaterThan(0);
+        expect(bought.length).toBeLessThan(10);
+        bought.push(decision);
+        paid += decision.licenses;
+        partTime = [...partTime, { ...decision, endsAt: termEnd }];
+        neededAt = decision.startsAt;
+        if (!decision.rest) return bought;
+      }
+    }
+
+    const day = fc.integer({ min: 1, max: 111 }).map((d) => now + d * DAY);
+    const sum = (orders: readonly { licenses: number }[]) =>
+      orders.reduce((n, o) => n + o.licenses, 0);
+
     it('buys the missing licenses from the first day short, and no day before it is short', () => {
-      const day = fc.integer({ min: 1, max: 111 }).map((d) => now + d * DAY);
       fc.assert(
         fc.property(
           fc.integer({ min: 0, max: 100 }),
@@ -336,13 +393,12 @@ describe('planSeatChange', () => {
           (runningOn, endingOrders, startingOrders, extra) => {
             const startingLate = startingOrders.map((o) => ({ ...o, endsAt: termEnd }));
             const endingEarly = endingOrders.map((o) => ({ ...o, startsAt: now - DAY }));
-            const paid = runningOn + startingLate.reduce((n, o) => n + o.licenses, 0);
+            const paid = runningOn + sum(startingLate);
             const total = paid + extra;
-            const decision = plan({ total, paid, partTime: [...endingEarly, ...startingLate] });
-            expect(decision).toMatchObject({ kind: 'buy', licenses: extra, endsAt: termEnd });
+            const partTime = [...endingEarly, ...startingLate];
+            const decision = plan({ total, paid, partTime });
+            expect(decision).toMatchObject({ kind: 'buy', endsAt: termEnd });
             const startsAt = (decision as { startsAt: number }).startsAt;
-            const sum = (orders: { licenses: number }[]) =>
-              orders.reduce((n, o) => n + o.licenses, 0);
             const inForceAt = (t: number) =>
               runningOn +
               sum(endingEarly.filter((o) => o.endsAt > t)) +
@@ -355,6 +411,37 @@ describe('planSeatChange', () => {
             for (const t of changes.filter((t) => t < startsAt))
               expect(inForceAt(t)).toBeGreaterThanOrEqual(total);
             expect(inForceAt(startsAt)).toBeLessThan(total);
+
+            // Every step buys from its own first day short: together exactly what the term
+            // lacks, in no more orders than there are days the count in force changes.
+            const steps = purchases({ total, paid, partTime });
+            expect(sum(steps)).toBe(extra);
+            expect(steps.length).toBeLessThanOrEqual(1 + endingOrders.length + startingLate.length);
+            const starts = steps.map((o) => o.startsAt);
+            expect(starts).toEqual([...starts].sort((a, b) => a - b));
+          },
+        ),
+      );
+    });
+
+    it('leaves no day short and pays no day twice while orders end on different days', () => {
+      fc.assert(
+        fc.property(
+          fc.integer({ min: 0, max: 100 }),
+          fc.array(fc.record({ endsAt: day, licenses: fc.integer({ min: 1, max: 50 }) }), {
+            maxLength: 4,
+          }),
+          fc.integer({ min: 1, max: 300 }),
+          (paid, endingOrders, extra) => {
+            const partTime = endingOrders.map((o) => ({ ...o, startsAt: now - DAY }));
+            const total = paid + extra;
+            const steps = purchases({ total, paid, partTime });
+            const without = (t: number) => paid + sum(partTime.filter((o) => o.endsAt > t));
+            const bought = (t: number) => sum(steps.filter((o) => o.startsAt <= t));
+            for (const t of [now, ...partTime.map((o) => o.endsAt)]) {
+              // Exactly what is missing at each moment is in force: none short, none twice.
+              expect(without(t) + bought(t)).toBe(Math.max(total, without(t)));
+            }
           },
         ),
       );

@@ -1,0 +1,60 @@
+// The external variant's waiting add-on: createFirstOrder starts at once, so an add-on needed on
+// a later date is bought by a delayed job on that date (one per chain, in `seat-changes`).
+import type { Job } from 'bullmq';
+import { z } from 'zod';
+import type { Chain } from '../src/chains/records.js';
+import { defaultJobOptions } from '../src/queues.js';
+import type { WorkerDeps } from './deps.js';
+
+/** The name of the delayed job that buys an add-on on the date it is needed. */
+export const ADD_ON_DUE = 'add-on due';
+export const addOnDueData = z.object({
+  chainId: z.string(),
+  order: z.string(),
+  customer: z.string(),
+  startsAt: z.int(),
+});
+export type AddOnDueData = z.infer<typeof addOnDueData>;
+
+/** One per chain: a newer seat event replaces the waiting add-on. */
+export function addOnJobId(chainId: string): string {
+  return `addon-${chainId}`;
+}
+
+/**
+ * Schedules (or moves) the chain's one waiting add-on job to the date its licenses are needed.
+ * When `current` is that job itself (it bought one step of an event and the next waits), it is
+ * left alone: it moves itself to the new date once the chain is saved.
+ */
+export async function scheduleAddOnJob(
+  deps: WorkerDeps,
+  chain: Chain,
+  startsAt: number,
+  now: number,
+  current: Job,
+): Promise<void> {
+  const queue = deps.queues['seat-changes'];
+  const id = addOnJobId(chain.id);
+  if (current.id === id) return;
+  const existing = await queue.getJob(id);
+  if (existing) await existing.remove();
+  const data: AddOnDueData = {
+    chainId: chain.id,
+    order: chain.order,
+    customer: chain.customer,
+    startsAt,
+  };
+  await queue.add(`${ADD_ON_DUE} ${chain.order}`, data, {
+    ...defaultJobOptions,
+    jobId: id,
+    delay: Math.max(0, startsAt - now) * 1000,
+  });
+}
+
+/** Drops the chain's waiting add-on job (a newer event needs none, or buys otherwise). */
+export async function removeAddOnJob(deps: WorkerDeps, chain: Chain, current: Job): Promise<void> {
+  const id = addOnJobId(chain.id);
+  if (current.id === id) return;
+  const existing = await deps.queues['seat-changes'].getJob(id);
+  if (existing && (await existing.getState()) !== 'active') await existing.remove();
+}
