@@ -121,7 +121,7 @@ async function applySeatEvent(
         addOns,
         owner: job.id ?? null,
         cause,
-        what: `${decision.total} licenses`,
+        rest: false,
       },
     );
     return describeBought(deps, chain, done, partials);

@@ -398,7 +398,7 @@ async function finishUnfinishedSeatEvent(
     // the rest (and dies) must not fail its own work on that refusal when it is retried.
     owner: options.refusal === 'fail' ? (job.id ?? null) : null,
     cause,
-    what: 'the rest of the event',
+    rest: true,
   });
 }
 
@@ -425,8 +425,8 @@ export async function buyPlanned(
     /** The job whose purchase it is: only it fails on a refusal. */
     owner: string | null;
     cause: Cause;
-    /** What is bought, for the history: the licenses an event asks for, or its rest. */
-    what: string;
+    /** Whether it is the rest of an event a purchase began, for the history. */
+    rest: boolean;
   },
 ): Promise<Chain> {
   const { chain, token } = held;
@@ -486,7 +486,7 @@ export async function buyPlanned(
     },
     {
       event: 'seats.buying',
-      detail: `buying ${plan.what}: ${decision.licenses} licenses from ${formatInstant(decision.startsAt)} as ${coterm ? '' : 'add-on '}${intent.orderId}`,
+      detail: `buying ${plan.rest ? 'the rest of the event: ' : ''}${decision.licenses} licenses from ${formatInstant(decision.startsAt)} as ${coterm ? '' : 'add-on '}${intent.orderId}`,
     },
   );
   if (chain.pendingAddOn) await removeAddOnJob(deps, chain, job);
