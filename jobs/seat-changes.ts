@@ -70,9 +70,8 @@ async function applySeatEvent(
     }
     const addOns = await deps.chains.getMany(chain.addOns);
     const decision = planSeatChange({
-      ...paidAhead(chain, addOns, now),
+      ...paidAhead(chain, addOns, now, deps.settings.seatIncrease),
       total: ev.licenses,
-      style: deps.settings.seatIncrease,
       neededAt: ev.effectiveAt ?? now,
       occurredAt: data.occurredAt,
       lastAppliedAt: chain.lastSeatEventAt,
@@ -195,8 +194,9 @@ async function buyDueAddOn(deps: WorkerDeps, job: Job, jobToken: string | undefi
     const done = await finishSeatIntent(deps, job, { chain: held, token });
     // One step of an event bought in several: the next add-on waits for its own day, and this
     // job (the chain's one waiting add-on job) moves itself there.
+    // (Also when that day has come meanwhile: the job fires again at once and buys it.)
     const next = done.pendingAddOn;
-    if (next && next.startsAt > deps.clock.now()) {
+    if (next) {
       await job.updateData({ ...data, startsAt: next.startsAt });
       return delayJobUntil(job, jobToken, next.startsAt, deps.clock.now());
     }

@@ -1,7 +1,7 @@
 // Seat purchases: what is paid, how a total splits over the next renewals, and the partial or
 // add-on order that buys the rest, written as an intent and finished exactly once.
 import { type Job, UnrecoverableError } from 'bullmq';
-import { createChain, governedNextRenewalAt } from '../src/chains/family.js';
+import { addOnsRenew, createChain, governedNextRenewalAt } from '../src/chains/family.js';
 import { chainIdOf } from '../src/chains/keys.js';
 import { type Cause, type Chain, type Intent, newChainRecord } from '../src/chains/records.js';
 import { addOnOrderId, partialOrderId } from '../src/domain/ids.js';
@@ -76,16 +76,19 @@ export function paidInTermInForce(
 
 /**
  * What a seat plan (planSeatChange) reads from the chain: the licenses paid for the latest
- * ordered term and for a term still in force, the orders in force for part of either only, and
- * where the latest term ends.
+ * ordered term and for a term still in force, the orders in force for part of either only,
+ * where the latest term ends, and whether what `style` buys runs on to that end (partials do;
+ * add-ons only while the main chain lets them renew), so that the event can be bought in steps.
  */
-export function paidAhead(chain: Chain, addOns: readonly Chain[], now: number) {
+export function paidAhead(chain: Chain, addOns: readonly Chain[], now: number, style: SeatStyle) {
   const latest = paidInLatestTerm(chain, addOns, now);
   return {
     ...latest,
     termInForce: paidInTermInForce(chain, addOns, now),
     termEnd: chain.term.expiresAt,
     now,
+    style,
+    steps: style === 'coterm' || addOnsRenew(chain),
   };
 }
 
@@ -360,9 +363,8 @@ async function finishUnfinishedSeatEvent(
   const decision = ended
     ? null
     : planSeatChange({
-        ...paidAhead(chain, addOns, now),
+        ...paidAhead(chain, addOns, now, unfinished.style),
         total: unfinished.total,
-        style: unfinished.style,
         neededAt: unfinished.neededAt,
         occurredAt: unfinished.occurredAt,
         // Its own event: it was the latest when its first purchase was recorded.

@@ -40,10 +40,14 @@ export async function createChain(
 }
 
 /**
- * When an add-on renews, as its main chain governs it: never while the main chain is cancelled,
- * has auto-renew off, or waits for a manual reactivation.
+ * Whether a main chain lets its add-ons renew: not while it is cancelled, has auto-renew off, or
+ * waits for a manual reactivation.
  */
+export function addOnsRenew(main: Chain): boolean {
+  return main.status !== 'cancelled' && main.autoRenew && !main.needsReactivation;
+}
+
+/** When an add-on renews, as its main chain governs it (addOnsRenew). */
 export function governedNextRenewalAt(main: Chain, addOn: Chain): number | null {
-  if (main.status === 'cancelled' || !main.autoRenew || main.needsReactivation) return null;
-  return addOn.nextRenewalAt;
+  return addOnsRenew(main) ? addOn.nextRenewalAt : null;
 }

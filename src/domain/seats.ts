@@ -76,6 +76,13 @@ export interface SeatChangeInput {
    * the next term is ordered with enough) buys nothing.
    */
   readonly style: 'coterm' | 'addon';
+  /**
+   * Whether what is bought runs on to the end of the latest ordered term (a partial; an add-on
+   * that will renew), so that planning again once it is recorded counts it: only then is an
+   * event bought in steps. An add-on whose main chain will not renew ends inside that term and
+   * would be bought again by the next step; it is bought in one order, from the first day short.
+   */
+  readonly steps: boolean;
   /** When the event happened, and the last applied seat event of this chain (null: none yet). */
   readonly occurredAt: number;
   readonly lastAppliedAt: number | null;
@@ -141,7 +148,12 @@ function firstShortfall(stretch: PaidStretch, total: number): { at: number; miss
     .filter((t) => t >= from && t < to)
     .sort((a, b) => a - b);
   const at = changes.find((t) => inForceAt(stretch, t) < total) ?? from;
-  return { at, missing: Math.max(1, total - inForceAt(stretch, at)) };
+  return { at, missing: shortfallAt(stretch, at, total) };
+}
+
+/** The licenses missing at `t` for `total` to be in force (0: none). */
+function shortfallAt(stretch: PaidStretch, t: number, total: number): number {
+  return Math.max(0, total - inForceAt(stretch, t));
 }
 
 /**
@@ -163,36 +175,52 @@ export function planSeatChange(input: SeatChangeInput): SeatDecision {
   }
   const ahead = stretchesAhead(input, startsAt);
   const latest = ahead.at(-1) as PaidStretch;
-  const short = ahead.filter((s) => input.total > s.paid);
-  const first = short[0];
-  const last = short.at(-1);
-  if (first === undefined || last === undefined) {
+  let short = ahead.filter((s) => input.total > s.paid);
+  if (short.length === 0) {
     return {
       kind: 'next_renewal_only',
       total: input.total,
       reason: input.total < input.paid ? 'decrease' : 'already_paid',
     };
   }
-  if (input.style === 'addon' && last !== latest) {
+  if (input.style === 'addon' && short.at(-1) !== latest) {
     return { kind: 'next_renewal_only', total: input.total, reason: 'next_term_has_it' };
   }
+  // Both terms short, but the next one still has the total when it starts (orders ending inside
+  // it run into it): one order over both would pay its first days twice. The term in force is
+  // bought alone (a partial that ends with it; an add-on is not bought for its last days alone),
+  // and the next term from the day it falls short.
+  const nextCoveredAtStart =
+    short.length === 2 && shortfallAt(latest, latest.from, input.total) === 0;
+  const deferred = input.steps && nextCoveredAtStart;
+  if (deferred) short = input.style === 'coterm' ? short.slice(0, 1) : short.slice(1);
+  const first = short[0] as PaidStretch;
+  const last = short.at(-1) as PaidStretch;
+  const spanning = first !== last;
   const missing = (s: PaidStretch) => input.total - s.paid;
-  const firstLacksMore = first !== latest && missing(first) > missing(latest);
-  const whole = last === latest ? missing(latest) : missing(first);
-  // One order cannot step up: when an order ending inside the stretch still runs at the first
-  // short instant (a stopped add-on), only what is missing then is bought from then, and the
-  // rest from when it is missing, once this is recorded. The term in force may get on top what
-  // the next term lacks beyond it, for its last days (at most the renewal lead).
+  const whole = missing(last === latest ? latest : first);
   const shortfall = firstShortfall(first, input.total);
-  const onTop = last === latest && first !== latest ? Math.max(0, whole - missing(first)) : 0;
-  const licenses = Math.min(whole, shortfall.missing + onTop);
+  // In steps, each order buys only what is missing on its first day, so no day is paid twice
+  // while an order ending inside the term still runs: the rest is planned again once this one
+  // is recorded. An order over both terms may give the term in force on top what the next term
+  // lacks beyond it, for its last days (at most the renewal lead), but never more than the next
+  // term lacks when it starts.
+  const onTop = spanning ? Math.max(0, whole - missing(first)) : 0;
+  const caps = [
+    shortfall.missing + onTop,
+    ...(spanning ? [shortfallAt(latest, latest.from, input.total)] : []),
+  ];
+  const licenses = input.steps ? Math.min(whole, ...caps) : whole;
+  const firstLacksMore = spanning && missing(first) > missing(latest);
   return {
     kind: 'buy',
     total: input.total,
     licenses,
     startsAt: shortfall.at,
     endsAt: last.to,
-    rest: licenses < whole || (input.style === 'coterm' && last === latest && firstLacksMore),
+    rest:
+      licenses < whole ||
+      (input.style === 'coterm' && (firstLacksMore || (deferred && last !== latest))),
   };
 }
 

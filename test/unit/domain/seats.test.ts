@@ -13,6 +13,8 @@ import {
 const DAY = SECONDS_PER_DAY;
 const utc = (year: number, month: number, day: number) => Date.UTC(year, month - 1, day) / 1000;
 
+type PartTime = NonNullable<SeatChangeInput['partTime']>[number];
+
 const termEnd = utc(2025, 7, 1);
 const now = utc(2025, 3, 10);
 
@@ -35,6 +37,7 @@ function plan(overrides: Partial<SeatChangeInput> = {}): SeatDecision {
     now,
     termEnd,
     style: 'coterm',
+    steps: true,
     occurredAt: now,
     lastAppliedAt: null,
     ...overrides,
@@ -316,6 +319,121 @@ describe('planSeatChange', () => {
       );
     });
 
+    it('buys in one order when what it buys would not run to the end of the term', () => {
+      // An add-on whose main chain will not renew ends inside the term: a next step would not
+      // count it and buy again. 14 from now, as a single add-on.
+      expect(plan({ total: 14, partTime: [ending(5, 3)], style: 'addon', steps: false })).toEqual(
+        buy(14, 4, now, termEnd),
+      );
+    });
+
+    describe('when the next term still has the total when it starts (orders run into it)', () => {
+      // In force until day 5: 5, and add-ons of 2 and 2 that end on days 8 and 12, inside the
+      // next term, ordered with 8 (main only). 12 needed.
+      const renewedAt = now + 5 * DAY;
+      const runningInto = [
+        { startsAt: now - DAY, endsAt: now + 8 * DAY, licenses: 2 },
+        { startsAt: now - DAY, endsAt: now + 12 * DAY, licenses: 2 },
+      ];
+      const next = (
+        style: SeatChangeInput['style'],
+        { inForce = 9, ordered = 8, bought = [] as PartTime[], neededAt = now } = {},
+      ) =>
+        plan({
+          total: 12,
+          paid: ordered,
+          partTime: [...runningInto, ...bought],
+          termInForce: { endsAt: renewedAt, paid: inForce },
+          neededAt,
+          style,
+        });
+
+      it('buys the term in force alone, then the next term from each day it falls short', () => {
+        expect(next('coterm')).toEqual(buy(12, 3, now, renewedAt, { rest: true }));
+        expect(next('coterm', { inForce: 12 })).toEqual(
+          buy(12, 2, now + 8 * DAY, termEnd, { rest: true }),
+        );
+        const p2 = { startsAt: now + 8 * DAY, endsAt: termEnd, licenses: 2 };
+        expect(
+          next('coterm', { inForce: 12, ordered: 10, bought: [p2], neededAt: now + 8 * DAY }),
+        ).toEqual(buy(12, 2, now + 12 * DAY, termEnd));
+      });
+
+      it('leaves no day of either term short and pays no day of the next term twice', () => {
+        const inside = (from: number, days: number) =>
+          fc.integer({ min: 1, max: days - 1 }).map((d) => from + d * DAY);
+        const orders = (from: number, days: number) =>
+          fc.array(
+            fc.record({ endsAt: inside(from, days), licenses: fc.integer({ min: 1, max: 20 }) }),
+            {
+              maxLength: 3,
+            },
+          );
+        fc.assert(
+          fc.property(
+            fc.integer({ min: 0, max: 50 }),
+            fc.integer({ min: 0, max: 50 }),
+            orders(now, 5),
+            orders(renewedAt, 40),
+            fc.integer({ min: 1, max: 150 }),
+            (main, ordered, endingInForce, endingInNext, total) => {
+              const started = (o: { endsAt: number; licenses: number }) => ({
+                ...o,
+                startsAt: now - DAY,
+              });
+              const held = {
+                inForce: { paid: main + sum(endingInNext), partTime: endingInForce.map(started) },
+                next: { paid: ordered, partTime: endingInNext.map(started) },
+              };
+              const bought: { startsAt: number; endsAt: number; licenses: number }[] = [];
+              let neededAt = now;
+              for (;;) {
+                const decision = plan({
+                  total,
+                  paid: held.next.paid,
+                  partTime: held.next.partTime,
+                  termInForce: { endsAt: renewedAt, ...held.inForce },
+                  neededAt,
+                });
+                if (decision.kind !== 'buy') break;
+                expect(bought.length).toBeLessThan(2 + endingInForce.length + endingInNext.length);
+                bought.push(decision);
+                const order = { ...decision, endsAt: termEnd };
+                if (decision.startsAt < renewedAt) {
+                  held.inForce.paid += decision.licenses;
+                  held.inForce.partTime = [...held.inForce.partTime, order];
+                }
+                if (decision.endsAt > renewedAt) {
+                  held.next.paid += decision.licenses;
+                  held.next.partTime = [...held.next.partTime, order];
+                }
+                neededAt = decision.startsAt;
+                if (!decision.rest) break;
+              }
+              const runs = (t: number) => (o: { startsAt: number; endsAt: number }) =>
+                o.startsAt <= t && t < o.endsAt;
+              const inForceAt = (t: number) =>
+                main +
+                sum(endingInNext) +
+                sum(endingInForce.filter((o) => o.endsAt > t)) +
+                sum(bought.filter(runs(t)));
+              for (const t of [now, ...endingInForce.map((o) => o.endsAt)])
+                expect(inForceAt(t)).toBeGreaterThanOrEqual(total);
+              const without = (t: number) =>
+                ordered + sum(endingInNext.filter((o) => o.endsAt > t));
+              for (const t of [renewedAt, ...endingInNext.map((o) => o.endsAt)]) {
+                expect(without(t) + sum(bought.filter(runs(t)))).toBe(Math.max(total, without(t)));
+              }
+            },
+          ),
+        );
+      });
+
+      it('buys add-ons for the next term only, from each day it falls short', () => {
+        expect(next('addon')).toEqual(buy(12, 2, now + 8 * DAY, termEnd, { rest: true }));
+      });
+    });
+
     it('counts a replacement waiting to start only from its start', () => {
       // 10, an add-on of 3 ending on day 5 and its replacement of 3 from then: 13 throughout
       // (paid counts the replacement). 14 are short from now, not from day 5.
@@ -497,6 +615,7 @@ function runTerm(p0: number, term: Term, events: readonly SeatEvent[]) {
       now: event.now,
       termEnd: term.end,
       style: 'coterm',
+      steps: true,
       occurredAt: event.occurredAt,
       lastAppliedAt,
     });

@@ -117,7 +117,7 @@ describe('paid per term ahead, after an early renewal', () => {
       partTime: [{ startsAt: now, endsAt: now + 3 * DAY, licenses: 3 }],
     });
     expect(paidInForce(m, [stopped], now)).toBe(10);
-    expect(paidAhead(m, [stopped], now).partTime).toEqual([]);
+    expect(paidAhead(m, [stopped], now, 'addon').partTime).toEqual([]);
     // One that renews on its own cycle still counts: its next term is not ordered yet.
     const renewing = { ...stopped, nextRenewalAt: now };
     expect(paidInTermInForce(m, [renewing], now)?.paid).toBe(10 + 3);
@@ -125,7 +125,7 @@ describe('paid per term ahead, after an early renewal', () => {
     // Ending on Jul 3, it runs through the term in force but not the next one.
     const later = { ...stopped, term: { ...stopped.term, expiresAt: renewedAt + 3 * DAY } };
     expect(paidInTermInForce(m, [later], now)).toMatchObject({ paid: 10 + 3, partTime: [] });
-    expect(paidAhead(m, [later], now)).toMatchObject({
+    expect(paidAhead(m, [later], now, 'addon')).toMatchObject({
       paid: 10,
       partTime: [{ startsAt: renewedAt, endsAt: renewedAt + 3 * DAY, licenses: 3 }],
     });
@@ -140,7 +140,7 @@ describe('paid per term ahead, after an early renewal', () => {
     });
     const stopped = stoppedAddOn(now + 5 * DAY);
     expect(paidInTermInForce(m, [stopped], now)).toBeUndefined();
-    expect(paidAhead(m, [stopped], now)).toMatchObject({
+    expect(paidAhead(m, [stopped], now, 'addon')).toMatchObject({
       paid: 5,
       partTime: [{ startsAt: now, endsAt: now + 5 * DAY, licenses: 3 }],
     });
@@ -149,10 +149,14 @@ describe('paid per term ahead, after an early renewal', () => {
     // Its own schedule says it renews, but its main chain's does not: it will not renew either.
     const governed = { ...stopped, nextRenewalAt: now + DAY };
     expect(paidInForce(m, [governed], now)).toBe(5 + 3);
-    expect(paidAhead({ ...m, autoRenew: false }, [governed], now)).toMatchObject({
+    expect(paidAhead({ ...m, autoRenew: false }, [governed], now, 'addon')).toMatchObject({
       paid: 5,
       partTime: [{ startsAt: now, endsAt: now + 5 * DAY, licenses: 3 }],
+      // An add-on bought now would not renew either: the event is not bought in steps.
+      steps: false,
     });
+    expect(paidAhead(m, [governed], now, 'addon').steps).toBe(true);
+    expect(paidAhead({ ...m, autoRenew: false }, [governed], now, 'coterm').steps).toBe(true);
     expect(paidInForce({ ...m, needsReactivation: true }, [governed], now)).toBe(5);
   });
 
@@ -171,7 +175,7 @@ describe('paid per term ahead, after an early renewal', () => {
       mainChain: 'M',
       term: { orderId: 'B', count: 1, startsAt: now + 5 * DAY, expiresAt: now + 35 * DAY },
     });
-    const ahead = paidAhead(m, [stopped, replacement], now);
+    const ahead = paidAhead(m, [stopped, replacement], now, 'addon');
     expect(ahead).toMatchObject({
       paid: 10 + 3,
       partTime: [
