@@ -77,8 +77,8 @@ export function paidInTermInForce(
 /**
  * What a seat plan (planSeatChange) reads from the chain: the licenses paid for the latest
  * ordered term and for a term still in force, the orders in force for part of either only,
- * where the latest term ends, and whether what `style` buys runs on to that end (partials do;
- * add-ons only while the main chain lets them renew), so that the event can be bought in steps.
+ * where the latest term ends, and whether what `style` buys in the term in force runs on to
+ * that end (partials do; add-ons only while the main chain lets them renew).
  */
 export function paidAhead(chain: Chain, addOns: readonly Chain[], now: number, style: SeatStyle) {
   const latest = paidInLatestTerm(chain, addOns, now);
@@ -88,7 +88,7 @@ export function paidAhead(chain: Chain, addOns: readonly Chain[], now: number, s
     termEnd: chain.term.expiresAt,
     now,
     style,
-    steps: style === 'coterm' || addOnsRenew(chain),
+    inForcePurchasesRunOn: style === 'coterm' || addOnsRenew(chain),
   };
 }
 
@@ -526,11 +526,20 @@ export async function finishSeatIntent(
   } catch (error) {
     if (!(error instanceof RefusalError)) throw error;
     const now = deps.clock.now();
+    // An event applied already (a later purchase of one bought in several, or an external
+    // add-on scheduled for its day) keeps its total in the next renewals: the counts that left
+    // room for the refused purchase are shared again without it.
+    const eventApplied =
+      chain.unfinishedSeatEvent !== null ||
+      (event.webhookId !== '' && chain.appliedSeatEvents.includes(event.webhookId));
+    const counts = eventApplied
+      ? allocation(deps, chain, await deps.chains.getMany(chain.addOns), event.total)
+      : {};
     const saved = await deps.chains.save({
       chainId: chain.id,
       token,
       previous: chain,
-      // A refused rest ends its event: it is applied (its first partial stays bought), so
+      // A refused rest ends its event: it is applied (its first purchases stay bought), so
       // neither its own job retried nor any other tries it again.
       next: {
         ...chain,
@@ -538,6 +547,7 @@ export async function finishSeatIntent(
         ...(chain.unfinishedSeatEvent
           ? { ...applied(chain, chain.unfinishedSeatEvent), unfinishedSeatEvent: null }
           : {}),
+        ...counts,
         updatedAt: now,
       },
       history: [

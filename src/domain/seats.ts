@@ -77,12 +77,14 @@ export interface SeatChangeInput {
    */
   readonly style: 'coterm' | 'addon';
   /**
-   * Whether what is bought runs on to the end of the latest ordered term (a partial; an add-on
-   * that will renew), so that planning again once it is recorded counts it: only then is an
-   * event bought in steps. An add-on whose main chain will not renew ends inside that term and
-   * would be bought again by the next step; it is bought in one order, from the first day short.
+   * Whether a purchase that starts in the term in force runs on to the end of the latest ordered
+   * term: a partial does; an add-on only while its main chain lets it renew, since it ends a
+   * whole term after its start, inside the latest term. Planning again once a purchase is
+   * recorded counts it only if it runs on, so only then is an event bought in steps from there;
+   * otherwise the next step would buy the same licenses again. (A purchase that starts in the
+   * latest term always runs on: a partial ends with it, an add-on after it.)
    */
-  readonly steps: boolean;
+  readonly inForcePurchasesRunOn: boolean;
   /** When the event happened, and the last applied seat event of this chain (null: none yet). */
   readonly occurredAt: number;
   readonly lastAppliedAt: number | null;
@@ -190,9 +192,7 @@ export function planSeatChange(input: SeatChangeInput): SeatDecision {
   // it run into it): one order over both would pay its first days twice. The term in force is
   // bought alone (a partial that ends with it; an add-on is not bought for its last days alone),
   // and the next term from the day it falls short.
-  const nextCoveredAtStart =
-    short.length === 2 && shortfallAt(latest, latest.from, input.total) === 0;
-  const deferred = input.steps && nextCoveredAtStart;
+  const deferred = short.length === 2 && shortfallAt(latest, latest.from, input.total) === 0;
   if (deferred) short = input.style === 'coterm' ? short.slice(0, 1) : short.slice(1);
   const first = short[0] as PaidStretch;
   const last = short.at(-1) as PaidStretch;
@@ -210,7 +210,8 @@ export function planSeatChange(input: SeatChangeInput): SeatDecision {
     shortfall.missing + onTop,
     ...(spanning ? [shortfallAt(latest, latest.from, input.total)] : []),
   ];
-  const licenses = input.steps ? Math.min(whole, ...caps) : whole;
+  const steps = input.inForcePurchasesRunOn || first === latest;
+  const licenses = steps ? Math.min(whole, ...caps) : whole;
   const firstLacksMore = spanning && missing(first) > missing(latest);
   return {
     kind: 'buy',

@@ -1023,6 +1023,29 @@ describe('the external variant (add-ons only)', () => {
     });
   });
 
+  it('keeps the total in the next renewal when the provider refuses a waiting add-on', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'E-10', licenses: 5 }));
+    await system.waitForChain('E-10', () => true);
+    const neededAt = clock.now() + 3 * DAY;
+    await seats(system, 'E-10', 8, { effectiveAt: neededAt });
+    const waiting = await system.waitForChain(
+      'E-10',
+      (c) => lastEvent(c) === 'seats.addon_scheduled',
+    );
+    // Until the add-on is bought, the main chain's next renewal leaves room for its 3.
+    expect(waiting.nextLicenses).toBe(5);
+    await leftByDeadJob(system, 'E-10', 'product-withdrawn', () => ({
+      product: 'no-such-product',
+    }));
+
+    clock.set(neededAt);
+    await system.promote('seat-changes', addOnJobId(chainIdOf('E-10')));
+    const chain = await system.waitForChain('E-10', (c) => lastEvent(c) === 'seats.refused');
+    // The event was applied when the add-on was scheduled: its 8 now renew with the main chain.
+    expect(chain.addOns).toEqual([]);
+    expect(chain.nextLicenses).toBe(8);
+  });
+
   it('orders the replacements of stopped add-ons ending on different days, each on its day', async () => {
     const ends = await twoAddOnsStopped(system, clock, 'E-9');
     await seats(system, 'E-9', 10);

@@ -37,7 +37,7 @@ function plan(overrides: Partial<SeatChangeInput> = {}): SeatDecision {
     now,
     termEnd,
     style: 'coterm',
-    steps: true,
+    inForcePurchasesRunOn: true,
     occurredAt: now,
     lastAppliedAt: null,
     ...overrides,
@@ -319,12 +319,25 @@ describe('planSeatChange', () => {
       );
     });
 
-    it('buys in one order when what it buys would not run to the end of the term', () => {
-      // An add-on whose main chain will not renew ends inside the term: a next step would not
-      // count it and buy again. 14 from now, as a single add-on.
-      expect(plan({ total: 14, partTime: [ending(5, 3)], style: 'addon', steps: false })).toEqual(
-        buy(14, 4, now, termEnd),
-      );
+    it('buys in one order when what it buys in the term in force would not run on', () => {
+      // In force until day 5: 10 and an add-on of 3 until day 2; the next term ordered with 10.
+      // 14 needed: 1 is missing now, 4 from day 2.
+      const twoTerms = (inForcePurchasesRunOn: boolean) =>
+        plan({
+          total: 14,
+          paid: 10,
+          termInForce: { endsAt: now + 5 * DAY, paid: 10, partTime: [ending(2, 3)] },
+          style: 'addon',
+          inForcePurchasesRunOn,
+        });
+      expect(twoTerms(true)).toEqual(buy(14, 1, now, termEnd, { rest: true }));
+      // An add-on bought now whose main chain will not renew ends inside the next term: a next
+      // step would not count it and buy again. All 4 from now, in one add-on.
+      expect(twoTerms(false)).toEqual(buy(14, 4, now, termEnd));
+      // Without a term in force, an add-on bought now runs past the term's end: steps again.
+      expect(
+        plan({ total: 14, partTime: [ending(5, 3)], style: 'addon', inForcePurchasesRunOn: false }),
+      ).toEqual(buy(14, 1, now, termEnd, { rest: true }));
     });
 
     describe('when the next term still has the total when it starts (orders run into it)', () => {
@@ -615,7 +628,7 @@ function runTerm(p0: number, term: Term, events: readonly SeatEvent[]) {
       now: event.now,
       termEnd: term.end,
       style: 'coterm',
-      steps: true,
+      inForcePurchasesRunOn: true,
       occurredAt: event.occurredAt,
       lastAppliedAt,
     });

@@ -152,11 +152,12 @@ describe('paid per term ahead, after an early renewal', () => {
     expect(paidAhead({ ...m, autoRenew: false }, [governed], now, 'addon')).toMatchObject({
       paid: 5,
       partTime: [{ startsAt: now, endsAt: now + 5 * DAY, licenses: 3 }],
-      // An add-on bought now would not renew either: the event is not bought in steps.
-      steps: false,
+      // An add-on bought now would not renew either: it would end inside a next term.
+      inForcePurchasesRunOn: false,
     });
-    expect(paidAhead(m, [governed], now, 'addon').steps).toBe(true);
-    expect(paidAhead({ ...m, autoRenew: false }, [governed], now, 'coterm').steps).toBe(true);
+    expect(paidAhead(m, [governed], now, 'addon').inForcePurchasesRunOn).toBe(true);
+    const coterm = paidAhead({ ...m, autoRenew: false }, [governed], now, 'coterm');
+    expect(coterm.inForcePurchasesRunOn).toBe(true);
     expect(paidInForce({ ...m, needsReactivation: true }, [governed], now)).toBe(5);
   });
 
