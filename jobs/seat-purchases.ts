@@ -5,6 +5,7 @@ import { addOnsRenew, createChain, governedNextRenewalAt } from '../src/chains/f
 import { chainIdOf } from '../src/chains/keys.js';
 import { type Cause, type Chain, type Intent, newChainRecord } from '../src/chains/records.js';
 import { addOnOrderId, partialOrderId } from '../src/domain/ids.js';
+import { addTerms } from '../src/domain/periods.js';
 import { withNextRenewalAt } from '../src/domain/renewal.js';
 import {
   allocateNextLicenses,
@@ -77,8 +78,9 @@ export function paidInTermInForce(
 /**
  * What a seat plan (planSeatChange) reads from the chain: the licenses paid for the latest
  * ordered term and for a term still in force, the orders in force for part of either only,
- * where the latest term ends, and whether what `style` buys in the term in force runs on to
- * that end (partials do; add-ons only while the main chain lets them renew).
+ * where the latest term ends, and whether what `style` buys from a given instant runs on to
+ * that end (partials do; an add-on, ending a whole term after its start, while the main chain
+ * lets it renew or when that is not before the end: as addOnInForceDuring counts it).
  */
 export function paidAhead(chain: Chain, addOns: readonly Chain[], now: number, style: SeatStyle) {
   const latest = paidInLatestTerm(chain, addOns, now);
@@ -88,7 +90,10 @@ export function paidAhead(chain: Chain, addOns: readonly Chain[], now: number, s
     termEnd: chain.term.expiresAt,
     now,
     style,
-    inForcePurchasesRunOn: style === 'coterm' || addOnsRenew(chain),
+    runsOn: (startsAt: number) =>
+      style === 'coterm' ||
+      addOnsRenew(chain) ||
+      addTerms(startsAt, chain.duration, 1) >= chain.term.expiresAt,
   };
 }
 

@@ -77,14 +77,13 @@ export interface SeatChangeInput {
    */
   readonly style: 'coterm' | 'addon';
   /**
-   * Whether a purchase that starts in the term in force runs on to the end of the latest ordered
-   * term: a partial does; an add-on only while its main chain lets it renew, since it ends a
-   * whole term after its start, inside the latest term. Planning again once a purchase is
-   * recorded counts it only if it runs on, so only then is an event bought in steps from there;
-   * otherwise the next step would buy the same licenses again. (A purchase that starts in the
-   * latest term always runs on: a partial ends with it, an add-on after it.)
+   * Whether a purchase starting at the given instant runs on to the end of the latest ordered
+   * term: a partial does; an add-on runs a whole term of its own from its start, so it does only
+   * if it renews (its main chain lets it) or that term ends at or after the latest term's end.
+   * Planning again once a purchase is recorded counts it only if it runs on, so only then is an
+   * event bought in steps from there: otherwise the next step would buy the same licenses again.
    */
-  readonly inForcePurchasesRunOn: boolean;
+  readonly runsOn: (startsAt: number) => boolean;
   /** When the event happened, and the last applied seat event of this chain (null: none yet). */
   readonly occurredAt: number;
   readonly lastAppliedAt: number | null;
@@ -210,7 +209,7 @@ export function planSeatChange(input: SeatChangeInput): SeatDecision {
     shortfall.missing + onTop,
     ...(spanning ? [shortfallAt(latest, latest.from, input.total)] : []),
   ];
-  const steps = input.inForcePurchasesRunOn || first === latest;
+  const steps = input.runsOn(shortfall.at);
   const licenses = steps ? Math.min(whole, ...caps) : whole;
   const firstLacksMore = spanning && missing(first) > missing(latest);
   return {

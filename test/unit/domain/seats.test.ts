@@ -37,7 +37,7 @@ function plan(overrides: Partial<SeatChangeInput> = {}): SeatDecision {
     now,
     termEnd,
     style: 'coterm',
-    inForcePurchasesRunOn: true,
+    runsOn: () => true,
     occurredAt: now,
     lastAppliedAt: null,
     ...overrides,
@@ -319,25 +319,26 @@ describe('planSeatChange', () => {
       );
     });
 
-    it('buys in one order when what it buys in the term in force would not run on', () => {
+    it('buys in one order when what it buys would not run on to the end of the term', () => {
       // In force until day 5: 10 and an add-on of 3 until day 2; the next term ordered with 10.
       // 14 needed: 1 is missing now, 4 from day 2.
-      const twoTerms = (inForcePurchasesRunOn: boolean) =>
+      const asked: number[] = [];
+      const twoTerms = (runsOn: boolean) =>
         plan({
           total: 14,
           paid: 10,
           termInForce: { endsAt: now + 5 * DAY, paid: 10, partTime: [ending(2, 3)] },
           style: 'addon',
-          inForcePurchasesRunOn,
+          runsOn: (startsAt) => {
+            asked.push(startsAt);
+            return runsOn;
+          },
         });
       expect(twoTerms(true)).toEqual(buy(14, 1, now, termEnd, { rest: true }));
-      // An add-on bought now whose main chain will not renew ends inside the next term: a next
-      // step would not count it and buy again. All 4 from now, in one add-on.
+      // An add-on bought now that will not renew ends inside the next term: a next step would
+      // not count it and buy again. All 4 from now, in one add-on.
       expect(twoTerms(false)).toEqual(buy(14, 4, now, termEnd));
-      // Without a term in force, an add-on bought now runs past the term's end: steps again.
-      expect(
-        plan({ total: 14, partTime: [ending(5, 3)], style: 'addon', inForcePurchasesRunOn: false }),
-      ).toEqual(buy(14, 1, now, termEnd, { rest: true }));
+      expect(asked).toEqual([now, now]);
     });
 
     describe('when the next term still has the total when it starts (orders run into it)', () => {
@@ -348,18 +349,19 @@ describe('planSeatChange', () => {
         { startsAt: now - DAY, endsAt: now + 8 * DAY, licenses: 2 },
         { startsAt: now - DAY, endsAt: now + 12 * DAY, licenses: 2 },
       ];
-      const next = (
+      const nextInput = (
         style: SeatChangeInput['style'],
         { inForce = 9, ordered = 8, bought = [] as PartTime[], neededAt = now } = {},
-      ) =>
-        plan({
-          total: 12,
-          paid: ordered,
-          partTime: [...runningInto, ...bought],
-          termInForce: { endsAt: renewedAt, paid: inForce },
-          neededAt,
-          style,
-        });
+      ): Partial<SeatChangeInput> => ({
+        total: 12,
+        paid: ordered,
+        partTime: [...runningInto, ...bought],
+        termInForce: { endsAt: renewedAt, paid: inForce },
+        neededAt,
+        style,
+      });
+      const next = (style: SeatChangeInput['style'], held: Parameters<typeof nextInput>[1] = {}) =>
+        plan(nextInput(style, held));
 
       it('buys the term in force alone, then the next term from each day it falls short', () => {
         expect(next('coterm')).toEqual(buy(12, 3, now, renewedAt, { rest: true }));
@@ -444,6 +446,11 @@ describe('planSeatChange', () => {
 
       it('buys add-ons for the next term only, from each day it falls short', () => {
         expect(next('addon')).toEqual(buy(12, 2, now + 8 * DAY, termEnd, { rest: true }));
+        // Bought inside the next term, an add-on runs past its end even if it will not renew.
+        const fromNextTerm = (startsAt: number) => startsAt >= renewedAt;
+        expect(plan({ ...nextInput('addon'), runsOn: fromNextTerm })).toEqual(
+          buy(12, 2, now + 8 * DAY, termEnd, { rest: true }),
+        );
       });
     });
 
@@ -628,7 +635,7 @@ function runTerm(p0: number, term: Term, events: readonly SeatEvent[]) {
       now: event.now,
       termEnd: term.end,
       style: 'coterm',
-      inForcePurchasesRunOn: true,
+      runsOn: () => true,
       occurredAt: event.occurredAt,
       lastAppliedAt,
     });

@@ -152,12 +152,15 @@ describe('paid per term ahead, after an early renewal', () => {
     expect(paidAhead({ ...m, autoRenew: false }, [governed], now, 'addon')).toMatchObject({
       paid: 5,
       partTime: [{ startsAt: now, endsAt: now + 5 * DAY, licenses: 3 }],
-      // An add-on bought now would not renew either: it would end inside a next term.
-      inForcePurchasesRunOn: false,
     });
-    expect(paidAhead(m, [governed], now, 'addon').inForcePurchasesRunOn).toBe(true);
+    // An add-on bought now would not renew either, but it runs a whole term, past the main
+    // term's end; one bought 20 days ago would end before it.
+    const off = paidAhead({ ...m, autoRenew: false }, [governed], now, 'addon');
+    expect(off.runsOn(now)).toBe(true);
+    expect(off.runsOn(now - 20 * DAY)).toBe(false);
+    expect(paidAhead(m, [governed], now, 'addon').runsOn(now - 20 * DAY)).toBe(true);
     const coterm = paidAhead({ ...m, autoRenew: false }, [governed], now, 'coterm');
-    expect(coterm.inForcePurchasesRunOn).toBe(true);
+    expect(coterm.runsOn(now - 20 * DAY)).toBe(true);
     expect(paidInForce({ ...m, needsReactivation: true }, [governed], now)).toBe(5);
   });
 
