@@ -107,33 +107,20 @@ async function applySeatEvent(
       return `next renewal: ${decision.total}`;
     }
 
-    const partials = new Set(chain.partials.map((p) => p.orderId));
     const done = await buyPlanned(
       deps,
       job,
       { chain, token },
       { refusal: 'fail' },
-      {
-        decision,
-        event,
-        style: deps.settings.seatIncrease,
-        addOns,
-        owner: job.id ?? null,
-        cause,
-        rest: false,
-      },
+      { decision, event, style: deps.settings.seatIncrease, addOns },
     );
-    return describeBought(deps, chain, done, partials);
+    return describeBought(deps, chain, done);
   });
 }
 
 /** What a seat job bought (or scheduled), for its return value in Bull Board. */
-async function describeBought(
-  deps: WorkerDeps,
-  before: Chain,
-  after: Chain,
-  partialsBefore: ReadonlySet<string>,
-): Promise<string> {
+async function describeBought(deps: WorkerDeps, before: Chain, after: Chain): Promise<string> {
+  const partialsBefore = new Set(before.partials.map((p) => p.orderId));
   const partials = after.partials.map((p) => p.orderId).filter((id) => !partialsBefore.has(id));
   const newAddOns = await deps.chains.getMany(
     after.addOns.filter((id) => !before.addOns.includes(id)),

@@ -79,8 +79,8 @@ export function paidInTermInForce(
  * What a seat plan (planSeatChange) reads from the chain: the licenses paid for the latest
  * ordered term and for a term still in force, the orders in force for part of either only,
  * where the latest term ends, and whether what `style` buys from a given instant runs on to
- * that end (partials do; an add-on, ending a whole term after its start, while the main chain
- * lets it renew or when that is not before the end: as addOnInForceDuring counts it).
+ * that end (partials do; an add-on, which ends a whole term after its start, as
+ * addOnInForceDuring will count it once bought).
  */
 export function paidAhead(chain: Chain, addOns: readonly Chain[], now: number, style: SeatStyle) {
   const latest = paidInLatestTerm(chain, addOns, now);
@@ -92,8 +92,11 @@ export function paidAhead(chain: Chain, addOns: readonly Chain[], now: number, s
     style,
     runsOn: (startsAt: number) =>
       style === 'coterm' ||
-      addOnsRenew(chain) ||
-      addTerms(startsAt, chain.duration, 1) >= chain.term.expiresAt,
+      addOnRunsThrough(
+        addTerms(startsAt, chain.duration, 1),
+        chain.term.expiresAt,
+        addOnsRenew(chain),
+      ),
   };
 }
 
@@ -157,12 +160,20 @@ function addOnInForceDuring(
   const { term } = addOn;
   if (term.startsAt >= until) return null;
   const startsAt = Math.max(from, term.startsAt);
-  if (term.expiresAt < until && governedNextRenewalAt(main, addOn) === null) {
+  if (!addOnRunsThrough(term.expiresAt, until, governedNextRenewalAt(main, addOn) !== null)) {
     return term.expiresAt > from
       ? { startsAt, endsAt: term.expiresAt, licenses: addOn.licenses }
       : null;
   }
   return { startsAt, licenses: addOn.licenses };
+}
+
+/**
+ * Whether an add-on whose term ends at `expiresAt` is in force until `until`: it reaches it, or
+ * it renews (its main chain lets it). One that does not only covers the days until it ends.
+ */
+function addOnRunsThrough(expiresAt: number, until: number, renews: boolean): boolean {
+  return expiresAt >= until || renews;
 }
 
 /** The last seat event's instant once `event` is seen: events older than it are stale. */
@@ -340,7 +351,7 @@ export async function finishPendingSeatPurchase(
   // This job's own purchase (an earlier attempt of it crashed) still fails it when refused.
   const refusal = chain.intent?.jobId === job.id ? 'fail' : 'record';
   if (kind === 'partial' || kind === 'addon') return finishSeatIntent(deps, job, held, { refusal });
-  // A job that died between an event's two partials: the rest is bought before anything else.
+  // A job that died between an event's purchases: the rest is bought before anything else.
   if (chain.intent === null && chain.unfinishedSeatEvent !== null) {
     return finishUnfinishedSeatEvent(deps, job, { chain, token }, { refusal: 'record' });
   }
@@ -376,8 +387,11 @@ async function finishUnfinishedSeatEvent(
         lastAppliedAt: null,
       });
   const { neededAt: _planned, style: _bought, ...event } = unfinished;
-  const cause = { jobId: job.id ?? '', ...(event.webhookId ? { webhookId: event.webhookId } : {}) };
   if (decision?.kind !== 'buy') {
+    const cause = {
+      jobId: job.id ?? '',
+      ...(event.webhookId ? { webhookId: event.webhookId } : {}),
+    };
     return deps.chains.save({
       chainId: chain.id,
       token,
@@ -401,11 +415,6 @@ async function finishUnfinishedSeatEvent(
     event,
     style: unfinished.style,
     addOns,
-    // Its owner is the event's own job, which alone fails on a refusal; another job that buys
-    // the rest (and dies) must not fail its own work on that refusal when it is retried.
-    owner: options.refusal === 'fail' ? (job.id ?? null) : null,
-    cause,
-    rest: true,
   });
 }
 
@@ -429,16 +438,18 @@ export async function buyPlanned(
     style: SeatStyle;
     /** The main chain's add-ons as they are now. */
     addOns: readonly Chain[];
-    /** The job whose purchase it is: only it fails on a refusal. */
-    owner: string | null;
-    cause: Cause;
-    /** Whether it is the rest of an event a purchase began, for the history. */
-    rest: boolean;
   },
 ): Promise<Chain> {
   const { chain, token } = held;
-  const { decision, event, cause } = plan;
+  const { decision, event } = plan;
   const now = deps.clock.now();
+  // The rest of an event a purchase began is still on the chain (a new event's is finished
+  // before it is planned).
+  const rest = chain.unfinishedSeatEvent !== null;
+  // Its owner is the job whose event it is, which alone fails on a refusal; another job that
+  // buys the rest (and dies) must not fail its own work on that refusal when it is retried.
+  const owner = options.refusal === 'fail' ? (job.id ?? null) : null;
+  const cause = { jobId: job.id ?? '', ...(event.webhookId ? { webhookId: event.webhookId } : {}) };
   const save = (next: Chain, entry: { event: string; detail: string }) =>
     deps.chains.save({
       chainId: chain.id,
@@ -482,8 +493,8 @@ export async function buyPlanned(
   const intentEvent = decision.rest ? { ...event, rest: true } : event;
   const coterm = plan.style === 'coterm';
   const intent = coterm
-    ? partialIntent(chain, decision.licenses, decision, intentEvent, plan.owner)
-    : addOnIntent(deps, chain, decision.licenses, decision.startsAt, intentEvent, plan.owner);
+    ? partialIntent(chain, decision.licenses, decision, intentEvent, owner)
+    : addOnIntent(deps, chain, decision.licenses, decision.startsAt, intentEvent, owner);
   const buying = await save(
     {
       ...chain,
@@ -493,7 +504,7 @@ export async function buyPlanned(
     },
     {
       event: 'seats.buying',
-      detail: `buying ${plan.rest ? 'the rest of the event: ' : ''}${decision.licenses} licenses from ${formatInstant(decision.startsAt)} as ${coterm ? '' : 'add-on '}${intent.orderId}`,
+      detail: `buying ${rest ? 'the rest of the event: ' : ''}${decision.licenses} licenses from ${formatInstant(decision.startsAt)} as ${coterm ? '' : 'add-on '}${intent.orderId}`,
     },
   );
   if (chain.pendingAddOn) await removeAddOnJob(deps, chain, job);

@@ -68,6 +68,10 @@ function decodeChain(stored: string, intentJson: string | null): Chain {
   });
 }
 
+function decodeHistory(entries: readonly string[]): HistoryEntry[] {
+  return entries.map((json) => historyEntry.parse(JSON.parse(json)));
+}
+
 export class ChainStore {
   readonly leaseMs: number;
   /** Tokens whose lock a save already released, so unlock needs no round trip. */
@@ -244,7 +248,7 @@ export class ChainStore {
 
   async history(chainId: string): Promise<HistoryEntry[]> {
     const entries = await this.redis.lrange(chainKeys(chainId).history, 0, -1);
-    return entries.map((json) => historyEntry.parse(JSON.parse(json)));
+    return decodeHistory(entries);
   }
 
   async getMany(chainIds: readonly string[]): Promise<Chain[]> {
@@ -281,7 +285,7 @@ export class ChainStore {
       if (!stored) continue;
       found.push({
         chain: decodeChain(stored, intent),
-        history: (entries as string[]).map((json) => historyEntry.parse(JSON.parse(json))),
+        history: decodeHistory(entries as string[]),
       });
     }
     return found;

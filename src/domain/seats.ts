@@ -191,13 +191,14 @@ export function planSeatChange(input: SeatChangeInput): SeatDecision {
   // it run into it): one order over both would pay its first days twice. The term in force is
   // bought alone (a partial that ends with it; an add-on is not bought for its last days alone),
   // and the next term from the day it falls short.
-  const deferred = short.length === 2 && shortfallAt(latest, latest.from, input.total) === 0;
+  const nextShortAtStart = shortfallAt(latest, latest.from, input.total);
+  const deferred = short.length === 2 && nextShortAtStart === 0;
   if (deferred) short = input.style === 'coterm' ? short.slice(0, 1) : short.slice(1);
   const first = short[0] as PaidStretch;
   const last = short.at(-1) as PaidStretch;
   const spanning = first !== last;
   const missing = (s: PaidStretch) => input.total - s.paid;
-  const whole = missing(last === latest ? latest : first);
+  const whole = missing(last);
   const shortfall = firstShortfall(first, input.total);
   // In steps, each order buys only what is missing on its first day, so no day is paid twice
   // while an order ending inside the term still runs: the rest is planned again once this one
@@ -205,22 +206,19 @@ export function planSeatChange(input: SeatChangeInput): SeatDecision {
   // lacks beyond it, for its last days (at most the renewal lead), but never more than the next
   // term lacks when it starts.
   const onTop = spanning ? Math.max(0, whole - missing(first)) : 0;
-  const caps = [
-    shortfall.missing + onTop,
-    ...(spanning ? [shortfallAt(latest, latest.from, input.total)] : []),
-  ];
+  const caps = [shortfall.missing + onTop, ...(spanning ? [nextShortAtStart] : [])];
   const steps = input.runsOn(shortfall.at);
   const licenses = steps ? Math.min(whole, ...caps) : whole;
-  const firstLacksMore = spanning && missing(first) > missing(latest);
+  // A partial also leaves to a second one the rest of a term in force that lacks more than the
+  // next term, or the whole next term when that was deferred.
+  const firstLacksMore = spanning && missing(first) > whole;
   return {
     kind: 'buy',
     total: input.total,
     licenses,
     startsAt: shortfall.at,
     endsAt: last.to,
-    rest:
-      licenses < whole ||
-      (input.style === 'coterm' && (firstLacksMore || (deferred && last !== latest))),
+    rest: licenses < whole || (input.style === 'coterm' && (firstLacksMore || deferred)),
   };
 }
 
