@@ -1,6 +1,7 @@
 // The `maintenance` queue: a job scheduler that reconciles chains with their renewal jobs.
 import type { Job, Queue } from 'bullmq';
 import { z } from 'zod';
+import { markAddOnCancelled } from '../src/chains/cancel.js';
 import { governedNextRenewalAt } from '../src/chains/family.js';
 import type { Chain } from '../src/chains/records.js';
 import { defaultJobOptions } from '../src/queues.js';
@@ -54,6 +55,7 @@ export function makeProcessor(deps: WorkerDeps) {
       for (const chain of await deps.chains.getMany(ids)) {
         checked += 1;
         const now = deps.clock.now();
+        if (await cancelledWithMainChain(deps, chain, now, job.id ?? '')) continue;
         const schedule = await governed(chain);
         if (hasExpired(schedule, now)) {
           if (await markExpired(deps, chain, now, job.id ?? '', governed)) expired += 1;
@@ -70,6 +72,35 @@ export function makeProcessor(deps: WorkerDeps) {
     deps.log.info({ checked, expired }, 'reconciled chains');
     return { checked, expired };
   };
+}
+
+/**
+ * An add-on whose main chain is cancelled, not yet recorded as cancelled itself: the cancel marks
+ * its add-ons at best effort and leaves one that another job held at that moment. Recorded here
+ * (again at best effort, for the next round). One with a renewal in flight is its job's: that job
+ * cancels what it ordered.
+ */
+async function cancelledWithMainChain(
+  deps: WorkerDeps,
+  chain: Chain,
+  now: number,
+  jobId: string,
+): Promise<boolean> {
+  if (chain.mainChain === null || chain.status === 'cancelled' || chain.intent !== null) {
+    return false;
+  }
+  const main = await deps.chains.get(chain.mainChain);
+  if (main?.status !== 'cancelled') return false;
+  await markAddOnCancelled(
+    deps.chains,
+    chain,
+    now,
+    { jobId },
+    {
+      detail: 'cancelled with its main chain (recorded by reconcile)',
+    },
+  );
+  return true;
 }
 
 /** Best effort: a chain some job is changing right now is left for the next round. */

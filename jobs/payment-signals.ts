@@ -44,9 +44,12 @@ async function familyOrderIds(deps: WorkerDeps, chain: Chain, now: number): Prom
 
 /**
  * Removes the current episode's suspension job, and tells whether it may have suspended some
- * orders already: a job that failed (or died) halfway leaves the chain `active` while some of
- * its orders are suspended at the provider. The chain's own `suspending` mark says so in every
- * case (a job waiting to retry too); this covers suspensions begun before the mark existed.
+ * orders already: a job that failed halfway leaves the chain `active` while some of its orders
+ * are suspended at the provider. The chain's own `suspending` mark says so in every case (a job
+ * waiting to retry, or one that died, too); this covers suspensions begun before the mark
+ * existed. An active job is left alone and not taken for a partial suspension: while this job
+ * holds the chain's lock it has done nothing yet (it waits for the lock), and a job that died
+ * halfway left the mark.
  */
 async function removeSuspensionJob(queue: Queue, chain: Chain): Promise<{ partly: boolean }> {
   if (chain.overdueEpisode === 0) return { partly: false };
@@ -54,24 +57,34 @@ async function removeSuspensionJob(queue: Queue, chain: Chain): Promise<{ partly
   if (!job) return { partly: false };
   const state = await job.getState();
   if (state !== 'active') await job.remove();
-  return { partly: state === 'failed' || state === 'active' };
+  return { partly: state === 'failed' };
 }
 
-async function addSuspensionJob(
-  deps: WorkerDeps,
-  chain: Chain,
+/**
+ * Makes sure the suspension job of `episode` will run at `suspendAt` ("ensure", not "add": DESIGN
+ * §4). A finished job of that id blocks a plain add, yet the chain still needs one: a job that
+ * skipped because the chain did not say overdue yet (the overdue job died between scheduling it
+ * and saving the chain), or because the chain was suspended already (an earlier episode awaiting
+ * its manual reactivation, since confirmed).
+ */
+export async function ensureSuspensionJob(
+  queue: Queue,
+  chain: Pick<Chain, 'id' | 'order' | 'customer'>,
   episode: number,
   suspendAt: number,
   now: number,
-) {
-  await deps.queues['payment-signals'].add(
+): Promise<void> {
+  const id = suspensionJobId(chain.id, episode);
+  const existing = await queue.getJob(id);
+  if (existing) {
+    const state = await existing.getState();
+    if (state !== 'completed' && state !== 'failed') return;
+    await existing.remove();
+  }
+  await queue.add(
     `${SUSPEND} ${chain.order} episode ${episode}`,
     { chainId: chain.id, order: chain.order, customer: chain.customer, episode, dueAt: suspendAt },
-    {
-      ...defaultJobOptions,
-      jobId: suspensionJobId(chain.id, episode),
-      delay: Math.max(0, suspendAt - now) * 1000,
-    },
+    { ...defaultJobOptions, jobId: id, delay: Math.max(0, suspendAt - now) * 1000 },
   );
 }
 
@@ -83,12 +96,12 @@ async function markOverdue(
   now: number,
 ) {
   const { chain, token } = held;
+  const queue = deps.queues['payment-signals'];
   const cause = { webhookId: data.webhookId, jobId: job.id ?? '' };
   if (chain.payment === 'overdue') {
-    // A retry after a crash between the save and the add restores the job (an add of an
-    // existing id changes nothing).
+    // A retry after a crash between the save and the add restores the job.
     if (chain.suspendAt !== null && chain.status !== 'suspended') {
-      await addSuspensionJob(deps, chain, chain.overdueEpisode, chain.suspendAt, now);
+      await ensureSuspensionJob(queue, chain, chain.overdueEpisode, chain.suspendAt, now);
     }
     await deps.chains.save({
       chainId: chain.id,
@@ -105,8 +118,9 @@ async function markOverdue(
   const episode = chain.overdueEpisode + 1;
   const suspendAt = suspensionDueAt({ overdueAt: now, graceDays: deps.settings.paymentGraceDays });
   // Scheduled before the chain says overdue: a crash in between leaves a job that finds the
-  // chain paid (and skips), never an overdue chain without its suspension.
-  await addSuspensionJob(deps, chain, episode, suspendAt, now);
+  // chain paid (and skips), never an overdue chain without its suspension; the retry then
+  // schedules it again.
+  await ensureSuspensionJob(queue, chain, episode, suspendAt, now);
   await deps.chains.save({
     chainId: chain.id,
     token,
@@ -123,7 +137,10 @@ async function markOverdue(
       {
         at: now,
         event: 'payment.overdue',
-        detail: `payment overdue (episode ${episode}): renewals wait; the chain is suspended at ${formatInstant(suspendAt)} unless paid`,
+        detail:
+          chain.status === 'suspended'
+            ? `payment overdue (episode ${episode}) while the chain is suspended, awaiting its manual reactivation: renewals wait; a reactivation confirmed before payment is suspended again from ${formatInstant(suspendAt)}`
+            : `payment overdue (episode ${episode}): renewals wait; the chain is suspended at ${formatInstant(suspendAt)} unless paid`,
         cause,
       },
     ],

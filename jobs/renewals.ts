@@ -235,10 +235,13 @@ export async function ensureFamilyRenewalJobs(
   for (const addOn of await chains.getMany(main.addOns)) {
     if (addOn.flagged !== null || (addOn.intent !== null && addOn.intent.kind !== 'renewal'))
       continue;
+    // A payment or an operator that reconsiders the main chain's waiting renewal reconsiders
+    // its add-ons' as well: they waited for the same reason.
     await ensureRenewalJob(
       queue,
       { ...addOn, nextRenewalAt: governedNextRenewalAt(main, addOn) },
       now,
+      options,
     );
   }
 }

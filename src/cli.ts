@@ -167,7 +167,9 @@ export function buildCli(): Command {
 async function withChainOperations<T>(run: (ops: ChainOperations) => Promise<T>): Promise<T> {
   return withRuntime(async (rt) => {
     const settings = settingsOrExit();
-    const renewals = new Queue(QUEUES.renewals, { connection: rt.redis, prefix: QUEUE_PREFIX });
+    const queue = (name: string) => new Queue(name, { connection: rt.redis, prefix: QUEUE_PREFIX });
+    const renewals = queue(QUEUES.renewals);
+    const paymentSignals = queue(QUEUES.paymentSignals);
     try {
       const chains = new ChainStore(rt.redis);
       return await run(
@@ -175,12 +177,13 @@ async function withChainOperations<T>(run: (ops: ChainOperations) => Promise<T>)
           variant: settings.PARTNER_VARIANT,
           chains,
           renewals,
+          paymentSignals,
           clock: rt.clock,
           leadDays: settings.RENEWAL_LEAD_DAYS,
         }),
       );
     } finally {
-      await renewals.close();
+      await Promise.all([renewals.close(), paymentSignals.close()]);
     }
   });
 }

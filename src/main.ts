@@ -133,6 +133,7 @@ export async function start(
           ops: {
             chains,
             renewals: apiQueues.renewals,
+            paymentSignals: apiQueues['payment-signals'],
             provisioning,
             clock: runtime.clock,
             token: secrets.opsToken.value,

@@ -1,5 +1,6 @@
 // What an operator can do to chains, shared by the ops API and the CLI.
 import type { Queue } from 'bullmq';
+import { ensureSuspensionJob } from '../../jobs/payment-signals.js';
 import { ensureFamilyRenewalJobs } from '../../jobs/renewals.js';
 import { cancelChain } from '../chains/cancel.js';
 import { governedNextRenewalAt } from '../chains/family.js';
@@ -11,11 +12,14 @@ import type { Clock } from '../clock.js';
 import { SECONDS_PER_DAY } from '../domain/periods.js';
 import { withNextRenewalAt } from '../domain/renewal.js';
 import { NotFoundError, RefusalError } from '../errors.js';
+import { formatInstant } from '../format.js';
 import { withOperatorLock } from './operator-lock.js';
 
 export interface ChainOperationsDeps {
   chains: ChainStore;
   renewals: Queue;
+  /** A reactivation confirmed while a newer payment is overdue schedules its suspension. */
+  paymentSignals: Queue;
   clock: Clock;
   leadDays: number;
   /** The variant the workers drive: only external chains are reactivated by hand. */
@@ -151,7 +155,11 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
         }
         const now = clock.now();
         const status = chain.term.expiresAt <= now ? 'expired' : 'active';
-        return chains.save({
+        // A payment overdue again since the one that asked for this reactivation: its grace
+        // period runs on, and its suspension (which skipped a chain still suspended) follows.
+        const overdue =
+          chain.payment === 'overdue' && chain.suspendAt !== null ? chain.suspendAt : null;
+        const saved = await chains.save({
           chainId: chain.id,
           token,
           previous: chain,
@@ -164,12 +172,19 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
             {
               at: now,
               event: 'chain.reactivated',
-              detail: 'an operator confirmed the manual reactivation at the provider',
+              detail:
+                overdue === null
+                  ? 'an operator confirmed the manual reactivation at the provider'
+                  : `an operator confirmed the manual reactivation at the provider; payment is overdue again (episode ${chain.overdueEpisode}): suspended again from ${formatInstant(overdue)} unless paid`,
               cause,
             },
           ],
           release: false,
         });
+        if (overdue !== null) {
+          await ensureSuspensionJob(deps.paymentSignals, saved, saved.overdueEpisode, overdue, now);
+        }
+        return saved;
       }),
 
     async ofCustomer(customer: string): Promise<ChainView[]> {

@@ -1,6 +1,6 @@
 // Payment delays end to end: grace periods, suspension, payment, reactivation, waiting renewals.
 import { describe, expect, it } from 'vitest';
-import { suspensionJobId } from '../../../jobs/payment-signals.js';
+import { ensureSuspensionJob, suspensionJobId } from '../../../jobs/payment-signals.js';
 import { renewalJobId } from '../../../jobs/renewals.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
 import type { ChainView } from '../../../src/chains/view.js';
@@ -184,6 +184,43 @@ describe('marketplace, 3 days of grace', () => {
   });
 });
 
+describe('marketplace with add-on seat increases, 3 days of grace', () => {
+  const clock = manualClock(systemClock.now());
+  const system = useSystem({ clock, env: { PAYMENT_GRACE_DAYS: '3', SEAT_INCREASE: 'addon' } });
+
+  it('makes the add-on renewal that waited for payment when paid, as the main one', async () => {
+    await system.send(
+      'order.placed',
+      orderPlaced({ order: 'P-7', startsAt: clock.now() - 2 * DAY }),
+    );
+    await system.waitForChain('P-7', () => true);
+    await system.send('seats.changed', { order: 'P-7', licenses: 8 });
+    const [addOn] = (await system.waitForChain('P-7', (c) => c.addOns.length === 1)).addOns;
+    if (!addOn) throw new Error('no add-on');
+    await system.send('payment.overdue', { order: 'P-7' });
+    await system.waitForChain('P-7', (c) => c.payment === 'overdue');
+
+    // Both terms fall due while the payment is overdue (inside the grace period): both wait.
+    clock.set(addOn.term.expiresAt - 2 * DAY);
+    const queue = system.queue('renewals');
+    const ids = [renewalJobId(chainIdOf('P-7'), 2), renewalJobId(chainIdOf(addOn.order), 2)];
+    for (const id of ids) {
+      await system.promote('renewals', id);
+      await expect
+        .poll(async () => (await queue.getJob(id))?.data.deferredUntil, { timeout: 10_000 })
+        .toBeGreaterThan(clock.now());
+    }
+
+    await system.send('payment.received', { order: 'P-7' });
+    // The add-on's renewal is moved to now with the main one's, not left to wait 6 hours.
+    const renewed = await system.waitForChain(
+      'P-7',
+      (c) => c.term.count === 2 && c.addOns[0]?.term.count === 2,
+    );
+    expect(renewed.addOns[0]?.term.startsAt).toBe(addOn.term.expiresAt);
+  });
+});
+
 describe('marketplace with no grace', () => {
   const system = useSystem({ env: { PAYMENT_GRACE_DAYS: '0' } });
 
@@ -199,6 +236,25 @@ describe('marketplace with no grace', () => {
     expect(refused.status).toBe(422);
     expect(refused.body).toMatchObject({ error: 'not_external' });
     expect((await system.chain('N-1')).status).toBe('suspended');
+  });
+
+  it('suspends when an overdue job that died after scheduling the suspension runs again', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'N-2' }));
+    const placed = await system.waitForChain('N-2', () => true);
+    // What the dead attempt left: the suspension job scheduled, the chain not yet overdue. The
+    // job runs at once (no grace), finds the chain paid and skips.
+    const chainId = chainIdOf('N-2');
+    const queue = system.queue('payment-signals');
+    const now = system.started.runtime.clock.now();
+    await ensureSuspensionJob(queue, { ...placed, id: chainId }, 1, now, now);
+    const dead = await queue.getJob(suspensionJobId(chainId, 1));
+    await expect.poll(async () => dead?.getState(), { timeout: 10_000 }).toBe('completed');
+
+    // The retry (the same event, the same path) schedules it again rather than add in vain.
+    await system.send('payment.overdue', { order: 'N-2' });
+    const chain = await system.waitForChain('N-2', (c) => c.status === 'suspended');
+    expect(chain.payment).toBe('overdue');
+    expect(await providerStatus(system, 'N-2')).toBe('suspended');
   });
 });
 
@@ -224,6 +280,33 @@ describe('the external variant', () => {
     const res = await system.ops('POST', '/ops/chains/X-1/reactivated');
     expect(res.body).toMatchObject({ status: 'active', needsReactivation: false });
     expect((res.body as ChainView).nextRenewalAt).not.toBeNull();
+  });
+
+  it('suspends again a chain reactivated while a newer payment is overdue', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'X-2' }));
+    await system.waitForChain('X-2', () => true);
+    await system.send('payment.overdue', { order: 'X-2' });
+    await system.waitForChain('X-2', (c) => c.status === 'suspended');
+    await system.send('payment.received', { order: 'X-2' });
+    await system.waitForChain('X-2', (c) => c.needsReactivation);
+
+    // The next invoice is overdue before the operator reactivates: its suspension (no grace)
+    // finds the chain suspended already.
+    await system.send('payment.overdue', { order: 'X-2' });
+    const overdue = await system.waitForChain('X-2', (c) => c.payment === 'overdue');
+    expect(overdue.history.at(-1)?.detail).toContain('awaiting its manual reactivation');
+    const second = await system
+      .queue('payment-signals')
+      .getJob(suspensionJobId(chainIdOf('X-2'), 2));
+    await expect.poll(async () => second?.getState(), { timeout: 10_000 }).toBe('completed');
+
+    // The operator reactivates by hand and confirms: the unpaid chain is suspended again.
+    const res = await system.ops('POST', '/ops/chains/X-2/reactivated');
+    expect(res.status).toBe(200);
+    const chain = await system.waitForChain('X-2', (c) => c.status === 'suspended');
+    expect(chain).toMatchObject({ payment: 'overdue', needsReactivation: false });
+    expect(lastEvent(chain)).toBe('chain.suspended');
+    expect(await providerStatus(system, 'X-2')).toBe('suspended');
   });
 });
 

@@ -7,6 +7,7 @@ import { renewalJobId } from '../../../jobs/renewals.js';
 import { addOnJobId } from '../../../jobs/waiting-add-ons.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
 import type { Chain } from '../../../src/chains/records.js';
+import { ChainStore } from '../../../src/chains/store.js';
 import type { ChainView } from '../../../src/chains/view.js';
 import { type ManualClock, manualClock, systemClock } from '../../../src/clock.js';
 import { addTerms } from '../../../src/domain/periods.js';
@@ -783,6 +784,27 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     expect(
       await system.queue('renewals').getJob(renewalJobId(chainIdOf('A-4.a1'), 2)),
     ).toBeUndefined();
+  });
+
+  it('lets reconcile record an add-on cancelled that another job held during the cancel', async () => {
+    await place(system, 'A-15', 3);
+    await seats(system, 'A-15', 5);
+    await system.waitForChain('A-15', (c) => c.addOns.length === 1);
+    const chains = new ChainStore(system.started.runtime.redis);
+    const addOn = chainIdOf('A-15.a1');
+    const token = 'test-holds-the-add-on';
+    await chains.lock(addOn, token);
+    await system.send('order.cancelled', { order: 'A-15' });
+    await system.waitForChain('A-15', (c) => c.status === 'cancelled');
+    await chains.unlock(addOn, token);
+    // The cancel could not mark it (the ops view shows its main chain's status, not its own).
+    expect((await chains.get(addOn))?.status).toBe('active');
+
+    const reconcile = await system.queue('maintenance').add('reconcile now', {});
+    await expect.poll(async () => reconcile.getState(), { timeout: 10_000 }).toBe('completed');
+    expect((await chains.get(addOn))?.status).toBe('cancelled');
+    expect((await chains.history(addOn)).at(-1)?.detail).toContain('recorded by reconcile');
+    expect((await system.providerOrder('A-15.a1'))?.status).toBe('cancelled');
   });
 });
 
