@@ -41,6 +41,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
   // The spec's calls are GETs with a JSON body; Fastify ignores GET bodies unless told.
   app.addHttpMethod('GET', { hasBody: true, overrideExisting: true });
+  // Bodies are JSON only: Fastify's own text/plain parser would hand a route the raw text.
+  app.removeContentTypeParser('text/plain');
   // An empty body with a JSON content type is "no body", so health and ops GETs still work.
   const jsonParser = app.getDefaultJsonParser('error', 'error');
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {

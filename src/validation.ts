@@ -16,11 +16,15 @@ function describeIssue(issue: z.core.$ZodIssue, prefix: string): string {
   }
   if (issue.code === 'invalid_type' && issue.input === undefined) return `${path}: is required`;
   // Custom (cross-field) messages say what they need themselves; their input is the whole object.
+  // Only a field's own scalar value is repeated: a whole body, an object or an array may hold a
+  // secret field under another name.
   const showValue =
     issue.code !== 'custom' &&
+    issue.path.length > 0 &&
     !SECRET_FIELDS.has(String(issue.path.at(-1))) &&
     'input' in issue &&
-    issue.input !== undefined;
+    issue.input !== undefined &&
+    (issue.input === null || typeof issue.input !== 'object');
   const given = showValue ? `, got ${describeValue(issue.input)}` : '';
   return `${path}: ${issue.message}${given}`;
 }

@@ -4,9 +4,20 @@
 // and bounded like the provisioning interface's own params.
 import { z } from 'zod';
 import { MAX_PARENT_ORDER_ID_LENGTH } from '../domain/ids.js';
-import { callerId, duration, email, epochSeconds, licenses } from '../provisioning/schemas.js';
+import {
+  callerId,
+  duration,
+  email,
+  epochSeconds,
+  licenses,
+  WELL_FORMED,
+} from '../provisioning/schemas.js';
 
-const text = z.string().min(1, 'must not be empty').max(200, 'must be at most 200 characters');
+const text = z
+  .string()
+  .min(1, 'must not be empty')
+  .max(200, 'must be at most 200 characters')
+  .regex(...WELL_FORMED);
 
 /** Order ids that the workers derive for renewals, partials and add-ons; producers may not use them. */
 export const RESERVED_ORDER_SUFFIX = /\.(r|p|a)\d+$/;
@@ -17,7 +28,11 @@ const orderPlaced = z.looseObject({
     name: text,
     admin: z.looseObject({
       email,
-      phone: z.string().max(64, 'must be at most 64 characters').optional(),
+      phone: z
+        .string()
+        .max(64, 'must be at most 64 characters')
+        .regex(...WELL_FORMED)
+        .optional(),
       displayName: text.optional(),
     }),
   }),
@@ -30,7 +45,11 @@ const orderPlaced = z.looseObject({
       .refine((id) => !RESERVED_ORDER_SUFFIX.test(id), {
         message: 'must not end in .r<n>, .p<n> or .a<n> (reserved for orders the workers create)',
       }),
-    product: z.string().min(1).max(64),
+    product: z
+      .string()
+      .min(1)
+      .max(64)
+      .regex(...WELL_FORMED),
     licenses,
     duration,
     startsAt: epochSeconds.optional(),
@@ -40,13 +59,18 @@ const orderPlaced = z.looseObject({
 });
 
 const orderRef = { order: callerId, occurredAt: epochSeconds.optional() };
+const invoice = z
+  .string()
+  .max(200)
+  .regex(...WELL_FORMED)
+  .optional();
 
 export const eventSchemas = {
   'order.placed': orderPlaced,
   'order.cancelled': z.looseObject(orderRef),
   'seats.changed': z.looseObject({ ...orderRef, licenses, effectiveAt: epochSeconds.optional() }),
-  'payment.overdue': z.looseObject({ ...orderRef, invoice: z.string().max(200).optional() }),
-  'payment.received': z.looseObject({ ...orderRef, invoice: z.string().max(200).optional() }),
+  'payment.overdue': z.looseObject({ ...orderRef, invoice }),
+  'payment.received': z.looseObject({ ...orderRef, invoice }),
 } as const;
 
 export type EventType = keyof typeof eventSchemas;

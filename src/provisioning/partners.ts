@@ -61,8 +61,8 @@ export function makePartnerDirectory(
   return {
     create,
     async ensure(input) {
-      const existing = await store.findPartnerByName(input.name);
-      if (existing) {
+      /** The partner of that name, held to the variant and window asked for. */
+      const adopt = async (existing: Partner) => {
         if (existing.variant !== input.variant) {
           throw new RefusalError(
             'partner_variant_mismatch',
@@ -72,13 +72,15 @@ export function makePartnerDirectory(
         }
         if (existing.renewalWindowDays === input.renewalWindowDays) return existing;
         return store.setPartnerRenewalWindow(existing, input.renewalWindowDays);
-      }
+      };
+      const existing = await store.findPartnerByName(input.name);
+      if (existing) return adopt(existing);
       try {
         return (await create(input)).partner;
       } catch (error) {
-        // Another process created it between our read and our write: use theirs.
+        // Another process created it between our read and our write: theirs, on our terms.
         const raced = await store.findPartnerByName(input.name);
-        if (raced) return raced;
+        if (raced) return adopt(raced);
         throw error;
       }
     },

@@ -5,12 +5,23 @@ import { productCatalogue } from './catalogue.js';
 export type Variant = 'marketplace' | 'external';
 export const variants = ['marketplace', 'external'] as const;
 
+/**
+ * Text that the core stores must be well-formed Unicode: JSON.stringify writes a lone surrogate
+ * as `\udXXX`, which Redis's cjson refuses to decode, so such a string would be stored fine and
+ * break every later script that reads its record.
+ */
+export const WELL_FORMED = [
+  /^\P{Cs}*$/u,
+  'must be well-formed Unicode (no lone surrogates)',
+] as const;
+
 /** Caller ids: 1..128 characters without control characters; may hold `:` or be all digits. */
 export const callerId = z
   .string()
   .min(1, 'must not be empty')
   .max(128, 'must be at most 128 characters')
-  .regex(/^[^\p{Cc}]+$/u, 'must not contain control characters');
+  .regex(/^[^\p{Cc}]+$/u, 'must not contain control characters')
+  .regex(...WELL_FORMED);
 
 export const email = z.email('must be an email address').max(254, 'must be at most 254 characters');
 const password = z
@@ -28,13 +39,21 @@ export const licenses = z
   .min(1, 'must be at least 1')
   .max(100_000, 'must be at most 100000');
 export const duration = z.enum(['monthly', 'yearly'], 'must be "monthly" or "yearly"');
-const name = z.string().min(1, 'must not be empty').max(200, 'must be at most 200 characters');
+const name = z
+  .string()
+  .min(1, 'must not be empty')
+  .max(200, 'must be at most 200 characters')
+  .regex(...WELL_FORMED);
 
 const idOnly = z.strictObject({ id: callerId });
 
 function instanceOf(variant: Variant) {
   return variant === 'marketplace'
-    ? z.string('must be a string (marketplace instance id)').min(1).max(128)
+    ? z
+        .string('must be a string (marketplace instance id)')
+        .min(1)
+        .max(128)
+        .regex(...WELL_FORMED)
     : z.int('must be an integer (external instance id)').min(1);
 }
 
@@ -56,7 +75,11 @@ function commonSchemas(variant: Variant) {
     admin: z.strictObject(
       {
         email,
-        phone: z.string().max(64, 'must be at most 64 characters').optional(),
+        phone: z
+          .string()
+          .max(64, 'must be at most 64 characters')
+          .regex(...WELL_FORMED)
+          .optional(),
         displayName: name.optional(),
       },
       'must be an object with email',

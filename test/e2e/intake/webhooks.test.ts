@@ -335,6 +335,13 @@ describe('a signed request with a bad body', () => {
     await expectInvalid(answer, 'invalid_event', 'data.licenses: must be an integer, got 1.5');
   });
 
+  it('is refused 400 naming data.customer.name when it holds a lone surrogate', async () => {
+    const data = structuredClone(samples['order.placed']) as { customer: Record<string, unknown> };
+    data.customer.name = 'Acme \udc00';
+    const answer = await deliver({ type: 'order.placed', data });
+    await expectInvalid(answer, 'invalid_event', 'data.customer.name: must be well-formed Unicode');
+  });
+
   it('is refused 400 when order.placed uses a reserved order id suffix', async () => {
     const data = structuredClone(samples['order.placed']) as { order: Record<string, unknown> };
     data.order.id = 'A-1.r2';

@@ -27,6 +27,29 @@ describe('ensuring the partner account', () => {
     ).rejects.toThrow(`partner ${name} exists with variant marketplace, not external`);
   });
 
+  it('holds a partner created by a racing call to the variant and window asked for', async () => {
+    const name = uniqueName();
+    const [first, second] = await Promise.allSettled([
+      app.partners.ensure({ name, variant: 'marketplace', renewalWindowDays: 15, now: 1 }),
+      app.partners.ensure({ name, variant: 'external', renewalWindowDays: 30, now: 1 }),
+    ]);
+    // Whichever created it, the other call is refused rather than handed the wrong variant.
+    expect([first.status, second.status].sort()).toEqual(['fulfilled', 'rejected']);
+
+    const windows = await Promise.all(
+      [15, 30, 15, 30].map((days) =>
+        app.partners.ensure({
+          name: `${name}-w`,
+          variant: 'marketplace',
+          renewalWindowDays: days,
+          now: 1,
+        }),
+      ),
+    );
+    // Each call answers a partner with its own window (the last one written stays).
+    expect(windows.map((p) => p.renewalWindowDays)).toEqual([15, 30, 15, 30]);
+  });
+
   it('changes the window of an existing partner to the one asked for, and the core applies it', async () => {
     const name = uniqueName();
     const { partner, apiKey } = await app.partners.create({

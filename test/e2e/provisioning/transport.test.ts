@@ -217,6 +217,18 @@ describe('the provisioning address', () => {
       expectJson(res);
     });
 
+    it('refuses text with a lone surrogate, naming the field, and stores nothing', async () => {
+      // JSON.stringify would store it as \udXXX, which the Lua scripts cannot decode later.
+      const lone = (field: 'id' | 'name') =>
+        `{"method":"createCustomer","params":{"id":${field === 'id' ? '"C-\\ud800"' : '"C-lone"'},"name":${field === 'name' ? '"Acme \\udc00"' : '"Acme"'},"admin":{"email":"boss@acme.example"}}}`;
+      for (const field of ['id', 'name'] as const) {
+        const res = await send(marketplace.apiKey, lone(field));
+        expect(refusal(res)).toContain(`params.${field}: must be well-formed Unicode`);
+      }
+      const missing = await marketplace.call('createCustomer', { ...customerParams, id: 'C-lone' });
+      expect(missing.status).toBe(200);
+    });
+
     it('refuses a body without method, naming method', async () => {
       const res = await send(marketplace.apiKey, JSON.stringify({ params: customerParams }));
       expect(refusal(res)).toContain('method');
@@ -269,14 +281,19 @@ describe('the provisioning address', () => {
       expectJson(res);
     });
 
-    it('refuses a body that is not JSON by content-type with 400', async () => {
-      const res = await send(
-        marketplace.apiKey,
-        JSON.stringify({ method: 'createCustomer', params: customerParams }),
-        { headers: { 'content-type': 'text/plain' } },
-      );
-      refusal(res);
+    it('refuses a body that is not JSON by content-type with 400, repeating none of it', async () => {
+      const params = { email: 'a@b.example', password: 'hunter2-secret', instance: 'i-1' };
+      const res = await send(marketplace.apiKey, JSON.stringify({ method: 'createUser', params }), {
+        headers: { 'content-type': 'text/plain' },
+      });
+      expect(refusal(res)).toBe('Content-Type must be application/json');
       expectJson(res);
+    });
+
+    it('repeats no whole body in a refusal: it may hold a secret under any name', async () => {
+      const body = JSON.stringify(JSON.stringify({ params: { password: 'hunter2-secret' } }));
+      const res = await send(marketplace.apiKey, body);
+      expect(refusal(res)).not.toContain('hunter2');
     });
 
     it('refuses a body over 1 MiB with 413 and a JSON string body', async () => {
