@@ -2,12 +2,14 @@
 import { z } from 'zod';
 import { ConfigError } from '../src/errors.js';
 import { hideUrlPasswords, parseRedisTarget } from '../src/redis/target.js';
+import { decimalDigits } from '../src/validation.js';
 
 /** An empty variable counts as unset (DESIGN §6), so `PORT=` falls back to the default. */
 const unsetWhenEmpty = (value: unknown) => (value === '' ? undefined : value);
 
-const port = z.coerce.number().int().min(0).max(65535);
-const intIn = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
+const intIn = (min: number, max: number) =>
+  z.preprocess(decimalDigits, z.int('must be a whole number').min(min).max(max));
+const port = intIn(0, 65535);
 /** true/false, 1/0, yes/no, on/off (any case). */
 const flag = z
   .string()

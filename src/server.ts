@@ -38,6 +38,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     loggerInstance: deps.log as FastifyBaseLogger,
     bodyLimit: BODY_LIMIT_BYTES,
     exposeHeadRoutes: false,
+    // Order and customer ids run to 128 characters, more once URL-encoded (Fastify's default
+    // of 100 would answer a long id 414); the routes' own schemas bound them.
+    routerOptions: { maxParamLength: 1536 },
   });
   // The spec's calls are GETs with a JSON body; Fastify ignores GET bodies unless told.
   app.addHttpMethod('GET', { hasBody: true, overrideExisting: true });

@@ -33,3 +33,12 @@ function describeIssue(issue: z.core.$ZodIssue, prefix: string): string {
 export function describeIssues(error: z.ZodError, prefix = ''): string {
   return error.issues.map((issue) => describeIssue(issue, prefix)).join('; ');
 }
+
+/**
+ * A whole number written in decimal digits, from an environment variable, a query string or a
+ * flag: what `z.coerce.number()` would also take (blanks as 0, `0x10`, `1e2`) stays a string, so
+ * the schema refuses it and names what was given.
+ */
+export function decimalDigits(value: unknown): unknown {
+  return typeof value === 'string' && /^[0-9]+$/.test(value) ? Number(value) : value;
+}

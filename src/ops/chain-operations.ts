@@ -96,12 +96,33 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
     return view(saved);
   }
 
+  /**
+   * Auto-renew and reactivation belong to a family's main chain, which governs its add-ons (DESIGN
+   * §4): set on an add-on's own record, they would only stop its renewals for good.
+   */
+  async function refuseAddOn(chain: Chain, what: string): Promise<void> {
+    if (chain.mainChain === null) return;
+    const main = await chains.get(chain.mainChain);
+    const mainOrder = main?.order ?? 'its main chain';
+    throw new RefusalError(
+      'add_on_governed',
+      `${chain.order} is an add-on of ${mainOrder}, whose ${what} governs it: name ${mainOrder}`,
+    );
+  }
+
   return {
     show: async (order: string) => view(await find(order)),
 
     setAutoRenew: (order: string, enabled: boolean, cause: Cause) =>
       change(order, async ({ chain, token }) => {
+        await refuseAddOn(chain, 'auto-renew');
         if (chain.autoRenew === enabled) return chain;
+        if (chain.status === 'cancelled') {
+          throw new RefusalError(
+            'chain_cancelled',
+            `chain ${chain.order} is cancelled: it renews no more, whatever its auto-renew`,
+          );
+        }
         const now = clock.now();
         return chains.save({
           chainId: chain.id,
@@ -140,6 +161,7 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
 
     reactivated: (order: string, cause: Cause) =>
       change(order, async ({ chain, token }) => {
+        await refuseAddOn(chain, 'reactivation');
         if (chain.status === 'cancelled') {
           throw new RefusalError(
             'chain_cancelled',

@@ -5,7 +5,7 @@ import type { Cause } from '../chains/records.js';
 import { ConfigError, NotFoundError, RefusalError, TransientError } from '../errors.js';
 import { sendError } from '../http-errors.js';
 import { isRedisUnavailable } from '../redis/connection.js';
-import { describeIssues } from '../validation.js';
+import { decimalDigits, describeIssues } from '../validation.js';
 import { requireOpsToken } from './auth.js';
 import { type ChainOperationsDeps, makeChainOperations } from './chain-operations.js';
 
@@ -20,11 +20,11 @@ const autoRenewBody = z.strictObject(
   'must be {"enabled": true|false}',
 );
 const renewalsQuery = z.strictObject({
-  within: z.coerce
-    .number('must be a number of days')
-    .int('must be a whole number of days')
-    .min(0, 'must not be negative')
-    .max(3660, 'must be at most 3660 days')
+  within: z
+    .preprocess(
+      decimalDigits,
+      z.int('must be a whole number of days').min(0).max(3660, 'must be at most 3660 days'),
+    )
     .default(7),
 });
 const operatorHeader = z.string().min(1).max(100).default('ops-api');

@@ -143,8 +143,15 @@ function openClient(
   connected: () => boolean,
 ): RedisClient {
   const failFast = role === 'request';
+  // A Redis that accepts connections but does not answer (stopped, swapping, a long script)
+  // would hold a request for as long as the client waits: it gets 503 after this instead.
   const options: RedisOptions = failFast
-    ? { lazyConnect: true, maxRetriesPerRequest: 1, enableOfflineQueue: false }
+    ? {
+        lazyConnect: true,
+        maxRetriesPerRequest: 1,
+        enableOfflineQueue: false,
+        commandTimeout: REQUEST_COMMAND_TIMEOUT_MS,
+      }
     : { lazyConnect: true, maxRetriesPerRequest: null };
   switch (target.kind) {
     case 'server':
@@ -169,6 +176,7 @@ function openClient(
         redisOptions: {
           ...target.credentials,
           maxRetriesPerRequest: options.maxRetriesPerRequest ?? null,
+          ...(options.commandTimeout ? { commandTimeout: options.commandTimeout } : {}),
           ...(tls ? { tls } : {}),
         },
       });
@@ -191,8 +199,11 @@ function onceConnectedRetryForever(connected: () => boolean) {
   return (times: number): number | null => (connected() ? retryDelayMs(times) : null);
 }
 
+/** How long a request-path command may wait for Redis's answer (ms). */
+export const REQUEST_COMMAND_TIMEOUT_MS = 5_000;
+
 const UNAVAILABLE =
-  /Connection is closed|Stream isn't writeable|ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|max retries per request|LOADING|READONLY|CLUSTERDOWN|TRYAGAIN|Cluster isn't ready|Cluster is ended|Too many Cluster redirections|None of startup nodes|Failed to refresh slots|MISCONF|NOREPLICAS/i;
+  /Command timed out|Connection is closed|Stream isn't writeable|ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|max retries per request|LOADING|READONLY|CLUSTERDOWN|TRYAGAIN|Cluster isn't ready|Cluster is ended|Too many Cluster redirections|None of startup nodes|Failed to refresh slots|MISCONF|NOREPLICAS/i;
 
 /** Whether an error means "Redis cannot be reached or cannot write now" (retry later: 503). */
 export function isRedisUnavailable(error: unknown): boolean {

@@ -15,6 +15,9 @@ export interface TestRedis {
   stop(): Promise<void>;
   /** Starts it again on the same port after `stop` (an empty database: no persistence). */
   restart(): Promise<void>;
+  /** Stops it answering (SIGSTOP), connections open: a Redis that hangs. */
+  pause(): void;
+  resume(): void;
 }
 
 /** The test-only certificates (tls/generate.sh): a CA, the servers' and a client's. */
@@ -101,6 +104,8 @@ export async function startTestRedis(
     restart: async () => {
       child = await runRedisServer(port, serverArgs);
     },
+    pause: () => child.kill('SIGSTOP'),
+    resume: () => child.kill('SIGCONT'),
   };
 }
 

@@ -116,11 +116,14 @@ describe('the ops API', () => {
     },
   );
 
-  it.each(['abc', '-1', '1.5', '99999'])('refuses renewals?within=%s', async (within) => {
-    const res = await system.ops('GET', `/ops/renewals?within=${within}`);
-    expect(res.status).toBe(400);
-    expect((res.body as { message: string }).message).toMatch(/^query\.within: /);
-  });
+  it.each(['abc', '-1', '1.5', '99999', '', '0x10', '1e2'])(
+    'refuses renewals?within=%s',
+    async (within) => {
+      const res = await system.ops('GET', `/ops/renewals?within=${within}`);
+      expect(res.status).toBe(400);
+      expect((res.body as { message: string }).message).toMatch(/^query\.within: /);
+    },
+  );
 
   it('lists upcoming renewals ordered by due time', async () => {
     const res = await system.ops('GET', '/ops/renewals?within=60');
@@ -146,6 +149,29 @@ describe('the ops API', () => {
       event: 'chain.cancelled',
       cause: { operator: 'ops-api' },
     });
+  });
+
+  it('refuses to switch auto-renew on a cancelled chain, changing nothing', async () => {
+    const before = await system.chain('OPS-1');
+    const res = await system.ops('PUT', '/ops/chains/OPS-1/auto-renew', {
+      enabled: !before.autoRenew,
+    });
+    expect(res.status).toBe(422);
+    expect(res.body).toMatchObject({ error: 'chain_cancelled' });
+    expect(await system.chain('OPS-1')).toEqual(before);
+  });
+
+  it('serves a chain whose order id is as long as intake allows', async () => {
+    const order = `L-${'x'.repeat(102)}`;
+    await system.send('order.placed', orderPlaced({ order, customer: `C-${'y'.repeat(126)}` }));
+    await system.waitForChain(order, () => true);
+    const res = await system.ops('GET', `/ops/chains/${order}`);
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({ order });
+    const listed = await system.ops('GET', `/ops/customers/C-${'y'.repeat(126)}/chains`);
+    expect((listed.body as { chains: unknown[] }).chains).toHaveLength(1);
+    const tooLong = await system.ops('GET', `/ops/chains/${'z'.repeat(129)}`);
+    expect(tooLong).toMatchObject({ status: 400, body: { error: 'invalid_request' } });
   });
 });
 

@@ -760,6 +760,25 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     expect(await (await system.queue('renewals').getJob(addOnJob))?.getState()).toBe('delayed');
   });
 
+  it('refuses auto-renew and reactivation on an add-on, which its main chain governs', async () => {
+    await place(system, 'A-16', 3);
+    await seats(system, 'A-16', 5);
+    const before = await system.waitForChain('A-16', (c) => c.addOns.length === 1);
+    for (const [method, path, body] of [
+      ['PUT', '/ops/chains/A-16.a1/auto-renew', { enabled: false }],
+      ['POST', '/ops/chains/A-16.a1/reactivated', undefined],
+    ] as const) {
+      const res = await system.ops(method, path, body);
+      expect(res.status).toBe(422);
+      expect(res.body).toMatchObject({
+        error: 'add_on_governed',
+        message: expect.stringContaining('name A-16'),
+      });
+    }
+    expect(await system.chain('A-16')).toEqual(before);
+    expect(before.addOns[0]?.nextRenewalAt).not.toBeNull();
+  });
+
   it('lets reconcile expire an add-on whose main chain does not renew, once its term ended', async () => {
     await system.send('order.placed', orderPlaced({ order: 'A-5', licenses: 2, autoRenew: false }));
     await system.waitForChain('A-5', () => true);

@@ -2,7 +2,12 @@
 // leave in one socket write, also after a reconnect; BullMQ's worker connections are left alone.
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type ConnectionRole, connectRedis } from '../../../src/redis/connection.js';
+import {
+  type ConnectionRole,
+  connectRedis,
+  isRedisUnavailable,
+  REQUEST_COMMAND_TIMEOUT_MS,
+} from '../../../src/redis/connection.js';
 import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
 
 const BURST = 200;
@@ -77,6 +82,20 @@ describe('connectRedis', () => {
     await admin.client('KILL', 'ID', String(id));
     await reconnected;
     expect(await writesForBurst(redis)).toBe(1);
+  });
+
+  it('gives up on a request-path command after 5 seconds when Redis hangs, as unavailable', async () => {
+    const redis = await open('request');
+    server.pause();
+    try {
+      const started = Date.now();
+      const error = await redis.ping().catch((e: unknown) => e);
+      expect(Date.now() - started).toBeGreaterThanOrEqual(REQUEST_COMMAND_TIMEOUT_MS - 100);
+      expect(isRedisUnavailable(error)).toBe(true);
+    } finally {
+      server.resume();
+    }
+    expect(await redis.ping()).toBe('PONG');
   });
 
   it('leaves the worker connections that BullMQ drives as they are', async () => {

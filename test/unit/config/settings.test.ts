@@ -72,6 +72,13 @@ describe('loadSettings', () => {
     expect(loadSettings({ REDIS_URL: url }).REDIS_URL).toBe(url);
   });
 
+  it.each([' ', '0x10', '1e3', '80.0', '+80'])(
+    'refuses PORT=%j: numbers are decimal digits',
+    (port) => {
+      expect(() => loadSettings({ PORT: port })).toThrow(/PORT=.*must be a whole number/);
+    },
+  );
+
   it('names every invalid variable at once', () => {
     expect(() => loadSettings({ PORT: '-1', LOG_LEVEL: 'x' })).toThrow(/PORT=.*\n.*LOG_LEVEL=/s);
   });
