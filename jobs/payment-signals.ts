@@ -107,7 +107,12 @@ async function markOverdue(
       chainId: chain.id,
       token,
       previous: chain,
-      next: { ...chain, lastPaymentEventAt: data.occurredAt, updatedAt: now },
+      next: {
+        ...chain,
+        lastPaymentEventAt: data.occurredAt,
+        lastPaymentWebhookId: data.webhookId,
+        updatedAt: now,
+      },
       history: [
         { at: now, event: 'payment.overdue', detail: 'already overdue: nothing changes', cause },
       ],
@@ -131,6 +136,7 @@ async function markOverdue(
       overdueEpisode: episode,
       suspendAt,
       lastPaymentEventAt: data.occurredAt,
+      lastPaymentWebhookId: data.webhookId,
       updatedAt: now,
     },
     history: [
@@ -163,6 +169,7 @@ async function markPaid(deps: WorkerDeps, job: Job, held: Held, data: EventJobDa
     suspendAt: null,
     suspending: null,
     lastPaymentEventAt: data.occurredAt,
+    lastPaymentWebhookId: data.webhookId,
     updatedAt: now,
   };
 
@@ -232,6 +239,25 @@ async function markPaid(deps: WorkerDeps, job: Job, held: Held, data: EventJobDa
   throw new UnrecoverableError(reason);
 }
 
+/**
+ * The job of the last payment event applied, run again (it died after its save): the chain says
+ * what it did, so it only makes sure of the jobs that follow from it, which it may not have
+ * reached, and writes no second history entry.
+ */
+async function replayed(deps: WorkerDeps, chain: Chain, data: EventJobData, now: number) {
+  if (data.type === 'payment.overdue') {
+    if (chain.payment === 'overdue' && chain.suspendAt !== null && chain.status !== 'suspended') {
+      const queue = deps.queues['payment-signals'];
+      await ensureSuspensionJob(queue, chain, chain.overdueEpisode, chain.suspendAt, now);
+    }
+  } else if (chain.payment === 'ok' && !chain.needsReactivation) {
+    await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, chain, now, {
+      overrideDeferral: true,
+    });
+  }
+  return `already applied: ${data.webhookId}`;
+}
+
 async function applyPaymentEvent(
   deps: WorkerDeps,
   job: Job,
@@ -249,6 +275,7 @@ async function applyPaymentEvent(
     const chain = await finishPendingSeatPurchase(deps, job, { chain: held.chain, token });
     const now = deps.clock.now();
     if (chain.intent) return waitForOtherJob(job, jobToken, now);
+    if (chain.lastPaymentWebhookId === data.webhookId) return replayed(deps, chain, data, now);
     const cause = { webhookId: data.webhookId, jobId: job.id ?? '' };
     const ignore = async (detail: string): Promise<string> => {
       const entry: HistoryEntry = { at: now, event: `${data.type}.ignored`, detail, cause };
@@ -256,7 +283,7 @@ async function applyPaymentEvent(
         chainId,
         token,
         previous: chain,
-        next: { ...chain, updatedAt: now },
+        next: { ...chain, lastPaymentWebhookId: data.webhookId, updatedAt: now },
         history: [entry],
         release: false,
       });

@@ -78,6 +78,11 @@ export const chainRecord = z.object({
   lastSeatEventAt: z.int().nullable().default(null),
   /** `occurredAt` of the last applied payment event; payment events keep their own order. */
   lastPaymentEventAt: z.int().nullable().default(null),
+  /**
+   * The webhook id of the last payment event applied (or ignored): its job, run again after a
+   * crash past its save, adds nothing to the history a second time.
+   */
+  lastPaymentWebhookId: z.string().nullable().default(null),
   /** Number of the current (or last) overdue episode: each gets its own suspension job. */
   overdueEpisode: z.int().min(0).default(0),
   /** When the current overdue episode's suspension fires (epoch seconds), or null. */

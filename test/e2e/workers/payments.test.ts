@@ -157,6 +157,33 @@ describe('marketplace, 3 days of grace', () => {
     expect(await (await system.queue('payment-signals').getJob(id))?.getState()).toBe('delayed');
   });
 
+  it('applies a payment event once when its job runs again after its save', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'P-8' }));
+    await system.waitForChain('P-8', () => true);
+    const queue = system.queue('payment-signals');
+    for (const type of ['payment.overdue', 'payment.received'] as const) {
+      const sent = await system.send(type, { order: 'P-8' });
+      const job = await queue.getJob(webhookJobId((sent.body as { id: string }).id));
+      await expect.poll(async () => job?.getState(), { timeout: 10_000 }).toBe('completed');
+      const before = await system.chain('P-8');
+      // As after a crash between its save and its completion: the same job runs again.
+      await job?.retry('completed');
+      await expect
+        .poll(async () => (await queue.getJob(job?.id ?? ''))?.returnvalue, {
+          timeout: 10_000,
+        })
+        .toMatch(/^already applied: /);
+      expect(await system.chain('P-8')).toEqual(before);
+    }
+    const history = (await system.chain('P-8')).history.map((h) => h.event);
+    expect(history.filter((e) => e.startsWith('payment.'))).toEqual([
+      'payment.overdue',
+      'payment.received',
+    ]);
+    // The suspension the overdue event scheduled was removed by the payment, not restored.
+    expect(await queue.getJob(suspensionJobId(chainIdOf('P-8'), 1))).toBeUndefined();
+  });
+
   it('keeps a renewal that waits for payment waiting through reconcile', async () => {
     const startsAt = clock.now() - 25 * DAY;
     await system.send('order.placed', orderPlaced({ order: 'P-6', startsAt, autoRenew: false }));
