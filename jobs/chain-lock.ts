@@ -36,11 +36,34 @@ export async function withChainLock<T>(
   const token = `${job.id}/${randomUUID()}`;
   const lock = await take(token);
   if (lock.kind === 'locked') return waitForLock(job, jobToken);
+  const lease = keepLease(chains, chainId, token);
   try {
     return await work({ chainId, token, chain: lock.chain, claimed: lock.kind === 'claimed' });
   } finally {
+    await lease.stop();
     await chains.unlock(chainId, token);
   }
+}
+
+/**
+ * Renews the lock's lease while the job works, so a slow provider call (up to its timeout, which
+ * may exceed one lease) never lets another job take the chain while the call is in flight: a
+ * cancel could otherwise find an order "not found" that the provider makes a moment later. A
+ * job that dies stops renewing, and its lease lapses as before.
+ */
+function keepLease(chains: ChainStore, chainId: string, token: string) {
+  let renewing: Promise<unknown> = Promise.resolve();
+  const timer = setInterval(() => {
+    // A lock lost meanwhile is noticed by the job's next save, which checks the token.
+    renewing = chains.renewLease(chainId, token).catch(() => false);
+  }, chains.leaseMs / 3);
+  timer.unref();
+  return {
+    async stop() {
+      clearInterval(timer);
+      await renewing;
+    },
+  };
 }
 
 /**

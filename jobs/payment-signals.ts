@@ -313,8 +313,15 @@ async function suspendChain(deps: WorkerDeps, job: Job, jobToken: string | undef
       return 'skipped: paid meanwhile';
     if (chain.status === 'suspended' || chain.status === 'cancelled')
       return `skipped: ${chain.status}`;
-    if (now < data.dueAt) return delayJobUntil(job, jobToken, data.dueAt, now);
+    // The chain's own time rules: a job left by an attempt that died before its save may carry
+    // an earlier one than the episode recorded since.
+    const dueAt = chain.suspendAt ?? data.dueAt;
+    if (now < dueAt) return delayJobUntil(job, jobToken, dueAt, now);
     const ids = await familyOrderIds(deps, chain, now);
+    // A chain whose term ended, with nothing in force, has nothing to suspend: it is not
+    // recorded suspended (external: a payment would then ask to reactivate nothing), and it
+    // renews at once when paid.
+    if (ids.length === 0 && chain.term.expiresAt <= now) return 'skipped: nothing in force';
     const begun =
       chain.suspending === data.episode || ids.length === 0
         ? chain

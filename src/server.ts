@@ -44,8 +44,16 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
   // The spec's calls are GETs with a JSON body; Fastify ignores GET bodies unless told.
   app.addHttpMethod('GET', { hasBody: true, overrideExisting: true });
-  // Bodies are JSON only: Fastify's own text/plain parser would hand a route the raw text.
+  // Bodies are JSON only: Fastify's own text/plain parser would hand a route the raw text. An
+  // empty one is "no body", as for JSON (fetch sends text/plain with an empty string).
   app.removeContentTypeParser('text/plain');
+  app.addContentTypeParser('text/plain', { parseAs: 'string' }, (_request, body, done) => {
+    if (body.toString().trim() === '') {
+      done(null, undefined);
+      return;
+    }
+    done(Object.assign(new Error('Content-Type must be application/json'), { statusCode: 415 }));
+  });
   // An empty body with a JSON content type is "no body", so health and ops GETs still work.
   const jsonParser = app.getDefaultJsonParser('error', 'error');
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {

@@ -152,6 +152,15 @@ export class ChainStore {
     }
   }
 
+  /**
+   * Renews the lease of a lock we still hold, for a job whose work outlasts one lease (a slow
+   * provider). Answers false, and takes nothing, when the lock is no longer ours.
+   */
+  async renewLease(chainId: string, token: string): Promise<boolean> {
+    const keys = [chainKeys(chainId).lock];
+    return (await callScript(this.redis, 'renewLease', keys, [token, this.leaseMs])) === 1;
+  }
+
   async unlock(chainId: string, token: string): Promise<void> {
     if (this.released.delete(token)) return;
     await callScript(this.redis, 'unlockChain', [chainKeys(chainId).lock], [token]);

@@ -14,7 +14,7 @@ export interface HttpClientOptions {
   variant: Variant;
   /** Whether the `parent` and `licenses` extensions are sent; default false (a remote may lack them). */
   extensions?: boolean;
-  /** Milliseconds to wait for a connection, for the response headers, and between body chunks. */
+  /** Milliseconds one call may take in all: a free connection, the headers and the whole body. */
   timeoutMs?: number;
   /** Keep-alive connections to the origin, at most. */
   connections?: number;
@@ -81,26 +81,29 @@ function classifyStatus(method: string, status: number, body: string): unknown {
     }
   }
   const details = { method, status };
-  if (status === 401) {
+  // The interface refuses with 400 and nothing else (spec, Errors): only a 400 is the service's
+  // "no" to this call. Another status comes from whatever stands in front of it (a gateway, a
+  // deploy, a wrong path) and says nothing about the order: it is retried, never recorded as a
+  // refusal that would flag a chain.
+  if (status === 400) throw new RefusalError('provisioning_refused', errorText(body), details);
+  if (status === 401 || status === 403) {
     // The body is not quoted: nothing the service says about a key belongs in a log.
     throw new ConfigError(
       'provisioning_unauthorized',
-      'the provisioning service refused the API key (401): check PROVISIONING_API_KEY',
+      `the provisioning service refused the API key (${status}): check PROVISIONING_API_KEY`,
       details,
     );
   }
-  // 408 and 429 say "not now" rather than "no": retrying them is the point.
-  if (status >= 500 || status === 408 || status === 429) {
-    throw new TransientError(
-      'provisioning_unavailable',
-      `provisioning ${method} answered ${status}: ${errorText(body)}`,
-      details,
-    );
-  }
-  if (status >= 400) throw new RefusalError('provisioning_refused', errorText(body), details);
-  throw new Error(
-    `provisioning ${method} answered an unexpected status ${status}: ${excerpt(body)}`,
+  throw new TransientError(
+    'provisioning_unavailable',
+    `provisioning ${method} answered ${status}: ${errorText(body)}`,
+    details,
   );
+}
+
+/** Whether a request failed because its whole-call deadline passed (AbortSignal.timeout). */
+function timedOut(error: unknown): boolean {
+  return error instanceof Error && (error.name === 'TimeoutError' || error.name === 'AbortError');
 }
 
 /** How long close() lets requests in flight finish before it aborts them (ms). */
@@ -125,13 +128,22 @@ export function httpClient(opts: HttpClientOptions): ProvisioningClient {
         path,
         headers: { 'content-type': 'application/json', 'x-api-key': opts.apiKey },
         body: JSON.stringify({ method, params }),
-        headersTimeout: timeoutMs,
-        bodyTimeout: timeoutMs,
+        // One deadline for the whole call: waiting for a connection of the pool, the headers
+        // and a body that trickles in (undici's own timeouts run per step and per chunk).
+        signal: AbortSignal.timeout(timeoutMs),
       });
       status = res.statusCode;
       // Read every body, errors included: an unread body holds its keep-alive socket.
       body = await res.body.text();
     } catch (error) {
+      if (timedOut(error)) {
+        throw new TransientError(
+          'provisioning_unavailable',
+          `provisioning ${method} at ${target.origin}${path} failed: no whole answer within ${timeoutMs} ms`,
+          { method, code: 'TIMEOUT' },
+          { cause: error },
+        );
+      }
       const code = errorCode(error);
       if (code !== undefined && TRANSIENT_CODES.has(code)) {
         const reason = error instanceof Error && error.message !== '' ? error.message : code;

@@ -168,20 +168,42 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
             `chain ${chain.order} is cancelled and cannot be reactivated`,
           );
         }
-        if (chain.status !== 'suspended' && !chain.needsReactivation) return chain;
+        // A payment overdue again since the one that asked for this reactivation: its grace
+        // period runs on, and its suspension (which skipped a chain still suspended) follows.
+        const overdueFrom =
+          chain.payment === 'overdue' && chain.suspendAt !== null ? chain.suspendAt : null;
+        const now = clock.now();
+        /** Ensured before the save, and again by a repeat: its job waits for this lock. */
+        const suspendAgain = async (status: Chain['status']) => {
+          if (overdueFrom === null || status !== 'active') return;
+          await ensureSuspensionJob(
+            deps.paymentSignals,
+            chain,
+            chain.overdueEpisode,
+            overdueFrom,
+            now,
+          );
+        };
+        if (chain.status !== 'suspended' && !chain.needsReactivation) {
+          // Done already (a repeat, say, after an answer that was lost).
+          await suspendAgain(chain.status);
+          return chain;
+        }
         if (deps.variant === 'marketplace') {
           throw new RefusalError(
             'not_external',
             `chain ${chain.order} is a marketplace chain: it is unsuspended at the provider when payment.received arrives, not reactivated by hand`,
           );
         }
-        const now = clock.now();
+        if (!chain.needsReactivation && chain.payment === 'overdue') {
+          throw new RefusalError(
+            'payment_overdue',
+            `chain ${chain.order} is suspended for a payment still overdue (episode ${chain.overdueEpisode}): it asks for a reactivation once paid`,
+          );
+        }
         const status = chain.term.expiresAt <= now ? 'expired' : 'active';
-        // A payment overdue again since the one that asked for this reactivation: its grace
-        // period runs on, and its suspension (which skipped a chain still suspended) follows.
-        const overdue =
-          chain.payment === 'overdue' && chain.suspendAt !== null ? chain.suspendAt : null;
-        const saved = await chains.save({
+        await suspendAgain(status);
+        return chains.save({
           chainId: chain.id,
           token,
           previous: chain,
@@ -195,18 +217,14 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
               at: now,
               event: 'chain.reactivated',
               detail:
-                overdue === null
+                overdueFrom === null || status !== 'active'
                   ? 'an operator confirmed the manual reactivation at the provider'
-                  : `an operator confirmed the manual reactivation at the provider; payment is overdue again (episode ${chain.overdueEpisode}): suspended again from ${formatInstant(overdue)} unless paid`,
+                  : `an operator confirmed the manual reactivation at the provider; payment is overdue again (episode ${chain.overdueEpisode}): suspended again from ${formatInstant(overdueFrom)} unless paid`,
               cause,
             },
           ],
           release: false,
         });
-        if (overdue !== null) {
-          await ensureSuspensionJob(deps.paymentSignals, saved, saved.overdueEpisode, overdue, now);
-        }
-        return saved;
       }),
 
     async ofCustomer(customer: string): Promise<ChainView[]> {

@@ -2,7 +2,7 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { RefusalError, TransientError } from '../errors.js';
-import { isRedisUnavailable } from '../redis/connection.js';
+import { isRedisTimeout, isRedisUnavailable } from '../redis/connection.js';
 import { describeIssues } from '../validation.js';
 import type { ProvisioningCore } from './operations.js';
 import type { PartnerDirectory } from './partners.js';
@@ -36,7 +36,15 @@ export function provisioningRoutes(deps: { core: ProvisioningCore; partners: Par
       }
       if (isRedisUnavailable(error)) {
         request.log.warn({ err: error }, 'provisioning unavailable');
-        return sendError(reply, 503, 'service unavailable: storage unreachable, retry later');
+        // A write that timed out may have been applied all the same: say so, since createUser
+        // (unlike the creations with a caller id) cannot simply be repeated.
+        return sendError(
+          reply,
+          503,
+          isRedisTimeout(error)
+            ? 'service unavailable: storage did not answer in time, and the call may have been applied; retry later (a creation with the same caller id answers the stored object; look a user up by email before creating it again)'
+            : 'service unavailable: storage unreachable, retry later',
+        );
       }
       const status = error.statusCode ?? 500;
       if (status === 413) return sendError(reply, 413, 'request body too large (limit: 1 MiB)');

@@ -205,6 +205,11 @@ export const REQUEST_COMMAND_TIMEOUT_MS = 5_000;
 const UNAVAILABLE =
   /Command timed out|Connection is closed|Stream isn't writeable|ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|max retries per request|LOADING|READONLY|CLUSTERDOWN|TRYAGAIN|Cluster isn't ready|Cluster is ended|Too many Cluster redirections|None of startup nodes|Failed to refresh slots|MISCONF|NOREPLICAS/i;
 
+/** Whether a command gave up waiting for Redis's answer: Redis may have run it all the same. */
+export function isRedisTimeout(error: unknown): boolean {
+  return error instanceof Error && /Command timed out/.test(error.message);
+}
+
 /** Whether an error means "Redis cannot be reached or cannot write now" (retry later: 503). */
 export function isRedisUnavailable(error: unknown): boolean {
   if (!(error instanceof Error)) return false;

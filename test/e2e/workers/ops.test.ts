@@ -161,6 +161,19 @@ describe('the ops API', () => {
     expect(await system.chain('OPS-1')).toEqual(before);
   });
 
+  it('takes an empty text/plain body for no body, and refuses any other text', async () => {
+    const auth = { authorization: `Bearer ${system.settings.OPS_TOKEN}` };
+    const empty = { ...auth, 'content-type': 'text/plain' };
+    expect((await raw('/ops/chains/OPS-2', empty, 'GET', '')).status).toBe(200);
+    expect((await raw('/healthz', { 'content-type': 'text/plain' }, 'GET', '')).status).toBe(200);
+    const text = await raw('/ops/chains/OPS-2/auto-renew', empty, 'PUT', 'enabled=false');
+    expect(text.status).toBe(400);
+    expect(JSON.parse(text.text)).toEqual({
+      error: 'invalid_request',
+      message: 'Content-Type must be application/json',
+    });
+  });
+
   it('serves a chain whose order id is as long as intake allows', async () => {
     const order = `L-${'x'.repeat(102)}`;
     await system.send('order.placed', orderPlaced({ order, customer: `C-${'y'.repeat(126)}` }));

@@ -5,6 +5,7 @@ import { renewalJobId } from '../../../jobs/renewals.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
 import type { ChainView } from '../../../src/chains/view.js';
 import { manualClock, systemClock } from '../../../src/clock.js';
+import { formatInstant } from '../../../src/format.js';
 import { webhookJobId } from '../../../src/intake/webhooks.js';
 import { DAY, leftByDeadJob, orderPlaced, type System, useSystem } from '../../helpers/system.js';
 
@@ -184,6 +185,38 @@ describe('marketplace, 3 days of grace', () => {
     expect(await queue.getJob(suspensionJobId(chainIdOf('P-8'), 1))).toBeUndefined();
   });
 
+  it('suspends at the time the chain recorded, not an earlier job left by a dead attempt', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'P-9' }));
+    const placed = await system.waitForChain('P-9', () => true);
+    const chainId = chainIdOf('P-9');
+    const queue = system.queue('payment-signals');
+    // An attempt that died after scheduling the suspension (3 days from now), before its save.
+    await ensureSuspensionJob(
+      queue,
+      { ...placed, id: chainId },
+      1,
+      clock.now() + 3 * DAY,
+      clock.now(),
+    );
+    clock.advance(2 * DAY);
+    await system.send('payment.overdue', { order: 'P-9' });
+    const overdue = await system.waitForChain('P-9', (c) => c.payment === 'overdue');
+    const suspendAt = clock.now() + 3 * DAY;
+    expect(overdue.history.at(-1)?.detail).toContain(formatInstant(suspendAt));
+
+    // Past the dead attempt's time, before the chain's: the job puts itself off again.
+    clock.advance(2 * DAY);
+    const id = suspensionJobId(chainId, 1);
+    await system.promote('payment-signals', id);
+    await expect
+      .poll(async () => (await queue.getJob(id))?.getState(), { timeout: 10_000 })
+      .toBe('delayed');
+    expect((await system.chain('P-9')).status).toBe('active');
+    clock.set(suspendAt);
+    await system.promote('payment-signals', id);
+    await system.waitForChain('P-9', (c) => c.status === 'suspended');
+  });
+
   it('keeps a renewal that waits for payment waiting through reconcile', async () => {
     const startsAt = clock.now() - 25 * DAY;
     await system.send('order.placed', orderPlaced({ order: 'P-6', startsAt, autoRenew: false }));
@@ -265,6 +298,20 @@ describe('marketplace with no grace', () => {
     expect((await system.chain('N-1')).status).toBe('suspended');
   });
 
+  it('does not suspend a chain whose term ended with nothing in force', async () => {
+    const startsAt = systemClock.now() - 40 * DAY;
+    await system.send('order.placed', orderPlaced({ order: 'N-3', startsAt, autoRenew: false }));
+    await system.waitForChain('N-3', () => true);
+    await system.send('payment.overdue', { order: 'N-3' });
+    await system.waitForChain('N-3', (c) => c.payment === 'overdue');
+    const job = await system.queue('payment-signals').getJob(suspensionJobId(chainIdOf('N-3'), 1));
+    await expect.poll(async () => job?.getState(), { timeout: 10_000 }).toBe('completed');
+    expect((await system.queue('payment-signals').getJob(job?.id ?? ''))?.returnvalue).toBe(
+      'skipped: nothing in force',
+    );
+    expect((await system.chain('N-3')).status).not.toBe('suspended');
+  });
+
   it('suspends when an overdue job that died after scheduling the suspension runs again', async () => {
     await system.send('order.placed', orderPlaced({ order: 'N-2' }));
     const placed = await system.waitForChain('N-2', () => true);
@@ -334,6 +381,41 @@ describe('the external variant', () => {
     expect(chain).toMatchObject({ payment: 'overdue', needsReactivation: false });
     expect(lastEvent(chain)).toBe('chain.suspended');
     expect(await providerStatus(system, 'X-2')).toBe('suspended');
+  });
+
+  it('suspends again when a confirmation is repeated after its answer was lost', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'X-3' }));
+    await system.waitForChain('X-3', () => true);
+    await system.send('payment.overdue', { order: 'X-3' });
+    await system.waitForChain('X-3', (c) => c.status === 'suspended');
+    await system.send('payment.received', { order: 'X-3' });
+    await system.waitForChain('X-3', (c) => c.needsReactivation);
+    await system.send('payment.overdue', { order: 'X-3' });
+    await system.waitForChain('X-3', (c) => c.payment === 'overdue');
+    const second = await system
+      .queue('payment-signals')
+      .getJob(suspensionJobId(chainIdOf('X-3'), 2));
+    await expect.poll(async () => second?.getState(), { timeout: 10_000 }).toBe('completed');
+    // The confirmation's save was applied, its suspension never scheduled, its answer lost.
+    await leftByDeadJob(system, 'X-3', 'lost-answer', () => ({
+      status: 'active',
+      needsReactivation: false,
+    }));
+
+    const repeat = await system.ops('POST', '/ops/chains/X-3/reactivated');
+    expect(repeat.status).toBe(200);
+    await system.waitForChain('X-3', (c) => c.status === 'suspended');
+    expect(await providerStatus(system, 'X-3')).toBe('suspended');
+  });
+
+  it('refuses to confirm a reactivation nobody asked for: the payment is still overdue', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'X-4' }));
+    await system.waitForChain('X-4', () => true);
+    await system.send('payment.overdue', { order: 'X-4' });
+    const before = await system.waitForChain('X-4', (c) => c.status === 'suspended');
+    const res = await system.ops('POST', '/ops/chains/X-4/reactivated');
+    expect(res).toMatchObject({ status: 422, body: { error: 'payment_overdue' } });
+    expect(await system.chain('X-4')).toEqual(before);
   });
 });
 

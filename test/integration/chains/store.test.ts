@@ -1,5 +1,8 @@
 // The chain store against a real redis-server: its lock, versioned saves, history and indexes.
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Job } from 'bullmq';
 import { beforeEach, describe, expect, it } from 'vitest';
+import { withChainLock } from '../../../jobs/chain-lock.js';
 import { chainIdOf, chainKeys } from '../../../src/chains/keys.js';
 import {
   type Chain,
@@ -122,6 +125,33 @@ describe('ChainStore lock', () => {
     await store.unlock(chainId, 'b');
     expect((await store.lock(chainId, 'b')).kind).toBe('locked');
     expect(await db.redis.get(chainKeys(chainId).lock)).toBe('a');
+  });
+});
+
+describe('withChainLock', () => {
+  const chainId = chainIdOf('ord-lease');
+  const job = { id: 'job-lease' } as Job;
+
+  it('keeps the lock for work longer than its lease, and releases it after', async () => {
+    const short = new ChainStore(db.redis, { leaseMs: SHORT_LEASE_MS });
+    let heldByOthers = false;
+    await withChainLock(short, job, undefined, chainId, async () => {
+      // Five leases of work (a slow provider call): nobody else may take the chain meanwhile.
+      for (let i = 0; i < 10; i += 1) {
+        await sleep(SHORT_LEASE_MS / 2);
+        if ((await short.lock(chainId, `other-${i}`)).kind === 'held') heldByOthers = true;
+      }
+    });
+    expect(heldByOthers).toBe(false);
+    expect(await db.redis.exists(chainKeys(chainId).lock)).toBe(0);
+  });
+
+  it('renews only a lease that is still its own', async () => {
+    await store.lock(chainId, 'a');
+    expect(await store.renewLease(chainId, 'b')).toBe(false);
+    await store.unlock(chainId, 'a');
+    expect(await store.renewLease(chainId, 'a')).toBe(false);
+    expect(await db.redis.exists(chainKeys(chainId).lock)).toBe(0);
   });
 });
 

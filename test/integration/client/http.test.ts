@@ -85,7 +85,7 @@ describe('the HTTP client when the service fails', () => {
 
   it('answers TransientError when the service does not answer within timeoutMs', async () => {
     const server = await listen(() => {
-      // Holds every request: the client's headers timeout must end the wait.
+      // Holds every request: the call's deadline must end the wait.
     });
     stops.push(server.close);
     const client = track(
@@ -93,7 +93,25 @@ describe('the HTTP client when the service fails', () => {
     );
     const error = await client.cancelOrder({ id: 'A-1' }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(TransientError);
-    expect(error).toMatchObject({ details: { code: 'UND_ERR_HEADERS_TIMEOUT' } });
+    expect(error).toMatchObject({ details: { code: 'TIMEOUT' } });
+  });
+
+  it('ends a call whose answer trickles in at timeoutMs, whole call included', async () => {
+    const server = await listen((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      // A byte every 50 ms: no single wait is long, the whole answer is.
+      const timer = setInterval(() => res.write(' '), 50);
+      res.on('close', () => clearInterval(timer));
+    });
+    stops.push(server.close);
+    const client = track(
+      httpClient({ url: server.url, apiKey: 'k', variant: 'marketplace', timeoutMs: 300 }),
+    );
+    const started = Date.now();
+    const error = await client.cancelOrder({ id: 'A-1' }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(TransientError);
+    expect(error).toMatchObject({ details: { code: 'TIMEOUT' } });
+    expect(Date.now() - started).toBeLessThan(2_000);
   });
 
   it('throws a plain Error naming the method for a malformed 200 answer', async () => {
@@ -115,17 +133,40 @@ describe('the HTTP client when the service fails', () => {
     }
   });
 
-  it('answers RefusalError with the raw text for a 4xx that is not a JSON string', async () => {
+  it('answers RefusalError with the raw text for a 400 that is not a JSON string', async () => {
     const server = await listen((_req, res) => {
-      res.writeHead(413, { 'content-type': 'text/html' });
-      res.end('<h1>Payload Too Large</h1>');
+      res.writeHead(400, { 'content-type': 'text/html' });
+      res.end('<h1>Bad Request</h1>');
     });
     stops.push(server.close);
     const client = track(httpClient({ url: server.url, apiKey: 'k', variant: 'marketplace' }));
     const refusal = await refusalOf(client.cancelOrder({ id: 'A-1' }), 'cancelOrder');
-    expect(refusal.message).toBe('<h1>Payload Too Large</h1>');
-    expect(refusal.details.status).toBe(413);
+    expect(refusal.message).toBe('<h1>Bad Request</h1>');
+    expect(refusal.details.status).toBe(400);
   });
+
+  it.each([
+    [403, ConfigError],
+    [404, TransientError],
+    [405, TransientError],
+    [409, TransientError],
+    [413, TransientError],
+    [425, TransientError],
+  ])(
+    'does not take a %i (a gateway, a deploy, a wrong path) for a refusal',
+    async (status, kind) => {
+      const server = await listen((_req, res) => {
+        res.writeHead(status, { 'content-type': 'text/html' });
+        res.end('<h1>Not the service</h1>');
+      });
+      stops.push(server.close);
+      const client = track(httpClient({ url: server.url, apiKey: 'k', variant: 'marketplace' }));
+      const error = await client.cancelOrder({ id: 'A-1' }).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(kind);
+      expect(error).not.toBeInstanceOf(RefusalError);
+      expect(error).toMatchObject({ details: { status } });
+    },
+  );
 });
 
 // --- through a proxy ----------------------------------------------------------------------------
@@ -206,7 +247,7 @@ describe('the HTTP client through a proxy', () => {
       const lost = proxy.holdNext('createOrder');
       const error = await client.createOrder(renewal).catch((e: unknown) => e);
       expect(error).toBeInstanceOf(TransientError);
-      expect(error).toMatchObject({ details: { code: 'UND_ERR_HEADERS_TIMEOUT' } });
+      expect(error).toMatchObject({ details: { code: 'TIMEOUT' } });
       const lostOrder = JSON.parse(await lost) as { id: string };
 
       const retry = await client.createOrder(renewal);
