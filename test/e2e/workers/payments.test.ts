@@ -30,6 +30,24 @@ async function suspendedWithAddOn(system: System, order: string, licenses: numbe
   expect(await providerStatus(system, `${order}.a1`)).toBe('suspended');
 }
 
+/**
+ * External, no grace: `order` suspended, paid (awaiting its manual reactivation), then overdue
+ * again, whose suspension skipped the chain still suspended. Answers the overdue chain.
+ */
+async function overdueAgainAwaitingReactivation(system: System, order: string) {
+  await system.send('order.placed', orderPlaced({ order }));
+  await system.waitForChain(order, () => true);
+  await system.send('payment.overdue', { order });
+  await system.waitForChain(order, (c) => c.status === 'suspended');
+  await system.send('payment.received', { order });
+  await system.waitForChain(order, (c) => c.needsReactivation);
+  await system.send('payment.overdue', { order });
+  const overdue = await system.waitForChain(order, (c) => c.payment === 'overdue');
+  const second = await system.queue('payment-signals').getJob(suspensionJobId(chainIdOf(order), 2));
+  await expect.poll(async () => second?.getState(), { timeout: 10_000 }).toBe('completed');
+  return overdue;
+}
+
 describe('marketplace, 3 days of grace', () => {
   const clock = manualClock(systemClock.now());
   const system = useSystem({ clock, env: { PAYMENT_GRACE_DAYS: '3' } });
@@ -357,22 +375,8 @@ describe('the external variant', () => {
   });
 
   it('suspends again a chain reactivated while a newer payment is overdue', async () => {
-    await system.send('order.placed', orderPlaced({ order: 'X-2' }));
-    await system.waitForChain('X-2', () => true);
-    await system.send('payment.overdue', { order: 'X-2' });
-    await system.waitForChain('X-2', (c) => c.status === 'suspended');
-    await system.send('payment.received', { order: 'X-2' });
-    await system.waitForChain('X-2', (c) => c.needsReactivation);
-
-    // The next invoice is overdue before the operator reactivates: its suspension (no grace)
-    // finds the chain suspended already.
-    await system.send('payment.overdue', { order: 'X-2' });
-    const overdue = await system.waitForChain('X-2', (c) => c.payment === 'overdue');
+    const overdue = await overdueAgainAwaitingReactivation(system, 'X-2');
     expect(overdue.history.at(-1)?.detail).toContain('awaiting its manual reactivation');
-    const second = await system
-      .queue('payment-signals')
-      .getJob(suspensionJobId(chainIdOf('X-2'), 2));
-    await expect.poll(async () => second?.getState(), { timeout: 10_000 }).toBe('completed');
 
     // The operator reactivates by hand and confirms: the unpaid chain is suspended again.
     const res = await system.ops('POST', '/ops/chains/X-2/reactivated');
@@ -384,18 +388,7 @@ describe('the external variant', () => {
   });
 
   it('suspends again when a confirmation is repeated after its answer was lost', async () => {
-    await system.send('order.placed', orderPlaced({ order: 'X-3' }));
-    await system.waitForChain('X-3', () => true);
-    await system.send('payment.overdue', { order: 'X-3' });
-    await system.waitForChain('X-3', (c) => c.status === 'suspended');
-    await system.send('payment.received', { order: 'X-3' });
-    await system.waitForChain('X-3', (c) => c.needsReactivation);
-    await system.send('payment.overdue', { order: 'X-3' });
-    await system.waitForChain('X-3', (c) => c.payment === 'overdue');
-    const second = await system
-      .queue('payment-signals')
-      .getJob(suspensionJobId(chainIdOf('X-3'), 2));
-    await expect.poll(async () => second?.getState(), { timeout: 10_000 }).toBe('completed');
+    await overdueAgainAwaitingReactivation(system, 'X-3');
     // The confirmation's save was applied, its suspension never scheduled, its answer lost.
     await leftByDeadJob(system, 'X-3', 'lost-answer', () => ({
       status: 'active',
