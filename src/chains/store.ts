@@ -14,7 +14,7 @@ import {
 
 const scripts = readScripts(new URL('./scripts/', import.meta.url));
 
-/** A lease long enough for one provider call with its timeout, short enough to recover from a crash. */
+/** Short enough to recover from a crash; a job renews it while it works (withChainLock). */
 export const LOCK_LEASE_MS = 60_000;
 
 export type LockResult = { kind: 'held'; chain: Chain | null } | { kind: 'locked' };
