@@ -26,6 +26,11 @@ export async function scheduleMaintenance(queue: Queue, everySeconds: number): P
   );
 }
 
+/** An add-on's schedule as its main chain governs it (no renewals while the main one stops). */
+function governedBy(main: Chain, addOn: Chain): Chain {
+  return { ...addOn, nextRenewalAt: governedNextRenewalAt(main, addOn) };
+}
+
 /** A term that ended with nothing ordered after it: the chain is expired (DESIGN §4 status). */
 function hasExpired(chain: Chain, now: number): boolean {
   // A renewal in flight is finished by its job (reconcile restores it), not expired.
@@ -38,11 +43,11 @@ function hasExpired(chain: Chain, now: number): boolean {
 }
 
 export function makeProcessor(deps: WorkerDeps) {
-  /** An add-on's schedule as its main chain governs it (no renewals while the main one stops). */
+  /** An add-on's schedule, read with its main chain. */
   async function governed(chain: Chain): Promise<Chain> {
     if (chain.mainChain === null) return chain;
     const main = await deps.chains.get(chain.mainChain);
-    return main ? { ...chain, nextRenewalAt: governedNextRenewalAt(main, chain) } : chain;
+    return main ? governedBy(main, chain) : chain;
   }
 
   return async function reconcile(job: Job): Promise<{ checked: number; expired: number }> {
@@ -55,8 +60,11 @@ export function makeProcessor(deps: WorkerDeps) {
       for (const chain of await deps.chains.getMany(ids)) {
         checked += 1;
         const now = deps.clock.now();
-        if (await cancelledWithMainChain(deps, chain, now, job.id ?? '')) continue;
-        const schedule = await governed(chain);
+        // Read once for both: whether the add-on goes with a cancelled main chain, and its
+        // schedule as that main chain governs it.
+        const main = chain.mainChain === null ? null : await deps.chains.get(chain.mainChain);
+        if (await cancelledWithMainChain(deps, chain, main, now, job.id ?? '')) continue;
+        const schedule = main ? governedBy(main, chain) : chain;
         if (hasExpired(schedule, now)) {
           if (await markExpired(deps, chain, now, job.id ?? '', governed)) expired += 1;
           continue;
@@ -83,14 +91,13 @@ export function makeProcessor(deps: WorkerDeps) {
 async function cancelledWithMainChain(
   deps: WorkerDeps,
   chain: Chain,
+  main: Chain | null,
   now: number,
   jobId: string,
 ): Promise<boolean> {
-  if (chain.mainChain === null || chain.status === 'cancelled' || chain.intent !== null) {
+  if (main?.status !== 'cancelled' || chain.status === 'cancelled' || chain.intent !== null) {
     return false;
   }
-  const main = await deps.chains.get(chain.mainChain);
-  if (main?.status !== 'cancelled') return false;
   await markAddOnCancelled(
     deps.chains,
     chain,

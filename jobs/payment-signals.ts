@@ -88,6 +88,18 @@ export async function ensureSuspensionJob(
   );
 }
 
+/**
+ * Restores the current episode's suspension job of an overdue chain not suspended yet, which a
+ * job that died after its save (or a lost job) may have left without one.
+ */
+async function ensureEpisodeSuspension(deps: WorkerDeps, chain: Chain, now: number) {
+  if (chain.payment !== 'overdue' || chain.suspendAt === null || chain.status === 'suspended') {
+    return;
+  }
+  const queue = deps.queues['payment-signals'];
+  await ensureSuspensionJob(queue, chain, chain.overdueEpisode, chain.suspendAt, now);
+}
+
 async function markOverdue(
   deps: WorkerDeps,
   job: Job,
@@ -99,10 +111,8 @@ async function markOverdue(
   const queue = deps.queues['payment-signals'];
   const cause = { webhookId: data.webhookId, jobId: job.id ?? '' };
   if (chain.payment === 'overdue') {
-    // A retry after a crash between the save and the add restores the job.
-    if (chain.suspendAt !== null && chain.status !== 'suspended') {
-      await ensureSuspensionJob(queue, chain, chain.overdueEpisode, chain.suspendAt, now);
-    }
+    // A repeated event restores a suspension job that was lost.
+    await ensureEpisodeSuspension(deps, chain, now);
     await deps.chains.save({
       chainId: chain.id,
       token,
@@ -246,10 +256,7 @@ async function markPaid(deps: WorkerDeps, job: Job, held: Held, data: EventJobDa
  */
 async function replayed(deps: WorkerDeps, chain: Chain, data: EventJobData, now: number) {
   if (data.type === 'payment.overdue') {
-    if (chain.payment === 'overdue' && chain.suspendAt !== null && chain.status !== 'suspended') {
-      const queue = deps.queues['payment-signals'];
-      await ensureSuspensionJob(queue, chain, chain.overdueEpisode, chain.suspendAt, now);
-    }
+    await ensureEpisodeSuspension(deps, chain, now);
   } else if (chain.payment === 'ok' && !chain.needsReactivation) {
     await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, chain, now, {
       overrideDeferral: true,

@@ -203,7 +203,7 @@ function onceConnectedRetryForever(connected: () => boolean) {
 export const REQUEST_COMMAND_TIMEOUT_MS = 5_000;
 
 const UNAVAILABLE =
-  /Command timed out|Connection is closed|Stream isn't writeable|ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|max retries per request|LOADING|READONLY|CLUSTERDOWN|TRYAGAIN|Cluster isn't ready|Cluster is ended|Too many Cluster redirections|None of startup nodes|Failed to refresh slots|MISCONF|NOREPLICAS/i;
+  /Connection is closed|Stream isn't writeable|ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|max retries per request|LOADING|READONLY|CLUSTERDOWN|TRYAGAIN|Cluster isn't ready|Cluster is ended|Too many Cluster redirections|None of startup nodes|Failed to refresh slots|MISCONF|NOREPLICAS/i;
 
 /** Whether a command gave up waiting for Redis's answer: Redis may have run it all the same. */
 export function isRedisTimeout(error: unknown): boolean {
@@ -214,7 +214,11 @@ export function isRedisTimeout(error: unknown): boolean {
 export function isRedisUnavailable(error: unknown): boolean {
   if (!(error instanceof Error)) return false;
   const code = (error as NodeJS.ErrnoException).code ?? '';
-  return error.name === 'MaxRetriesPerRequestError' || UNAVAILABLE.test(`${code} ${error.message}`);
+  return (
+    error.name === 'MaxRetriesPerRequestError' ||
+    isRedisTimeout(error) ||
+    UNAVAILABLE.test(`${code} ${error.message}`)
+  );
 }
 
 /**

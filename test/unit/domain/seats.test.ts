@@ -516,14 +516,17 @@ describe('planSeatChange', () => {
     const day = fc.integer({ min: 1, max: 111 }).map((d) => now + d * DAY);
     const sum = (orders: readonly { licenses: number }[]) =>
       orders.reduce((n, o) => n + o.licenses, 0);
+    /** Up to `maxLength` orders in force now that end on days of the term. */
+    const endingOrdersOf = (maxLength: number) =>
+      fc.array(fc.record({ endsAt: day, licenses: fc.integer({ min: 1, max: 50 }) }), {
+        maxLength,
+      });
 
     it('buys the missing licenses from the first day short, and no day before it is short', () => {
       fc.assert(
         fc.property(
           fc.integer({ min: 0, max: 100 }),
-          fc.array(fc.record({ endsAt: day, licenses: fc.integer({ min: 1, max: 50 }) }), {
-            maxLength: 3,
-          }),
+          endingOrdersOf(3),
           fc.array(fc.record({ startsAt: day, licenses: fc.integer({ min: 1, max: 50 }) }), {
             maxLength: 3,
           }),
@@ -566,9 +569,7 @@ describe('planSeatChange', () => {
       fc.assert(
         fc.property(
           fc.integer({ min: 0, max: 100 }),
-          fc.array(fc.record({ endsAt: day, licenses: fc.integer({ min: 1, max: 50 }) }), {
-            maxLength: 4,
-          }),
+          endingOrdersOf(4),
           fc.integer({ min: 1, max: 300 }),
           (paid, endingOrders, extra) => {
             const partTime = endingOrders.map((o) => ({ ...o, startsAt: now - DAY }));
