@@ -143,6 +143,8 @@ beforeAll(async () => {
   queues = Object.fromEntries(
     queueNames.map((name) => [name, makeQueue(name, server.port)]),
   ) as Record<QueueName, Queue>;
+  // A queue writes its meta keys once connected: done here, so no test's flush races them.
+  await Promise.all(Object.values(queues).map((queue) => queue.waitUntilReady()));
   ({ app, baseUrl } = await startApp({ redis, queues, clock, secret: SECRET, dedupDays: 7 }));
 });
 
