@@ -402,9 +402,12 @@ function renewalRecord(
   held: { chain: Chain; token: string | null },
   intent: Intent,
   order: RenewedOrder,
+  { joinsSuspension = false }: { joinsSuspension?: boolean } = {},
 ): Renewal {
   const at = deps.clock.now();
   const next = renewedChain(deps, held.chain, intent, order, at);
+  // The suspension listed the chain's orders before this one existed: its entry does not name it.
+  const suspended = joinsSuspension ? '; suspended on arrival: the payment is overdue' : '';
   return {
     at,
     next,
@@ -417,7 +420,7 @@ function renewalRecord(
         {
           at,
           event: 'renewal.ordered',
-          detail: `renewal ${intent.orderId}: ${describeTerm(order)}`,
+          detail: `renewal ${intent.orderId}: ${describeTerm(order)}${suspended}`,
           cause: { jobId: intent.jobId ?? job.id ?? '', orderId: intent.orderId },
         },
       ],
@@ -758,7 +761,7 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
           sent = await sendRenewal(
             deps,
             sending,
-            (order) => renewalRecord(deps, job, held, sending, order),
+            (order) => renewalRecord(deps, job, held, sending, order, { joinsSuspension: joining }),
             { withRecord: !joining },
           );
         } catch (error) {

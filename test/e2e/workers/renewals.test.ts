@@ -389,6 +389,13 @@ describe('a renewal intent replayed after its chain was suspended', () => {
     await expect.poll(async () => reconcile.getState(), { timeout: 10_000 }).toBe('completed');
     const chain = await system.waitForChain('SUSP-R', (c) => c.term.count === 2);
     expect(chain.status).toBe('suspended');
+    expect(chain.history.filter((h) => h.event === 'renewal.ordered')).toEqual([
+      expect.objectContaining({
+        detail: expect.stringMatching(
+          /^renewal SUSP-R\.r2: .*; suspended on arrival: the payment is overdue$/,
+        ),
+      }),
+    ]);
     expect((await system.providerOrder('SUSP-R.r2'))?.status).toBe('suspended');
     expect((await system.providerOrder('SUSP-R'))?.status).toBe('suspended');
   });
