@@ -269,7 +269,11 @@ export async function addNextRenewalJob(
 async function renewalView(deps: WorkerDeps, chain: Chain): Promise<RenewalView> {
   if (chain.mainChain === null) return chain;
   const main = await deps.chains.get(chain.mainChain);
-  if (!main) return chain;
+  return main ? addOnView(chain, main) : chain;
+}
+
+/** An add-on as its main chain `main` governs it (renewalView). */
+function addOnView(chain: Chain, main: Chain): RenewalView {
   return {
     ...chain,
     status: main.status === 'cancelled' ? 'cancelled' : chain.status,
@@ -703,50 +707,30 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
           }
         }
         if (!intent) {
-          const decision = decideRenewal({
-            chain: await renewalView(deps, current),
-            forCount: data.count,
-            now,
-            leadDays: deps.settings.leadDays,
+          const decided = await decideWithFamilyShare(deps, job, jobToken, current, (view) => {
+            const decision = decideRenewal({
+              chain: view,
+              forCount: data.count,
+              now,
+              leadDays: deps.settings.leadDays,
+            });
+            log.debug({ ...about, decision: decision.kind }, 'renewal decided');
+            if (decision.kind !== 'renew') return Promise.resolve({ decision });
+            return writeRenewalIntent(deps, job, { chain: current, token }, decision, now);
           });
-          log.debug({ ...about, decision: decision.kind }, 'renewal decided');
-          if (decision.kind === 'skip') {
-            // This job's term was ordered and recorded by an attempt that died before it was
-            // done: the suspension of its order, or the next term's job, may be missing.
-            const mine = current.term.count === data.count;
-            if (mine) {
-              const cancelled = decision.reason === 'cancelled';
-              await settleRecordedTerm(deps, job, jobToken, { chain: current, token }, cancelled);
-            }
-            if (decision.reason === 'already_renewed' && mine) {
-              await ensureRenewalJob(deps.queues.renewals, current, now, {
-                prepared: prepareRenewal(deps, current, { stored: true }),
-              });
-            }
-            return `skipped: ${decision.reason}`;
-          }
-          if (decision.kind === 'wait') {
-            if (decision.reason !== 'not_due')
-              await job.updateData(deferredJobData(data, decision.until));
-            return delayJobUntil(job, jobToken, decision.until, now);
-          }
-          if (decision.licenses === 0) return stopAddOn(deps, job, { chain: current, token }, now);
-          if (!renewableDecision(deps, current, decision)) {
-            return flagChain(
+          if ('done' in decided) return decided.done;
+          if ('decision' in decided) {
+            return notRenewing(
               deps,
               job,
+              jobToken,
               { chain: current, token },
-              `the next term needs ${decision.licenses} licenses, but the remote service cannot change the count of an external renewal (no extensions): an operator must renew it`,
+              data,
+              decided.decision,
+              now,
             );
           }
-          intent = renewalIntent(deps, current, decision, job.id ?? null);
-          current = await chains.save({
-            chainId: current.id,
-            token,
-            previous: current,
-            next: { ...current, intent, updatedAt: now },
-            release: false,
-          });
+          ({ chain: current, intent } = decided);
         }
 
         const held = { chain: current, token };
@@ -779,6 +763,93 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
       claim,
     );
   };
+}
+
+/**
+ * A job that does not renew now: it waits until the decision's time (keeping the reason, so
+ * reconcile leaves it be), or skips. A skip of this job's own term means an attempt that died
+ * before it was done recorded it: the suspension of its order, or the next term's job, may be
+ * missing.
+ */
+async function notRenewing(
+  deps: WorkerDeps,
+  job: Job,
+  jobToken: string | undefined,
+  held: { chain: Chain; token: string },
+  data: RenewalJobData,
+  decision: Exclude<RenewalDecision, { kind: 'renew' }>,
+  now: number,
+): Promise<string> {
+  if (decision.kind === 'wait') {
+    if (decision.reason !== 'not_due') await job.updateData(deferredJobData(data, decision.until));
+    return delayJobUntil(job, jobToken, decision.until, now);
+  }
+  const { chain } = held;
+  if (chain.term.count === data.count) {
+    await settleRecordedTerm(deps, job, jobToken, held, decision.reason === 'cancelled');
+    if (decision.reason === 'already_renewed') {
+      await ensureRenewalJob(deps.queues.renewals, chain, now, {
+        prepared: prepareRenewal(deps, chain, { stored: true }),
+      });
+    }
+  }
+  return `skipped: ${decision.reason}`;
+}
+
+/** What deciding a renewal left to do: nothing (a skip or a wait), or send the intent written. */
+type Decided =
+  | { decision: Exclude<RenewalDecision, { kind: 'renew' }> }
+  | { done: string }
+  | { chain: Chain; intent: Intent };
+
+/**
+ * Decides the renewal from the chain's renewal view and runs `decide`, for an add-on under its
+ * main chain's lock. An add-on's next count is its share on the main chain, which a seat job
+ * writes under that lock while it reads the add-ons: so a seat event either comes first, and
+ * the intent carries its share, or finds the intent written and waits for the renewal to be
+ * recorded. (An add-on's job holds its own lock and takes its main chain's; a seat job holds
+ * the main chain's and takes none: a busy main chain puts the renewal back for a moment.)
+ */
+async function decideWithFamilyShare(
+  deps: WorkerDeps,
+  job: Job,
+  jobToken: string | undefined,
+  chain: Chain,
+  decide: (view: RenewalView) => Promise<Decided>,
+): Promise<Decided> {
+  if (chain.mainChain === null) return decide(chain);
+  return withChainLock(deps.chains, job, jobToken, chain.mainChain, async ({ chain: main }) =>
+    decide(main ? addOnView(chain, main) : chain),
+  );
+}
+
+/** A renewal decided: its intent written on the chain, or the add-on stopped, or the chain flagged. */
+async function writeRenewalIntent(
+  deps: WorkerDeps,
+  job: Job,
+  held: { chain: Chain; token: string },
+  decision: Extract<RenewalDecision, { kind: 'renew' }>,
+  now: number,
+): Promise<Decided> {
+  const { chain, token } = held;
+  if (decision.licenses === 0) return { done: await stopAddOn(deps, job, held, now) };
+  if (!renewableDecision(deps, chain, decision)) {
+    return flagChain(
+      deps,
+      job,
+      held,
+      `the next term needs ${decision.licenses} licenses, but the remote service cannot change the count of an external renewal (no extensions): an operator must renew it`,
+    );
+  }
+  const intent = renewalIntent(deps, chain, decision, job.id ?? null);
+  const saved = await deps.chains.save({
+    chainId: chain.id,
+    token,
+    previous: chain,
+    next: { ...chain, intent, updatedAt: now },
+    release: false,
+  });
+  return { chain: saved, intent };
 }
 
 /**

@@ -69,6 +69,7 @@ async function applySeatEvent(
       return `ignored: chain ${chain.status}`;
     }
     const addOns = await deps.chains.getMany(chain.addOns);
+    if (addOnRenewing(addOns)) return waitForOtherJob(job, jobToken, now);
     const decision = planSeatChange({
       ...paidAhead(chain, addOns, now, deps.settings.seatIncrease),
       total: ev.licenses,
@@ -118,6 +119,15 @@ async function applySeatEvent(
   });
 }
 
+/**
+ * Whether an add-on's renewal is in flight: its intent carries the share it decided under the
+ * main chain's lock (renewals.ts, decideWithFamilyShare), so a seat job waits until the renewal
+ * is recorded and then counts the term it ordered, instead of changing a share already sent.
+ */
+function addOnRenewing(addOns: readonly Chain[]): boolean {
+  return addOns.some((addOn) => addOn.intent?.kind === 'renewal');
+}
+
 /** What a seat job bought (or scheduled), for its return value in Bull Board. */
 async function describeBought(deps: WorkerDeps, before: Chain, after: Chain): Promise<string> {
   const partialsBefore = new Set(before.partials.map((p) => p.orderId));
@@ -149,6 +159,7 @@ async function buyDueAddOn(deps: WorkerDeps, job: Job, jobToken: string | undefi
     if (now < pending.startsAt) return delayJobUntil(job, jobToken, pending.startsAt, now);
     if (chain.status === 'cancelled') return 'skipped: chain cancelled';
     const addOns = await deps.chains.getMany(chain.addOns);
+    if (addOnRenewing(addOns)) return waitForOtherJob(job, jobToken, now);
     const total = pending.total ?? paidInForce(chain, addOns, now) + pending.licenses;
     const event = {
       webhookId: pending.webhookId ?? chain.appliedSeatEvents.at(-1) ?? '',

@@ -805,6 +805,101 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     ).toBeUndefined();
   });
 
+  it('has a seat event wait for an add-on renewal in flight, then buy what it lacks', async () => {
+    const placed = await place(system, 'A-17', 5);
+    await seats(system, 'A-17', 8);
+    const bought = await system.waitForChain('A-17', (c) => c.addOns.length === 1);
+    const addOn = bought.addOns[0];
+    if (!addOn) throw new Error('no add-on');
+    clock.advance(60);
+    await seats(system, 'A-17', 6);
+    await system.waitForChain('A-17', (c) => c.addOns[0]?.nextLicenses === 1);
+    clock.set(placed.term.expiresAt - 7 * DAY);
+    await system.promote('renewals', renewalJobId(chainIdOf('A-17'), 2));
+    await system.waitForChain('A-17', (c) => c.term.count === 2 && c.licenses === 5);
+
+    // The add-on's renewal job wrote its intent (its share: 1) and died before sending it.
+    clock.set(addOn.term.expiresAt - 7 * DAY);
+    const jobId = renewalJobId(chainIdOf('A-17.a1'), 2);
+    await leftByDeadJob(system, 'A-17.a1', 'dead-renewal-job', (chain) => ({
+      intent: {
+        kind: 'renewal',
+        method: 'createOrder',
+        orderId: 'A-17.a1.r2',
+        params: {
+          customer: chain.customer,
+          id: 'A-17.a1.r2',
+          product: chain.product,
+          licenses: 1,
+          duration: chain.duration,
+          startsAt: chain.term.expiresAt,
+          parent: chain.order,
+        },
+        jobId,
+      },
+    }));
+    // Back to 8 while that renewal is in flight: applied now, 5 + 3 would look paid and the
+    // add-on's share would go back to 3, which the renewal, sent with 1, never carries.
+    clock.advance(60);
+    await seats(system, 'A-17', 8);
+    await expect.poll(async () => (await system.queue('seat-changes').getDelayed()).length).toBe(1);
+    expect((await system.chain('A-17')).addOns[0]?.nextLicenses).toBe(1);
+
+    await system.promote('renewals', jobId);
+    const settled = await system.waitForChain('A-17', (c) => c.addOns.length === 2);
+    expect(settled.addOns[0]).toMatchObject({ licenses: 1, term: { count: 2 } });
+    // From the day the add-on's first term ends, 5 + 1 + 2 are in force: the total asked for.
+    expect(settled.addOns[1]).toMatchObject({ order: 'A-17.a2', licenses: 2 });
+    const at = addOn.term.expiresAt;
+    const inForce = settled.addOns
+      .filter((a) => a.term.startsAt <= at && at < a.term.expiresAt)
+      .reduce((n, a) => n + a.licenses, settled.licenses);
+    expect(inForce).toBe(8);
+  });
+
+  it("decides an add-on's renewal under its main chain's lock, with the share a seat job left", async () => {
+    await place(system, 'A-18', 5);
+    await seats(system, 'A-18', 8);
+    const bought = await system.waitForChain('A-18', (c) => c.addOns.length === 1);
+    const addOn = bought.addOns[0];
+    if (!addOn) throw new Error('no add-on');
+    const chains = new ChainStore(system.started.runtime.redis);
+    const main = chainIdOf('A-18');
+    const token = 'test-seat-job';
+    const held = await chains.lock(main, token);
+    if (held.kind !== 'held' || !held.chain) throw new Error('main chain not locked');
+
+    // The add-on's renewal comes due while a seat job holds the main chain: it decides nothing.
+    clock.set(addOn.term.expiresAt - 7 * DAY);
+    const jobId = renewalJobId(chainIdOf('A-18.a1'), 2);
+    await system.promote('renewals', jobId);
+    await expect
+      .poll(async () => (await system.queue('renewals').getJob(jobId))?.attemptsStarted ?? 0)
+      .toBeGreaterThan(0);
+    await expect
+      .poll(async () =>
+        system
+          .queue('renewals')
+          .getJob(jobId)
+          .then((j) => j?.getState()),
+      )
+      .toBe('delayed');
+    expect((await chains.get(chainIdOf('A-18.a1')))?.intent).toBeNull();
+
+    // The seat job leaves the add-on a share of 2, then releases the main chain.
+    await chains.save({
+      chainId: main,
+      token,
+      previous: held.chain,
+      next: { ...held.chain, addOnNextLicenses: { [chainIdOf('A-18.a1')]: 2 } },
+      release: true,
+    });
+    await system.promote('renewals', jobId);
+    const renewed = await system.waitForChain('A-18', (c) => c.addOns[0]?.term.count === 2);
+    expect(renewed.addOns[0]?.licenses).toBe(2);
+    expect((await system.providerOrder('A-18.a1.r2'))?.licenses).toBe(2);
+  });
+
   it('lets reconcile record an add-on cancelled that another job held during the cancel', async () => {
     await place(system, 'A-15', 3);
     await seats(system, 'A-15', 5);
