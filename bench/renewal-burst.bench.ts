@@ -143,7 +143,7 @@ async function openBench(url: string): Promise<Bench> {
     publicUrl: settings.PUBLIC_URL,
     log,
   });
-  const queues = openQueues(storeRedis);
+  const queues = openQueues(storeRedis, log);
   return {
     admin,
     core,

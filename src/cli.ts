@@ -167,7 +167,10 @@ export function buildCli(): Command {
 async function withChainOperations<T>(run: (ops: ChainOperations) => Promise<T>): Promise<T> {
   return withRuntime(async (rt) => {
     const settings = settingsOrExit();
-    const queue = (name: string) => new Queue(name, { connection: rt.redis, prefix: QUEUE_PREFIX });
+    const queue = (name: string) =>
+      // A failed call reports itself; without a listener BullMQ would also print the connection's
+      // errors, with the failed command's arguments (a password), on stderr.
+      new Queue(name, { connection: rt.redis, prefix: QUEUE_PREFIX }).on('error', () => {});
     const renewals = queue(QUEUES.renewals);
     const paymentSignals = queue(QUEUES.paymentSignals);
     try {

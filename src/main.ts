@@ -86,8 +86,8 @@ export async function start(
   const workerRedis = await connectRedis(runtime.redisUrl, 'worker');
   const storeRedis = await connectRedis(runtime.redisUrl, 'store');
   const provisioning = instrumentClient(await makeProvisioningClient(settings, runtime), metrics);
-  const workerQueues = openQueues(storeRedis);
-  const apiQueues = openQueues(runtime.redis);
+  const workerQueues = openQueues(storeRedis, log);
+  const apiQueues = openQueues(runtime.redis, log);
   const chains = new ChainStore(runtime.redis, { leaseMs: options.lockLeaseMs });
 
   let workers: Workers | null = null;

@@ -10,6 +10,7 @@ import { makeProcessor as makePaymentProcessor } from '../jobs/payment-signals.j
 import { makeRenewalProcessor } from '../jobs/renewals.js';
 import { makeProcessor as makeSeatProcessor } from '../jobs/seat-changes.js';
 import { RefusalError } from './errors.js';
+import type { Logger } from './logger.js';
 import { QUEUE_PREFIX, QUEUES, type QueueName, queueNames, STALLED_INTERVAL_MS } from './queues.js';
 import type { RedisClient } from './redis/connection.js';
 import { settlesWithin } from './settles-within.js';
@@ -22,14 +23,36 @@ export interface Workers {
 }
 
 /** One producer Queue per name, on the given connection (not closed with the queues). */
-export function openQueues(connection: RedisClient): Record<QueueName, Queue> {
+/**
+ * The producer side of every queue. Their connection's errors go to `log` (without a listener,
+ * BullMQ prints each one, with the failed command's arguments, on stderr); the calls that fail
+ * report themselves to their callers.
+ */
+export function openQueues(connection: RedisClient, log: Logger): Record<QueueName, Queue> {
   return Object.fromEntries(
-    queueNames.map((name) => [name, new Queue(name, { connection, prefix: QUEUE_PREFIX })]),
+    queueNames.map((name) => {
+      const queue = new Queue(name, { connection, prefix: QUEUE_PREFIX });
+      queue.on('error', (error) => log.warn({ err: error, queue: name }, 'queue error'));
+      return [name, queue];
+    }),
   ) as Record<QueueName, Queue>;
 }
 
 export async function closeQueues(queues: Record<QueueName, Queue>): Promise<void> {
   await Promise.all(Object.values(queues).map((q) => q.close()));
+}
+
+/**
+ * Whether every running job finished within `timeoutMs`. Looks again until then: a job the
+ * worker fetched just before it paused starts after the first look.
+ */
+async function jobsFinishWithin(running: ReadonlySet<Promise<unknown>>, timeoutMs: number) {
+  const deadline = performance.now() + timeoutMs;
+  while (running.size > 0) {
+    const left = deadline - performance.now();
+    if (left <= 0 || !(await settlesWithin(Promise.allSettled([...running]), left))) return false;
+  }
+  return true;
 }
 
 /**
@@ -112,11 +135,13 @@ export async function startWorkers(input: {
       // close() has begun, a later close(true) only returns the first call's promise, and
       // pause() reconnects Redis when its wait ends, even after the worker closed.
       await Promise.all(workers.map((w) => w.pause(true)));
-      const force = !(await settlesWithin(Promise.allSettled([...running]), timeoutMs));
-      if (force) {
+      if (!(await jobsFinishWithin(running, timeoutMs))) {
         deps.log.warn({ timeoutMs }, 'active jobs did not finish in time; closing workers anyway');
       }
-      await Promise.all(workers.map((w) => w.close(force)));
+      // The waiting was ours, bounded. BullMQ's close(false) would wait again, for its blocking
+      // connection's 'end' as well, which never comes once Redis refused the connection's
+      // password for a while (a rotation): close without it.
+      await Promise.all(workers.map((w) => w.close(true)));
     },
   };
 }

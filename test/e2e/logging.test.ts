@@ -1,9 +1,11 @@
 // Logs are JSON lines, and API keys, passwords and tokens never appear in them.
 import { Writable } from 'node:stream';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createLogger } from '../../src/logger.js';
 import { startTestApp, type TestApp } from '../helpers/app.js';
 import { startTestRedis, type TestRedis } from '../helpers/redis-server.js';
+import { startSystem } from '../helpers/system.js';
 
 let redis: TestRedis;
 let app: TestApp;
@@ -92,5 +94,47 @@ describe('request logs', () => {
     const out = captured.join('');
     for (const secret of ['k-123', 't-456', 'k-789', 'p-000']) expect(out).not.toContain(secret);
     expect(out).toContain('[redacted]');
+  });
+});
+
+describe('Redis errors', () => {
+  it('never carry the Redis password into a log line or onto stderr, when it was rotated', async () => {
+    const password = 'Right-Pass-123-secret';
+    const rotated = 'Other-Pass-456-secret';
+    const server = await startTestRedis(['--requirepass', password]);
+    const url = server.url.replace('redis://', `redis://:${password}@`);
+    const logged: string[] = [];
+    const sink = new Writable({
+      write(chunk: Buffer, _e, done) {
+        logged.push(chunk.toString());
+        done();
+      },
+    });
+    const system = await startSystem({ redisUrl: url, log: createLogger('warn', sink) });
+    const stderr = vi.spyOn(process.stderr, 'write');
+    const consoleError = vi.spyOn(console, 'error');
+    try {
+      // The operator rotates the password: every connection reconnects with the old one.
+      const admin = new Redis(server.port, '127.0.0.1', { password, lazyConnect: true });
+      await admin.connect();
+      await admin.config('SET', 'requirepass', rotated);
+      await admin.call('CLIENT', 'KILL', 'TYPE', 'normal').catch(() => {});
+      admin.disconnect();
+      await vi.waitFor(() => expect(logged.join('')).toContain('WRONGPASS'), { timeout: 10_000 });
+      const restore = new Redis(server.port, '127.0.0.1', { password: rotated });
+      await restore.config('SET', 'requirepass', password);
+      restore.disconnect();
+    } finally {
+      const printed = [...stderr.mock.calls, ...consoleError.mock.calls].map((c) => String(c[0]));
+      stderr.mockRestore();
+      consoleError.mockRestore();
+      // Also shows that the workers stop after such an episode (they used to wait forever).
+      await system.close();
+      await server.stop();
+      expect(printed.join('\n')).not.toContain(password);
+    }
+    const all = logged.join('');
+    expect(all).toContain('"args":"[redacted]"');
+    expect(all).not.toContain(password);
   });
 });

@@ -14,7 +14,7 @@ import { ChainStore } from '../../src/chains/store.js';
 import type { ChainView } from '../../src/chains/view.js';
 import type { Clock } from '../../src/clock.js';
 import { signWebhook } from '../../src/intake/sign.js';
-import { createLogger } from '../../src/logger.js';
+import { createLogger, type Logger } from '../../src/logger.js';
 import { type Role, type Started, start } from '../../src/main.js';
 import type { OrderRecord, Partner } from '../../src/provisioning/records.js';
 import { QUEUE_PREFIX, type QueueName } from '../../src/queues.js';
@@ -91,6 +91,8 @@ export async function startSystem(
     lockLeaseMs?: number;
     /** A Redis of the test's own (any REDIS_URL form; left running on close), not a fresh one. */
     redisUrl?: string;
+    /** Where the system logs (default: at TEST_LOG_LEVEL, silent unless set, to stdout). */
+    log?: Logger;
   } = {},
 ): Promise<System> {
   const ownRedis = options.redisUrl === undefined ? await startTestRedis() : null;
@@ -108,7 +110,8 @@ export async function startSystem(
     RECONCILE_INTERVAL_SECONDS: '3600',
     ...options.env,
   });
-  const started = await start(settings, createLogger(settings.LOG_LEVEL), options.role ?? 'all', {
+  const log = options.log ?? createLogger(settings.LOG_LEVEL);
+  const started = await start(settings, log, options.role ?? 'all', {
     ...(options.clock ? { clock: options.clock } : {}),
     ...(options.stalledIntervalMs ? { stalledIntervalMs: options.stalledIntervalMs } : {}),
     ...(options.lockLeaseMs ? { lockLeaseMs: options.lockLeaseMs } : {}),
