@@ -1,14 +1,21 @@
 // The settings schema: every environment variable the product reads, with its default and meaning.
 import { z } from 'zod';
 import { ConfigError } from '../src/errors.js';
-import { hideUrlPasswords, parseRedisTarget } from '../src/redis/target.js';
+import { describeHost, hideUrlPasswords, parseRedisTarget } from '../src/redis/target.js';
 import { decimalDigits } from '../src/validation.js';
 
 /** An empty variable counts as unset (DESIGN §6), so `PORT=` falls back to the default. */
 const unsetWhenEmpty = (value: unknown) => (value === '' ? undefined : value);
 
+/** A whole number in min..max; each bound says itself (zod 4 would repeat the type's message). */
 const intIn = (min: number, max: number) =>
-  z.preprocess(decimalDigits, z.int('must be a whole number').min(min).max(max));
+  z.preprocess(
+    decimalDigits,
+    z
+      .int('must be a whole number')
+      .min(min, `must be at least ${min}`)
+      .max(max, `must be at most ${max}`),
+  );
 const port = intIn(0, 65535);
 /** true/false, 1/0, yes/no, on/off (any case). */
 const flag = z
@@ -75,7 +82,9 @@ export const settingDefinitions = {
     describe: 'HMAC secret for stored API-key hashes (default: generated once under DATA_DIR)',
   },
   OPS_TOKEN: {
-    schema: secret('a bearer token').optional(),
+    schema: secret('a bearer token')
+      .regex(/^\S+$/, 'must not contain spaces (a bearer token)')
+      .optional(),
     describe: 'bearer token of the ops API and Bull Board (default: generated once under DATA_DIR)',
   },
   WEBHOOK_SECRET: {
@@ -169,6 +178,11 @@ export type Settings = Omit<Parsed, 'PUBLIC_URL' | 'PROVISIONING_EXTENSIONS' | '
   remote: boolean;
 };
 
+/** The server's own address as a URL (`http://[::1]:3000` for an IPv6 host). */
+export function serverUrl(host: string, port: number): string {
+  return `http://${describeHost({ host, port })}`;
+}
+
 /** Settings whose value is a secret: an error names them but never shows the value. */
 const SECRET_SETTINGS = new Set([
   'KEY_HASH_SECRET',
@@ -228,7 +242,7 @@ function resolveDependentSettings(s: Parsed): Settings {
   }
   return {
     ...s,
-    PUBLIC_URL: (s.PUBLIC_URL ?? `http://${s.HOST}:${s.PORT}`).replace(/\/+$/, ''),
+    PUBLIC_URL: (s.PUBLIC_URL ?? serverUrl(s.HOST, s.PORT)).replace(/\/+$/, ''),
     PROVISIONING_EXTENSIONS: s.PROVISIONING_EXTENSIONS ?? !remote,
     SEAT_INCREASE: seatIncrease,
     remote,

@@ -235,7 +235,16 @@ function printChain(chain: ChainView): void {
   );
 }
 
-const operator = () => ({ operator: `cli:${userInfo().username}` });
+const operator = () => ({ operator: `cli:${osUser()}` });
+
+/** Who runs the command, for the history: a container's user id may have no passwd entry. */
+function osUser(): string {
+  try {
+    return userInfo().username;
+  } catch {
+    return process.env.USER || process.env.LOGNAME || `uid:${process.getuid?.() ?? 'unknown'}`;
+  }
+}
 
 function parseDays(value: string): number {
   if (!/^\d+$/.test(value) || Number(value) > 3660) {
@@ -327,6 +336,15 @@ export async function runCli(argv: readonly string[]): Promise<void> {
       process.stderr.write(`billing: ${error.message}\n`);
       process.exit(2);
     }
-    throw error;
+    // Anything else (Redis unreachable, a port in use) is told by its message alone: Node's own
+    // report would inspect the error, and a Redis error carries its command's arguments (a
+    // password). LOG_LEVEL=debug adds the stack.
+    const message = error instanceof Error ? error.message : String(error);
+    process.stderr.write(`billing: ${message}\n`);
+    const verbose = ['debug', 'trace'].includes(process.env.LOG_LEVEL ?? '');
+    if (verbose && error instanceof Error && error.stack) {
+      process.stderr.write(`${error.stack}\n`);
+    }
+    process.exit(1);
   }
 }

@@ -1,5 +1,5 @@
 // Opens what every entry point needs: Redis (configured or private), the store and the core.
-import type { Settings } from '../config/settings.js';
+import { type Settings, settingDefinitions } from '../config/settings.js';
 import { type Clock, systemClock } from './clock.js';
 import type { Logger } from './logger.js';
 import { makeProvisioningCore, type ProvisioningCore } from './provisioning/operations.js';
@@ -55,6 +55,7 @@ export async function openRuntime(
     settings.DATA_DIR,
     'key-hash-secret',
     settings.KEY_HASH_SECRET,
+    settingDefinitions.KEY_HASH_SECRET.schema,
   );
   const store = new ProvisioningStore(redis);
   const core = makeProvisioningCore({

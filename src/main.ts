@@ -1,7 +1,8 @@
 // Starts the product in a role: the HTTP API (provisioning core, webhooks, ops, Bull Board),
 // the workers, or both (the embedded default).
 import { randomBytes } from 'node:crypto';
-import type { Settings } from '../config/settings.js';
+import type { FastifyInstance } from 'fastify';
+import { type Settings, serverUrl, settingDefinitions } from '../config/settings.js';
 import { workerSettingsFrom } from '../jobs/deps.js';
 import { ChainStore } from './chains/store.js';
 import { instrumentClient } from './client/instrumented.js';
@@ -12,12 +13,14 @@ import type { Logger } from './logger.js';
 import { createMetrics } from './metrics.js';
 import { makeProvisioningClient } from './provisioning-client-factory.js';
 import { queueNames } from './queues.js';
-import { answersForKeys, connectRedis } from './redis/connection.js';
+import { answersForKeys, connectRedis, type RedisClient } from './redis/connection.js';
 import { describeRedisTarget } from './redis/target.js';
 import { loadOrCreateSecret } from './secrets.js';
 import { buildApp } from './server.js';
 import { settlesWithin } from './settles-within.js';
 import { closeQueues, openQueues, startWorkers, type Workers } from './workers.js';
+
+type Queues = ReturnType<typeof openQueues>;
 
 export type Role = 'api' | 'worker' | 'all';
 
@@ -26,11 +29,17 @@ const HTTP_CLOSE_GRACE_MS = 5_000;
 
 /** OPS_TOKEN and WEBHOOK_SECRET: configured, or generated once and kept under DATA_DIR. */
 async function loadSecrets(settings: Settings) {
-  const ops = await loadOrCreateSecret(settings.DATA_DIR, 'ops-token', settings.OPS_TOKEN);
+  const ops = await loadOrCreateSecret(
+    settings.DATA_DIR,
+    'ops-token',
+    settings.OPS_TOKEN,
+    settingDefinitions.OPS_TOKEN.schema,
+  );
   const webhook = await loadOrCreateSecret(
     settings.DATA_DIR,
     'webhook-secret',
     settings.WEBHOOK_SECRET,
+    settingDefinitions.WEBHOOK_SECRET.schema,
     () => `whsec_${randomBytes(32).toString('base64')}`,
   );
   return { opsToken: ops, webhookSecret: webhook };
@@ -80,106 +89,124 @@ export async function start(
     jobLockMs?: number;
   } = {},
 ): Promise<Started> {
-  const runtime = await openRuntime(settings, log, options.clock);
-  const secrets = await loadSecrets(settings);
-  const metrics = createMetrics();
-  const workerRedis = await connectRedis(runtime.redisUrl, 'worker');
-  const storeRedis = await connectRedis(runtime.redisUrl, 'store');
-  const provisioning = instrumentClient(await makeProvisioningClient(settings, runtime), metrics);
-  const workerQueues = openQueues(storeRedis, log);
-  const apiQueues = openQueues(runtime.redis, log);
-  const chains = new ChainStore(runtime.redis, { leaseMs: options.lockLeaseMs });
-
-  let workers: Workers | null = null;
-  if (role !== 'api') {
-    workers = await startWorkers({
-      deps: {
-        chains: new ChainStore(storeRedis, { leaseMs: options.lockLeaseMs }),
-        provisioning,
-        clock: runtime.clock,
-        log,
-        metrics,
-        queues: workerQueues,
-        settings: workerSettingsFrom(settings),
-      },
-      connection: workerRedis,
-      concurrency: settings.WORKER_CONCURRENCY,
-      reconcileEverySeconds: settings.RECONCILE_INTERVAL_SECONDS,
-      stalledIntervalMs: options.stalledIntervalMs,
-      jobLockMs: options.jobLockMs,
-    });
-  }
-
   const serveApi = role !== 'worker';
-  const app = await buildApp({
-    log,
-    metrics,
-    readiness: {
-      redis: () => answersForKeys(runtime.redis),
-      workers: () => (workers ? workers.isRunning() : null),
-    },
-    ...(serveApi && !settings.remote
-      ? { provisioning: { core: runtime.core, partners: runtime.partners } }
-      : {}),
-    ...(serveApi
-      ? {
-          webhooks: {
-            redis: runtime.redis,
-            queues: apiQueues,
-            clock: runtime.clock,
-            secret: secrets.webhookSecret.value,
-            dedupDays: settings.WEBHOOK_DEDUP_DAYS,
-          },
-          ops: {
-            chains,
-            renewals: apiQueues.renewals,
-            paymentSignals: apiQueues['payment-signals'],
-            provisioning,
-            clock: runtime.clock,
-            token: secrets.opsToken.value,
-            leadDays: settings.RENEWAL_LEAD_DAYS,
-            variant: provisioning.variant,
-          },
-          board: {
-            queues: queueNames.map((name) => apiQueues[name]),
-            token: secrets.opsToken.value,
-          },
-        }
-      : {}),
-  });
-  await app.listen({ host: settings.HOST, port: settings.PORT });
-  const address = app.server.address();
-  const port = typeof address === 'object' && address ? address.port : settings.PORT;
-  announceSecrets(settings, secrets);
-  log.info(
-    {
-      role,
-      mode: settings.remote ? 'remote' : 'embedded',
-      variant: provisioning.variant,
-      url: `http://${settings.HOST}:${port}`,
-      ...(serveApi && !settings.remote
-        ? { provisioning: `http://${settings.HOST}:${port}/provisioning` }
-        : {}),
-      redis: describeRedisTarget(runtime.redisUrl),
-    },
-    'billing service started',
-  );
-
+  // Only the roles that serve the ops API and the webhooks need their secrets.
+  const secrets = serveApi ? await loadSecrets(settings) : null;
+  const runtime = await openRuntime(settings, log, options.clock);
+  const metrics = createMetrics();
+  // What a start that fails halfway (a port in use, Redis gone) has opened is closed again,
+  // a private Redis included, so the process can exit with the reason.
+  let workerRedis: RedisClient | undefined;
+  let storeRedis: RedisClient | undefined;
+  let provisioning: ProvisioningClient | undefined;
+  let workerQueues: Queues | undefined;
+  let apiQueues: Queues | undefined;
+  let workers: Workers | null = null;
+  let app: FastifyInstance | undefined;
   let stopping: Promise<void> | undefined;
   const stop = () => {
     stopping ??= (async () => {
       // Workers first, bounded: an active job either finishes or is retried after a restart.
       await workers?.close(settings.SHUTDOWN_TIMEOUT_SECONDS * 1000);
-      await settlesWithin(app.close(), HTTP_CLOSE_GRACE_MS);
-      await closeQueues(apiQueues);
-      await closeQueues(workerQueues);
-      await provisioning.close();
-      await workerRedis.quit().catch(() => workerRedis.disconnect());
-      await storeRedis.quit().catch(() => storeRedis.disconnect());
+      if (app) await settlesWithin(app.close(), HTTP_CLOSE_GRACE_MS);
+      if (apiQueues) await closeQueues(apiQueues);
+      if (workerQueues) await closeQueues(workerQueues);
+      await provisioning?.close();
+      for (const redis of [workerRedis, storeRedis]) {
+        await redis?.quit().catch(() => redis.disconnect());
+      }
       await runtime.close();
     })();
     return stopping;
   };
+
+  try {
+    workerRedis = await connectRedis(runtime.redisUrl, 'worker');
+    storeRedis = await connectRedis(runtime.redisUrl, 'store');
+    provisioning = instrumentClient(await makeProvisioningClient(settings, runtime), metrics);
+    workerQueues = openQueues(storeRedis, log);
+    apiQueues = openQueues(runtime.redis, log);
+    const chains = new ChainStore(runtime.redis, { leaseMs: options.lockLeaseMs });
+
+    if (role !== 'api') {
+      workers = await startWorkers({
+        deps: {
+          chains: new ChainStore(storeRedis, { leaseMs: options.lockLeaseMs }),
+          provisioning,
+          clock: runtime.clock,
+          log,
+          metrics,
+          queues: workerQueues,
+          settings: workerSettingsFrom(settings),
+        },
+        connection: workerRedis,
+        concurrency: settings.WORKER_CONCURRENCY,
+        reconcileEverySeconds: settings.RECONCILE_INTERVAL_SECONDS,
+        stalledIntervalMs: options.stalledIntervalMs,
+        jobLockMs: options.jobLockMs,
+      });
+    }
+
+    const running = workers;
+    app = await buildApp({
+      log,
+      metrics,
+      readiness: {
+        redis: () => answersForKeys(runtime.redis),
+        workers: () => (running ? running.isRunning() : null),
+      },
+      ...(serveApi && !settings.remote
+        ? { provisioning: { core: runtime.core, partners: runtime.partners } }
+        : {}),
+      ...(secrets
+        ? {
+            webhooks: {
+              redis: runtime.redis,
+              queues: apiQueues,
+              clock: runtime.clock,
+              secret: secrets.webhookSecret.value,
+              dedupDays: settings.WEBHOOK_DEDUP_DAYS,
+            },
+            ops: {
+              chains,
+              renewals: apiQueues.renewals,
+              paymentSignals: apiQueues['payment-signals'],
+              provisioning,
+              clock: runtime.clock,
+              token: secrets.opsToken.value,
+              leadDays: settings.RENEWAL_LEAD_DAYS,
+              variant: provisioning.variant,
+            },
+            board: {
+              queues: queueNames.map((name) => (apiQueues as Queues)[name]),
+              token: secrets.opsToken.value,
+            },
+          }
+        : {}),
+    });
+    await app.listen({ host: settings.HOST, port: settings.PORT });
+  } catch (error) {
+    await stop().catch((failure: unknown) =>
+      log.warn({ err: failure }, 'closing after a failed start failed'),
+    );
+    throw error;
+  }
+  const address = app.server.address();
+  const port = typeof address === 'object' && address ? address.port : settings.PORT;
+  if (secrets) announceSecrets(settings, secrets);
+  log.info(
+    {
+      role,
+      mode: settings.remote ? 'remote' : 'embedded',
+      variant: provisioning.variant,
+      url: serverUrl(settings.HOST, port),
+      ...(serveApi && !settings.remote
+        ? { provisioning: `${serverUrl(settings.HOST, port)}/provisioning` }
+        : {}),
+      redis: describeRedisTarget(runtime.redisUrl),
+    },
+    'billing service started',
+  );
   return { stop, port, runtime, provisioning, workers };
 }
 

@@ -1,28 +1,50 @@
 // Secrets the embedded default generates once and keeps under DATA_DIR, unless the env sets them.
 import { randomBytes } from 'node:crypto';
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { link, mkdir, readFile, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import type { z } from 'zod';
+import { ConfigError } from './errors.js';
 
 /**
  * The configured value, else the one kept in `<dataDir>/secrets/<name>`, else a new random one
- * written there (mode 0600). Creation is exclusive, so two processes starting at once agree.
+ * written there (mode 0600). Two processes starting at once agree: the file appears whole or
+ * not at all (written aside, then linked to its name, which fails if it exists). A kept value
+ * must pass `schema` (the setting's own): an empty or damaged file stops the start, naming it,
+ * rather than becoming a token anyone could present.
  */
 export async function loadOrCreateSecret(
   dataDir: string,
   name: string,
   configured: string | undefined,
+  schema: z.ZodType<string | undefined>,
   generate: () => string = () => randomBytes(32).toString('base64url'),
 ): Promise<{ value: string; generated: boolean }> {
   if (configured) return { value: configured, generated: false };
   const folder = join(dataDir, 'secrets');
   const file = join(folder, name);
   await mkdir(folder, { recursive: true, mode: 0o700 });
+  const value = generate();
+  const aside = `${file}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
+  await writeFile(aside, `${value}\n`, { flag: 'wx', mode: 0o600 });
   try {
-    const value = generate();
-    await writeFile(file, `${value}\n`, { flag: 'wx', mode: 0o600 });
+    await link(aside, file);
     return { value, generated: true };
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-    return { value: (await readFile(file, 'utf8')).trim(), generated: false };
+    return { value: await keptSecret(file, schema), generated: false };
+  } finally {
+    await unlink(aside);
   }
+}
+
+async function keptSecret(file: string, schema: z.ZodType<string | undefined>): Promise<string> {
+  const kept = (await readFile(file, 'utf8')).trim();
+  const parsed = schema.safeParse(kept);
+  if (parsed.success && kept !== '') return kept;
+  const reason = kept === '' ? 'it is empty' : parsed.error?.issues[0]?.message;
+  throw new ConfigError(
+    'invalid_secret_file',
+    `the secret kept in ${file} is not usable (${reason}): delete the file to have a new one generated, or set the secret in the environment`,
+    { file },
+  );
 }

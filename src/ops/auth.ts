@@ -10,12 +10,13 @@ function sameToken(given: string, expected: string): boolean {
   return timingSafeEqual(sha256(given), sha256(expected));
 }
 
+/** The token an Authorization header presents: `<scheme> <credentials>`, any spaces between. */
 export function presentedToken(header: string | undefined): string | null {
-  if (!header) return null;
-  const [scheme, value] = header.split(' ', 2);
-  if (!value) return null;
-  if (scheme?.toLowerCase() === 'bearer') return value.trim();
-  if (scheme?.toLowerCase() === 'basic') {
+  const match = /^(\S+)\s+(\S.*)$/.exec(header?.trim() ?? '');
+  if (!match) return null;
+  const [, scheme, value] = match as unknown as [string, string, string];
+  if (scheme.toLowerCase() === 'bearer') return value;
+  if (scheme.toLowerCase() === 'basic') {
     const decoded = Buffer.from(value, 'base64').toString('utf8');
     const colon = decoded.indexOf(':');
     return colon === -1 ? null : decoded.slice(colon + 1);
@@ -25,9 +26,11 @@ export function presentedToken(header: string | undefined): string | null {
 
 /** An onRequest hook answering 401 (with a basic-auth challenge, so browsers ask) without the token. */
 export function requireOpsToken(token: string) {
+  // An empty token would let `Authorization: Basic Og==` (no user, no password) in.
+  if (token === '') throw new Error('the ops token is empty');
   return async function opsAuth(request: FastifyRequest, reply: FastifyReply) {
     const given = presentedToken(request.headers.authorization);
-    if (given !== null && sameToken(given, token)) return;
+    if (given !== null && given !== '' && sameToken(given, token)) return;
     reply.header('www-authenticate', 'Basic realm="billing ops", charset="UTF-8"');
     await sendError(
       reply,

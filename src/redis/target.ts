@@ -154,6 +154,11 @@ function parseSentinelUrl(url: string): RedisTarget {
     );
   }
   const [, scheme, username, password, hostList = '', master = '', db, query] = match;
+  if (master.includes('@')) {
+    // A raw `/` in the password ended the credentials early: what reads as the sentinels is
+    // part of the password, so nothing of it is quoted.
+    throw new Error('a "/" or "@" in the password must be percent-encoded (%2F, %40)');
+  }
   const sentinels = parseHostList(hostList, 'sentinel');
   const params = queryParams(query ?? '');
   const tls = tlsFiles(params, scheme === 'rediss');

@@ -2,7 +2,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Queue } from 'bullmq';
@@ -126,6 +126,12 @@ describe('billing partners', () => {
     expect(out.stderr).toContain('PORT="abc"');
   });
 
+  it('tells an unreachable Redis in one line, with no stack trace', async () => {
+    const out = await billing(['partners', 'list'], { REDIS_URL: 'redis://127.0.0.1:1' });
+    expect(out.code).toBe(1);
+    expect(out.stderr.trim()).toMatch(/^billing: .*ECONNREFUSED[^\n]*$/);
+  });
+
   it('without REDIS_URL uses the private Redis of DATA_DIR, and its data persists', async () => {
     const first = await billing([
       'partners',
@@ -188,6 +194,31 @@ describe('billing start', () => {
     const exit = new Promise<number | null>((resolve) => server?.once('exit', resolve));
     server.kill('SIGTERM');
     expect(await exit).toBe(0);
+  });
+});
+
+describe('billing start on a port in use', () => {
+  it('stops with the reason, and stops the private Redis it started', async () => {
+    const taken = await listen(() => {});
+    const ownDataDir = await mkdtemp(join(tmpdir(), 'billing-cli-port-'));
+    try {
+      const out = await runScript(BIN, ['start'], {
+        ...cleanEnv({ DATA_DIR: ownDataDir, PORT: new URL(taken.url).port }),
+      });
+      expect(out.code).toBe(1);
+      expect(out.stderr).toMatch(/^billing: listen EADDRINUSE[^\n]*$/m);
+      expect(out.stderr).not.toMatch(/^\s+at /m);
+      const record = await readFile(join(ownDataDir, 'redis', 'redis.json'), 'utf8').catch(
+        () => null,
+      );
+      if (record !== null) {
+        const { pid } = JSON.parse(record) as { pid: number };
+        expect(() => process.kill(pid, 0)).toThrow(/ESRCH/);
+      }
+    } finally {
+      await taken.close();
+      await rm(ownDataDir, { recursive: true, force: true });
+    }
   });
 });
 

@@ -79,6 +79,30 @@ describe('loadSettings', () => {
     },
   );
 
+  it.each([
+    ['PORT', '99999', 'must be at most 65535'],
+    ['WORKER_CONCURRENCY', '0', 'must be at least 1'],
+    ['RENEWAL_LEAD_DAYS', '400', 'must be at most'],
+  ])('says which bound %s=%s is past', (name, value, message) => {
+    expect(() => loadSettings({ [name]: value })).toThrow(`${name}="${value}": ${message}`);
+  });
+
+  it('quotes no part of a Sentinel password holding a raw "/"', () => {
+    const refusal = () => loadSettings({ REDIS_URL: 'redis+sentinel://:Zq7x/rest@h:26379/2' });
+    expect(refusal).toThrow(/must be percent-encoded/);
+    expect(refusal).not.toThrow(/Zq7x/);
+  });
+
+  it('makes the default PUBLIC_URL a URL for an IPv6 HOST', () => {
+    expect(loadSettings({ HOST: '::1', PORT: '3000' }).PUBLIC_URL).toBe('http://[::1]:3000');
+  });
+
+  it('refuses an OPS_TOKEN with spaces: no Authorization header could carry it', () => {
+    expect(() => loadSettings({ OPS_TOKEN: 'my ops token is long' })).toThrow(
+      /OPS_TOKEN=\(hidden, 20 characters\): must not contain spaces/,
+    );
+  });
+
   it('names every invalid variable at once', () => {
     expect(() => loadSettings({ PORT: '-1', LOG_LEVEL: 'x' })).toThrow(/PORT=.*\n.*LOG_LEVEL=/s);
   });
