@@ -89,7 +89,15 @@ export function buildCli(): Command {
 
   const partners = program
     .command('partners')
-    .description('partner accounts of the provisioning core');
+    .description('partner accounts of the embedded provisioning core')
+    .hook('preAction', () => {
+      if (settingsOrExit().remote) {
+        throw new ConfigError(
+          'remote_mode',
+          'partners belong to the embedded provisioning core, which remote mode (PROVISIONING_URL) does not serve: the remote service keeps its own',
+        );
+      }
+    });
   partners
     .command('add')
     .description('create a partner and print its API key (shown once)')
@@ -139,6 +147,29 @@ export function buildCli(): Command {
         );
       },
     );
+  partners
+    .command('set-window')
+    .description("change a partner's renewal window (takes effect on its next call)")
+    .requiredOption('--name <name>', 'the partner')
+    .requiredOption('--days <days>', 'renewal window in days', positiveInt('--days'))
+    .option('--json', 'print {"name","renewalWindowDays","before"} on one line')
+    .action(async (opts: { name: string; days: number; json?: boolean }) => {
+      const { before, partner } = await withRuntime((rt) =>
+        rt.partners.setRenewalWindow(opts.name, opts.days),
+      );
+      if (opts.json) {
+        const changed = {
+          name: partner.name,
+          renewalWindowDays: partner.renewalWindowDays,
+          before,
+        };
+        process.stdout.write(`${JSON.stringify(changed)}\n`);
+        return;
+      }
+      process.stdout.write(
+        `Partner ${partner.name}: renewal window ${partner.renewalWindowDays} days (was ${before}).\n`,
+      );
+    });
   partners
     .command('list')
     .description('list partners (never their keys)')

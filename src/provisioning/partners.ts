@@ -33,6 +33,11 @@ export interface PartnerDirectory {
     renewalWindowDays: number;
     now: number;
   }): Promise<Partner>;
+  /** Changes a partner's renewal window ("the limit can be changed on request"). */
+  setRenewalWindow(
+    name: string,
+    renewalWindowDays: number,
+  ): Promise<{ before: number; partner: Partner }>;
   authenticate(apiKey: string): Promise<Partner | null>;
   list(): Promise<Partner[]>;
 }
@@ -83,6 +88,14 @@ export function makePartnerDirectory(
         if (raced) return adopt(raced);
         throw error;
       }
+    },
+    async setRenewalWindow(name, renewalWindowDays) {
+      const existing = await store.findPartnerByName(name);
+      if (!existing) {
+        throw new RefusalError('partner_not_found', `no partner named ${name}`, { name });
+      }
+      const partner = await store.setPartnerRenewalWindow(existing, renewalWindowDays);
+      return { before: existing.renewalWindowDays, partner };
     },
     authenticate: (apiKey) => store.findPartnerByKeyHash(hashApiKey(keyHashSecret, apiKey)),
     list: () => store.listPartners(),

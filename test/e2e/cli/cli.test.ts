@@ -126,6 +126,49 @@ describe('billing partners', () => {
     expect(out.stderr).toContain('PORT="abc"');
   });
 
+  it("changes a partner's renewal window, and refuses an unknown partner", async () => {
+    const env = { REDIS_URL: redis.url };
+    await billing(['partners', 'add', '--name', 'cli-window', '--variant', 'marketplace'], env);
+    const changed = await billing(
+      ['partners', 'set-window', '--name', 'cli-window', '--days', '30', '--json'],
+      env,
+    );
+    expect(changed.code).toBe(0);
+    expect(JSON.parse(changed.stdout)).toEqual({
+      name: 'cli-window',
+      renewalWindowDays: 30,
+      before: 15,
+    });
+    const list = await billing(['partners', 'list', '--json'], env);
+    const partners = JSON.parse(list.stdout).partners as {
+      name: string;
+      renewalWindowDays: number;
+    }[];
+    expect(partners.find((p) => p.name === 'cli-window')?.renewalWindowDays).toBe(30);
+
+    const unknown = await billing(
+      ['partners', 'set-window', '--name', 'nobody', '--days', '30'],
+      env,
+    );
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toBe('billing: no partner named nobody\n');
+    const tooLong = await billing(
+      ['partners', 'set-window', '--name', 'cli-window', '--days', '366'],
+      env,
+    );
+    expect(tooLong.stderr).toContain('--days must be an integer from 1 to 365, got "366"');
+  });
+
+  it('refuses partner commands in remote mode, where the core is not served', async () => {
+    const out = await billing(['partners', 'list'], {
+      REDIS_URL: redis.url,
+      PROVISIONING_URL: 'http://127.0.0.1:9/provisioning',
+      PROVISIONING_API_KEY: 'remote-key-0123456789abcdef',
+    });
+    expect(out.code).toBe(2);
+    expect(out.stderr).toMatch(/^billing: partners belong to the embedded provisioning core/);
+  });
+
   it('tells an unreachable Redis in one line, with no stack trace', async () => {
     const out = await billing(['partners', 'list'], { REDIS_URL: 'redis://127.0.0.1:1' });
     expect(out.code).toBe(1);
