@@ -6,7 +6,7 @@ import { governedNextRenewalAt } from '../src/chains/family.js';
 import type { Chain } from '../src/chains/records.js';
 import { defaultJobOptions } from '../src/queues.js';
 import type { WorkerDeps } from './deps.js';
-import { ensureRenewalJob } from './renewals.js';
+import { ensureRenewalJob, schedulesRenewals } from './renewals.js';
 
 export const schema = z.object({}).loose();
 
@@ -69,12 +69,8 @@ export function makeProcessor(deps: WorkerDeps) {
           if (await markExpired(deps, chain, now, job.id ?? '', governed)) expired += 1;
           continue;
         }
-        // A flagged chain's failed job waits for a person (Bull Board retry, or ops). A renewal
-        // intent whose job ran out of attempts gets its job back, which replays the intent.
-        const renewable = chain.intent === null || chain.intent.kind === 'renewal';
-        if (renewable && chain.flagged === null) {
-          await ensureRenewalJob(deps.queues.renewals, schedule, now);
-        }
+        if (schedulesRenewals(chain))
+          await ensureUnderLock(deps, chain, now, job.id ?? '', governed);
       }
     }
     deps.log.info({ checked, expired }, 'reconciled chains');
@@ -108,6 +104,35 @@ async function cancelledWithMainChain(
     },
   );
   return true;
+}
+
+/**
+ * Ensures the chain's renewal job from the chain as it is now, under its lock: the page was
+ * read a while ago, and an operator's or a payment's change since (saved under the lock, its
+ * own job ensured) must not be undone by that older copy. Best effort: a chain some job is
+ * changing right now is left for the next round.
+ */
+async function ensureUnderLock(
+  deps: WorkerDeps,
+  seen: Chain,
+  now: number,
+  jobId: string,
+  governed: (chain: Chain) => Promise<Chain>,
+): Promise<void> {
+  const token = `reconcile/${jobId}/${seen.id}`;
+  const lock = await deps.chains.lock(seen.id, token);
+  if (lock.kind === 'locked') return;
+  try {
+    const chain = lock.chain;
+    if (!chain || !schedulesRenewals(chain)) return;
+    // A job still active is left as it is: it schedules the next term itself, and the next
+    // round finds it finished.
+    await ensureRenewalJob(deps.queues.renewals, await governed(chain), now, {
+      waitForActive: false,
+    });
+  } finally {
+    await deps.chains.unlock(seen.id, token);
+  }
 }
 
 /** Best effort: a chain some job is changing right now is left for the next round. */

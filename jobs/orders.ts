@@ -22,7 +22,12 @@ import {
 import { chainOfEvent, withChainLock } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
 import { describeTerm, sendIntent } from './intents.js';
-import { ensureFamilyRenewalJobs, ensureRenewalJob, prepareRenewal } from './renewals.js';
+import {
+  ensureFamilyRenewalJobs,
+  ensureRenewalJob,
+  prepareRenewal,
+  schedulesRenewals,
+} from './renewals.js';
 
 /** Jobs of this queue are webhook events (data: `eventJobData`, name: `eventJobName`). */
 export const schema = eventJobData;
@@ -52,7 +57,12 @@ function firstOrderIntent(deps: WorkerDeps, ev: OrderPlacedData, jobId: string |
   };
 }
 
-/** Creates the customer at the provider unless the workers already did (or found it). */
+/**
+ * Creates the customer at the provider unless the workers already did (or found it). The
+ * caller marks it known once the chain that records this is saved: a retry after a failed
+ * first order creates it again (the same params answer the stored customer) and still records
+ * its history entry.
+ */
 async function ensureCustomer(deps: WorkerDeps, ev: OrderPlacedData): Promise<HistoryEntry[]> {
   const { customer } = ev;
   if (await deps.chains.isCustomerKnown(customer.id)) return [];
@@ -75,7 +85,6 @@ async function ensureCustomer(deps: WorkerDeps, ev: OrderPlacedData): Promise<Hi
     if (!(error instanceof RefusalError && /already exists/.test(error.message))) throw error;
     detail = `customer ${customer.id} already existed at the provider (${error.message})`;
   }
-  await deps.chains.markCustomerKnown(customer.id);
   return [{ at: deps.clock.now(), event: 'customer.created', detail, cause: {} }];
 }
 
@@ -116,7 +125,9 @@ async function placeOrder(
   return withChainLock(deps.chains, job, jobToken, chainId, async ({ chain, token }) => {
     if (chain) {
       // Placed before (a retry after the chain was recorded): only the schedule may be missing.
-      await ensureRenewalJob(deps.queues.renewals, chain, deps.clock.now());
+      if (schedulesRenewals(chain)) {
+        await ensureRenewalJob(deps.queues.renewals, chain, deps.clock.now());
+      }
       return `already placed: ${ev.order.id}`;
     }
     const customerEntries = await ensureCustomer(deps, ev);
@@ -151,6 +162,7 @@ async function placeOrder(
       orderIds: [ev.order.id],
       release: false,
     });
+    if (customerEntries.length > 0) await deps.chains.markCustomerKnown(ev.customer.id);
     deps.metrics.orders.inc({ kind: 'first' });
     await ensureRenewalJob(deps.queues.renewals, saved, now, {
       prepared: prepareRenewal(deps, saved, { stored: true }),

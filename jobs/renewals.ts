@@ -1,4 +1,5 @@
 // The `renewals` queue: one delayed job per term renews a chain on time, exactly once.
+import { setTimeout as sleep } from 'node:timers/promises';
 import { type Job, type Queue, UnrecoverableError } from 'bullmq';
 import { z } from 'zod';
 import { cancelIfMade, markAddOnCancelled } from '../src/chains/cancel.js';
@@ -166,7 +167,17 @@ export async function ensureRenewalJob(
   queue: Queue,
   chain: Chain,
   now: number,
-  options: { overrideDeferral?: boolean; prepared?: PreparedRenewal | undefined } = {},
+  options: {
+    overrideDeferral?: boolean;
+    prepared?: PreparedRenewal | undefined;
+    /**
+     * Whether a job that is active right now is waited for (a moment) first; default true. One
+     * that has just decided from the chain before this change (skipped it, or put itself off
+     * for a payment) would otherwise finish after this call and leave the change without its
+     * job until reconcile.
+     */
+    waitForActive?: boolean;
+  } = {},
 ): Promise<void> {
   // A renewal in flight (its order may be made already) keeps its job whatever the schedule
   // says now (auto-renew off, a cancelled main chain), due at once: only that job replays the
@@ -183,7 +194,10 @@ export async function ensureRenewalJob(
   }
   const delayMs = Math.max(0, schedule.nextRenewalAt - now) * 1000;
   if (existing) {
-    const state = await existing.getState();
+    let state = await existing.getState();
+    if (state === 'active' && options.waitForActive !== false) {
+      state = await stateOnceInactive(existing);
+    }
     if (state === 'delayed') {
       // A job that put itself off (overdue payment, provider window) keeps its time unless the
       // reason went away (a payment, an operator): reconcile must not re-send it every round.
@@ -208,6 +222,34 @@ export async function ensureRenewalJob(
     }
   }
   await queue.add(name, data, { ...defaultJobOptions, jobId: id, delay: delayMs });
+}
+
+/**
+ * Whether the chain's renewal job is restored by whoever finds it missing (reconcile, a repeated
+ * order.placed): a flagged chain's failed job waits for a person (Bull Board retry, or ops); a
+ * renewal intent whose job ran out of attempts gets its job back, which replays the intent;
+ * another intent belongs to its own job.
+ */
+export function schedulesRenewals(chain: Chain): boolean {
+  return (chain.intent === null || chain.intent.kind === 'renewal') && chain.flagged === null;
+}
+
+/** How long scheduling waits for an active renewal job to finish or put itself off (ms). */
+const ACTIVE_WAIT_MS = 2_000;
+const ACTIVE_POLL_MS = 50;
+
+/**
+ * The job's state once it is no longer active, or 'active' after ACTIVE_WAIT_MS. A job that
+ * decided not to renew (or to wait) leaves that state within moments of releasing its chain;
+ * one still active after that is renewing, and schedules the next term itself.
+ */
+async function stateOnceInactive(job: Job): Promise<Awaited<ReturnType<Job['getState']>>> {
+  for (let waited = 0; waited < ACTIVE_WAIT_MS; waited += ACTIVE_POLL_MS) {
+    await sleep(ACTIVE_POLL_MS);
+    const state = await job.getState();
+    if (state !== 'active') return state;
+  }
+  return 'active';
 }
 
 /**

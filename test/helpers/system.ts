@@ -8,6 +8,7 @@ import { Queue } from 'bullmq';
 import { request } from 'undici';
 import { afterAll, beforeAll, vi } from 'vitest';
 import { loadSettings, type Settings } from '../../config/settings.js';
+import { type WorkerDeps, workerSettingsFrom } from '../../jobs/deps.js';
 import { chainIdOf } from '../../src/chains/keys.js';
 import type { Chain } from '../../src/chains/records.js';
 import { ChainStore } from '../../src/chains/store.js';
@@ -16,8 +17,9 @@ import type { Clock } from '../../src/clock.js';
 import { signWebhook } from '../../src/intake/sign.js';
 import { createLogger, type Logger } from '../../src/logger.js';
 import { type Role, type Started, start } from '../../src/main.js';
+import { createMetrics } from '../../src/metrics.js';
 import type { OrderRecord, Partner } from '../../src/provisioning/records.js';
-import { QUEUE_PREFIX, type QueueName } from '../../src/queues.js';
+import { QUEUE_PREFIX, type QueueName, queueNames } from '../../src/queues.js';
 import { connectRedis } from '../../src/redis/connection.js';
 import { startTestRedis, type TestRedis } from './redis-server.js';
 
@@ -208,6 +210,20 @@ export async function startSystem(
     },
   };
   return system;
+}
+
+/** What the workers of `system` run with, to call a processor directly (overrides first). */
+export function workerDepsOf(system: System, overrides: Partial<WorkerDeps> = {}): WorkerDeps {
+  return {
+    chains: new ChainStore(system.started.runtime.redis),
+    provisioning: system.started.provisioning,
+    clock: system.started.runtime.clock,
+    log: createLogger('silent'),
+    metrics: createMetrics(),
+    queues: Object.fromEntries(queueNames.map((n) => [n, system.queue(n)])) as WorkerDeps['queues'],
+    settings: workerSettingsFrom(system.settings),
+    ...overrides,
+  };
 }
 
 /** An `order.placed` event body for one chain. */

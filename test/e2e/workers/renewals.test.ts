@@ -4,6 +4,8 @@ import { Job, Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { WorkerDeps } from '../../../jobs/deps.js';
+import { makeProcessor as makeMaintenanceProcessor } from '../../../jobs/maintenance.js';
+import { makeProcessor as makeOrdersProcessor } from '../../../jobs/orders.js';
 import {
   type PreparedRenewal,
   prepareRenewal,
@@ -14,9 +16,17 @@ import type { Chain } from '../../../src/chains/records.js';
 import { ChainStore } from '../../../src/chains/store.js';
 import { systemClock } from '../../../src/clock.js';
 import { addTerms } from '../../../src/domain/periods.js';
+import { TransientError } from '../../../src/errors.js';
 import { QUEUE_PREFIX } from '../../../src/queues.js';
 import { readScripts } from '../../../src/redis/lua-scripts.js';
-import { DAY, leftByDeadJob, orderPlaced, type System, startSystem } from '../../helpers/system.js';
+import {
+  DAY,
+  leftByDeadJob,
+  orderPlaced,
+  type System,
+  startSystem,
+  workerDepsOf,
+} from '../../helpers/system.js';
 
 let system: System;
 let redis: Redis;
@@ -352,6 +362,91 @@ describe('a renewal in flight when auto-renew is switched off', () => {
     expect(chain.term.orderId).toBe('INFL-2.r2');
     expect(chain.inFlight).toBeNull();
     expect(chain.history.filter((h) => h.event === 'renewal.ordered')).toHaveLength(1);
+  });
+});
+
+describe('an order.placed job retried after its first order failed', () => {
+  it('records the customer it created, once', async () => {
+    // The first order is made, but its answer is lost: the job fails and runs again.
+    const { provisioning } = system.started;
+    let lost = false;
+    const losing = Object.create(provisioning) as typeof provisioning;
+    losing.createOrder = async (params) => {
+      const order = await provisioning.createOrder(params);
+      if (lost) return order;
+      lost = true;
+      throw new TransientError('provisioning_unavailable', 'the answer was lost');
+    };
+    const placeOrders = makeOrdersProcessor(workerDepsOf(system, { provisioning: losing }));
+    const job = {
+      id: 'place-CUST-R',
+      data: {
+        webhookId: 'wh-cust-r',
+        type: 'order.placed',
+        data: orderPlaced({ order: 'CUST-R', startsAt: now() - 2 * DAY }),
+        occurredAt: now(),
+        receivedAt: now(),
+      },
+    } as Job;
+    await expect(placeOrders(job)).rejects.toThrow('the answer was lost');
+    expect(await placeOrders(job)).toBe('placed: CUST-R');
+
+    const chain = await system.chain('CUST-R');
+    expect(chain.history.map((h) => h.event)).toEqual(['customer.created', 'order.placed']);
+  });
+});
+
+describe('an order.placed delivered again for a flagged chain', () => {
+  it('leaves the chain to its operator: no renewal job comes back', async () => {
+    await system.send(
+      'order.placed',
+      orderPlaced({ order: 'FLAG-R', startsAt: now() - 2 * DAY, autoRenew: false }),
+    );
+    await system.waitForChain('FLAG-R', () => true);
+    await leftByDeadJob(system, 'FLAG-R', 'flagging-job', () => ({
+      autoRenew: true,
+      nextRenewalAt: now() + 20 * DAY,
+      flagged: 'the provider refused FLAG-R.r2: for the test',
+    }));
+    const again = await system.send(
+      'order.placed',
+      orderPlaced({ order: 'FLAG-R', startsAt: now() - 2 * DAY, autoRenew: false }),
+    );
+    expect(again.status).toBe(202);
+    const orders = system.queue('orders');
+    await expect
+      .poll(async () =>
+        (await orders.getCompleted()).some((j) => j.returnvalue === 'already placed: FLAG-R'),
+      )
+      .toBe(true);
+    expect(await renewalJob('FLAG-R', 2)).toBeUndefined();
+  });
+});
+
+describe('reconcile while an operator switches auto-renew on', () => {
+  it("keeps the job the operator's switch scheduled, though its page showed auto-renew off", async () => {
+    await system.send(
+      'order.placed',
+      orderPlaced({ order: 'REC-1', startsAt: now() - 2 * DAY, autoRenew: false }),
+    );
+    await system.waitForChain('REC-1', () => true);
+    const deps = workerDepsOf(system);
+    const { chains } = deps;
+    // The operator's switch lands right after reconcile read the page holding the chain.
+    const readPage = chains.getMany.bind(chains);
+    chains.getMany = async (ids) => {
+      const page = await readPage(ids);
+      if (page.some((c) => c.order === 'REC-1' && !c.autoRenew)) {
+        const on = await system.ops('PUT', '/ops/chains/REC-1/auto-renew', { enabled: true });
+        expect(on.status).toBe(200);
+      }
+      return page;
+    };
+    await makeMaintenanceProcessor(deps)({ id: 'reconcile-test', data: {} } as Job);
+
+    const chain = await system.chain('REC-1');
+    expect(chain.autoRenew).toBe(true);
+    expect(await (await renewalJob('REC-1', 2))?.getState()).toBe('delayed');
   });
 });
 

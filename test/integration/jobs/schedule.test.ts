@@ -1,6 +1,6 @@
 // Scheduling renewal jobs ("ensure", not "add") on a real BullMQ queue backed by redis-server.
 import { randomUUID } from 'node:crypto';
-import { type Job, Queue, UnrecoverableError, Worker } from 'bullmq';
+import { DelayedError, type Job, Queue, UnrecoverableError, Worker } from 'bullmq';
 import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import {
@@ -257,6 +257,62 @@ describe('ensureRenewalJob', () => {
       expect(job.failedReason).toBeFalsy();
       expect(await queue.getJobCounts('failed', 'delayed')).toEqual({ failed: 0, delayed: 1 });
     });
+  });
+});
+
+describe('ensureRenewalJob while the job is active', () => {
+  /**
+   * Runs the chain's job with a processor that holds until released, then ends with `finish`:
+   * the moment a job has decided from the chain as it was and not yet left the active state.
+   */
+  async function heldActive(chain: Chain, finish: (job: Job, token?: string) => Promise<string>) {
+    await ensureRenewalJob(queue, chain, NOW);
+    let release = () => {};
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const started = new Promise<void>((resolve) => {
+      const worker = new Worker(
+        QUEUES.renewals,
+        async (job, token) => {
+          resolve();
+          await released;
+          return finish(job, token);
+        },
+        { connection: db.redis, prefix },
+      );
+      workers.push(worker);
+    });
+    await started;
+    return release;
+  }
+
+  it('waits for one that decided not to renew, then replaces it', async () => {
+    const chain = chainFor('ord-1', { nextRenewalAt: NOW });
+    const release = await heldActive(chain, async () => 'skipped: auto_renew_off');
+    const ensuring = ensureRenewalJob(queue, { ...chain, nextRenewalAt: NOW + 3 * DAY }, NOW);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    release();
+    await ensuring;
+    const job = await jobOf(chain);
+    expect(await job.getState()).toBe('delayed');
+    expect(job.delay).toBe(3 * DAY * 1000);
+  });
+
+  it('waits for one that put itself off, then moves it to the new time', async () => {
+    const chain = chainFor('ord-1', { nextRenewalAt: NOW });
+    const release = await heldActive(chain, async (job, token) => {
+      await job.moveToDelayed(Date.now() + 6 * HOUR * 1000, token);
+      throw new DelayedError();
+    });
+    const ensuring = ensureRenewalJob(queue, { ...chain, nextRenewalAt: NOW + DAY }, NOW);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    release();
+    await ensuring;
+    expect(await (await jobOf(chain)).getState()).toBe('delayed');
+    expect(
+      Math.abs(((await firesAt(renewalJobId(chain.id, 2))) ?? 0) - (Date.now() + DAY * 1000)),
+    ).toBeLessThan(5_000);
   });
 });
 
