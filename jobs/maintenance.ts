@@ -7,6 +7,7 @@ import type { Chain } from '../src/chains/records.js';
 import { defaultJobOptions } from '../src/queues.js';
 import type { WorkerDeps } from './deps.js';
 import { ensureRenewalJob, schedulesRenewals } from './renewals.js';
+import { ensureAddOnJob } from './waiting-add-ons.js';
 
 export const schema = z.object({}).loose();
 
@@ -69,8 +70,9 @@ export function makeProcessor(deps: WorkerDeps) {
           if (await markExpired(deps, chain, now, job.id ?? '', governed)) expired += 1;
           continue;
         }
-        if (schedulesRenewals(chain))
+        if (schedulesRenewals(chain) || chain.pendingAddOn) {
           await ensureUnderLock(deps, chain, now, job.id ?? '', governed);
+        }
       }
     }
     deps.log.info({ checked, expired }, 'reconciled chains');
@@ -107,7 +109,8 @@ async function cancelledWithMainChain(
 }
 
 /**
- * Ensures the chain's renewal job from the chain as it is now, under its lock: the page was
+ * Ensures the chain's renewal job (and its waiting add-on's job) from the chain as it is now,
+ * under its lock: the page was
  * read a while ago, and an operator's or a payment's change since (saved under the lock, its
  * own job ensured) must not be undone by that older copy. Best effort: a chain some job is
  * changing right now is left for the next round.
@@ -124,12 +127,17 @@ async function ensureUnderLock(
   if (lock.kind === 'locked') return;
   try {
     const chain = lock.chain;
-    if (!chain || !schedulesRenewals(chain)) return;
-    // A job still active is left as it is: it schedules the next term itself, and the next
-    // round finds it finished.
-    await ensureRenewalJob(deps.queues.renewals, await governed(chain), now, {
-      waitForActive: false,
-    });
+    if (!chain) return;
+    if (schedulesRenewals(chain)) {
+      // A job still active is left as it is: it schedules the next term itself, and the next
+      // round finds it finished.
+      await ensureRenewalJob(deps.queues.renewals, await governed(chain), now, {
+        waitForActive: false,
+      });
+    }
+    if (await ensureAddOnJob(deps, chain, now)) {
+      deps.log.warn({ chainId: chain.id }, 'reconcile restored a waiting add-on job');
+    }
   } finally {
     await deps.chains.unlock(seen.id, token);
   }

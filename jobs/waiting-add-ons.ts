@@ -33,20 +33,40 @@ export async function scheduleAddOnJob(
   now: number,
   current: Job,
 ): Promise<void> {
-  const queue = deps.queues['seat-changes'];
   const id = addOnJobId(chain.id);
   if (current.id === id) return;
-  const existing = await queue.getJob(id);
+  const existing = await deps.queues['seat-changes'].getJob(id);
   if (existing) await existing.remove();
+  await addAddOnJob(deps, chain, startsAt, now);
+}
+
+/**
+ * Reconcile: the chain's waiting add-on job back when it is missing (a Redis restored without
+ * it) or finished with the add-on still waiting. One that failed waits for a person, as a
+ * renewal's does (Bull Board shows why). Answers whether it added one.
+ */
+export async function ensureAddOnJob(deps: WorkerDeps, chain: Chain, now: number) {
+  const pending = chain.pendingAddOn;
+  if (!pending || chain.status === 'cancelled' || chain.status === 'expired') return false;
+  const existing = await deps.queues['seat-changes'].getJob(addOnJobId(chain.id));
+  if (existing) {
+    if ((await existing.getState()) !== 'completed') return false;
+    await existing.remove();
+  }
+  await addAddOnJob(deps, chain, pending.startsAt, now);
+  return true;
+}
+
+async function addAddOnJob(deps: WorkerDeps, chain: Chain, startsAt: number, now: number) {
   const data: AddOnDueData = {
     chainId: chain.id,
     order: chain.order,
     customer: chain.customer,
     startsAt,
   };
-  await queue.add(`${ADD_ON_DUE} ${chain.order}`, data, {
+  await deps.queues['seat-changes'].add(`${ADD_ON_DUE} ${chain.order}`, data, {
     ...defaultJobOptions,
-    jobId: id,
+    jobId: addOnJobId(chain.id),
     delay: Math.max(0, startsAt - now) * 1000,
   });
 }

@@ -989,6 +989,31 @@ describe('the external variant (add-ons only)', () => {
     expect(order?.instance).toBe(first?.instance);
   });
 
+  it("gets a waiting add-on's job back from reconcile when it was lost", async () => {
+    await system.send('order.placed', orderPlaced({ order: 'E-11', licenses: 5 }));
+    await system.waitForChain('E-11', () => true);
+    const neededAt = clock.now() + 3 * DAY;
+    await seats(system, 'E-11', 7, { effectiveAt: neededAt });
+    await system.waitForChain('E-11', (c) =>
+      c.history.some((h) => h.event === 'seats.addon_scheduled'),
+    );
+    const queue = system.queue('seat-changes');
+    const jobId = addOnJobId(chainIdOf('E-11'));
+    // Redis restored from a backup taken before the job was added: the chain waits for it.
+    await (await queue.getJob(jobId))?.remove();
+
+    const reconcile = await system.queue('maintenance').add('reconcile now', {});
+    await expect.poll(async () => reconcile.getState(), { timeout: 10_000 }).toBe('completed');
+    const restored = await queue.getJob(jobId);
+    expect(restored && (await restored.getState())).toBe('delayed');
+    expect(restored?.data).toMatchObject({ startsAt: neededAt });
+
+    clock.set(neededAt);
+    await system.promote('seat-changes', jobId);
+    const bought = await system.waitForChain('E-11', (c) => c.addOns.length === 1);
+    expect(bought.addOns[0]).toMatchObject({ licenses: 2, term: { startsAt: neededAt } });
+  });
+
   it('moves a waiting add-on to the date a newer event needs, and drops it when nothing is missing', async () => {
     await system.send('order.placed', orderPlaced({ order: 'E-4', licenses: 5 }));
     await system.waitForChain('E-4', () => true);
