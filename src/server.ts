@@ -5,12 +5,17 @@ import { BullMQAdapter } from '@bull-board/api/bullMQAdapter';
 import { FastifyAdapter } from '@bull-board/fastify';
 import type { Queue } from 'bullmq';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import { sendError } from './http-errors.js';
 import { type WebhookDeps, webhookRoutes } from './intake/webhooks.js';
 import type { Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
 import { requireOpsToken } from './ops/auth.js';
 import { type OpsDeps, opsRoutes } from './ops/routes.js';
-import { provisioningRoutes } from './provisioning/http.js';
+import {
+  PROVISIONING_PATH,
+  provisioningNotFound,
+  provisioningRoutes,
+} from './provisioning/http.js';
 import type { ProvisioningCore } from './provisioning/operations.js';
 import type { PartnerDirectory } from './provisioning/partners.js';
 
@@ -62,7 +67,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       done(null, undefined);
       return;
     }
-    jsonParser(request, text, done);
+    jsonParser(request, text, (error, value) => {
+      // Fastify says "not valid JSON" also for valid JSON holding a key it refuses.
+      done(error && parsesAsJson(text) ? forbiddenKeyError() : error, value);
+    });
   });
 
   const { metrics } = deps;
@@ -87,11 +95,42 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       .send({ status: ready ? 'ready' : 'not ready', redis, workers });
   });
 
+  // Unknown paths answer in the shape of the API they fall under: the provisioning interface's
+  // errors are JSON strings (DESIGN §3), everything else's {error, message} objects.
+  app.setNotFoundHandler((request, reply) => {
+    if (deps.provisioning && request.url.startsWith(`${PROVISIONING_PATH}/`)) {
+      return provisioningNotFound(request, reply);
+    }
+    return sendError(
+      reply,
+      404,
+      'not_found',
+      `no such path: ${request.method} ${request.url.split('?')[0]}`,
+    );
+  });
   if (deps.provisioning) await app.register(provisioningRoutes(deps.provisioning));
   if (deps.webhooks) await app.register(webhookRoutes(deps.webhooks));
   if (deps.ops) await app.register(opsRoutes(deps.ops));
   if (deps.board) await registerBoard(app, deps.board);
   return app;
+}
+
+function parsesAsJson(text: string): boolean {
+  try {
+    JSON.parse(text);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function forbiddenKeyError(): Error {
+  return Object.assign(
+    new Error(
+      'the JSON body holds a "__proto__" or "constructor" key with a prototype, which is refused',
+    ),
+    { statusCode: 400 },
+  );
 }
 
 /** Bull Board over every queue, behind the ops token (bearer, or basic auth with it as password). */

@@ -65,33 +65,49 @@ export function provisioningRoutes(deps: { core: ProvisioningCore; partners: Par
       callers.set(request, partner);
     });
 
-    app.route({
-      method: ['PUT', 'DELETE', 'PATCH', 'HEAD', 'OPTIONS'],
-      url: PROVISIONING_PATH,
-      handler: async (request) => {
-        throw new RefusalError(
-          'method_not_allowed',
-          `HTTP method ${request.method} is not supported here: use GET (or POST) with a JSON body`,
-        );
-      },
-    });
+    // `{base_url}` configured with a trailing slash reaches the same endpoint.
+    const urls = [PROVISIONING_PATH, `${PROVISIONING_PATH}/`];
+    for (const url of urls) {
+      app.route({
+        method: ['PUT', 'DELETE', 'PATCH', 'HEAD', 'OPTIONS'],
+        url,
+        handler: async (request) => {
+          throw new RefusalError(
+            'method_not_allowed',
+            `HTTP method ${request.method} is not supported here: use GET (or POST) with a JSON body`,
+          );
+        },
+      });
 
-    app.route({
-      method: ['GET', 'POST'],
-      url: PROVISIONING_PATH,
-      handler: async (request, reply) => {
-        const partner = callers.get(request);
-        if (!partner) throw new Unauthorized('invalid API key');
-        if (request.body === undefined || request.body === null) {
-          throw new RefusalError('invalid_body', 'body must be a JSON object {"method", "params"}');
-        }
-        const body = envelope.safeParse(request.body, { reportInput: true });
-        if (!body.success) throw new RefusalError('invalid_body', describeIssues(body.error));
+      app.route({
+        method: ['GET', 'POST'],
+        url,
+        handler: async (request, reply) => {
+          const partner = callers.get(request);
+          if (!partner) throw new Unauthorized('invalid API key');
+          if (request.body === undefined || request.body === null) {
+            throw new RefusalError(
+              'invalid_body',
+              'body must be a JSON object {"method", "params"}',
+            );
+          }
+          const body = envelope.safeParse(request.body, { reportInput: true });
+          if (!body.success) throw new RefusalError('invalid_body', describeIssues(body.error));
 
-        request.log.debug({ partner: partner.id, method: body.data.method }, 'provisioning call');
-        const result = await deps.core.invoke(partner, body.data.method, body.data.params ?? {});
-        return reply.type('application/json; charset=utf-8').send(JSON.stringify(result));
-      },
-    });
+          request.log.debug({ partner: partner.id, method: body.data.method }, 'provisioning call');
+          const result = await deps.core.invoke(partner, body.data.method, body.data.params ?? {});
+          return reply.type('application/json; charset=utf-8').send(JSON.stringify(result));
+        },
+      });
+    }
   };
+}
+
+/** A path under the provisioning interface that is not its endpoint: 404, as a JSON string. */
+export function provisioningNotFound(request: FastifyRequest, reply: FastifyReply) {
+  return sendError(
+    reply,
+    404,
+    `no such path: ${request.method} ${request.url.split('?')[0]} (the interface is ${PROVISIONING_PATH})`,
+  );
 }

@@ -65,6 +65,26 @@ describe('the provisioning address', () => {
       body,
     });
 
+  describe('its path', () => {
+    it('is also reached with a trailing slash', async () => {
+      const res = await raw(`${app.url}/`, {
+        headers: { 'content-type': 'application/json', 'x-api-key': marketplace.apiKey },
+        body: JSON.stringify({ method: 'createCustomer', params: customerParams }),
+      });
+      expect(ok<{ id: string }>(res).id).toEqual(expect.any(String));
+    });
+
+    it('answers an unknown path below it with 404 and a JSON string body', async () => {
+      const res = await raw(`${app.url}/v2`, {
+        headers: { 'content-type': 'application/json', 'x-api-key': marketplace.apiKey },
+        body: JSON.stringify({ method: 'createCustomer', params: customerParams }),
+      });
+      expect(res.status).toBe(404);
+      expect(res.body).toBe('no such path: GET /provisioning/v2 (the interface is /provisioning)');
+      expectJson(res);
+    });
+  });
+
   describe('requests that succeed', () => {
     it('answers a GET with a JSON body with 200 and a JSON response', async () => {
       const res = await send(
@@ -263,6 +283,13 @@ describe('the provisioning address', () => {
     it('refuses invalid JSON with 400 and a JSON string body', async () => {
       const res = await send(marketplace.apiKey, '{"method": "createCustomer", ');
       refusal(res);
+      expectJson(res);
+    });
+
+    it('refuses a "__proto__" key saying so, not that the JSON is invalid', async () => {
+      const body = '{"method": "createCustomer", "params": {"id": "C-9", "__proto__": {}}}';
+      const res = await send(marketplace.apiKey, body);
+      expect(refusal(res)).toMatch(/holds a "__proto__" or "constructor" key/);
       expectJson(res);
     });
 

@@ -174,6 +174,15 @@ describe('the ops API', () => {
     });
   });
 
+  it('answers an unknown path with its {error, message} object', async () => {
+    const res = await system.ops('GET', '/ops/chain/OPS-404');
+    expect(res.status).toBe(404);
+    expect(res.body).toEqual({
+      error: 'not_found',
+      message: 'no such path: GET /ops/chain/OPS-404',
+    });
+  });
+
   it('serves a chain whose order id is as long as intake allows', async () => {
     const order = `L-${'x'.repeat(102)}`;
     await system.send('order.placed', orderPlaced({ order, customer: `C-${'y'.repeat(126)}` }));
