@@ -71,7 +71,7 @@ export function makeProcessor(deps: WorkerDeps) {
           continue;
         }
         if (schedulesRenewals(chain) || chain.pendingAddOn) {
-          await ensureUnderLock(deps, chain, now, job.id ?? '', governed);
+          await ensureJobs(deps, chain, now, job.id ?? '', governed);
         }
       }
     }
@@ -109,24 +109,37 @@ async function cancelledWithMainChain(
 }
 
 /**
- * Ensures the chain's renewal job (and its waiting add-on's job) from the chain as it is now,
- * under its lock: the page was
- * read a while ago, and an operator's or a payment's change since (saved under the lock, its
- * own job ensured) must not be undone by that older copy. Best effort: a chain some job is
- * changing right now is left for the next round.
+ * Runs `work` on the chain as it is now, under its lock: the page was read a while ago, and a
+ * change since (an operator's, a payment's, saved under the lock) must not be undone by that
+ * older copy. Best effort: a chain some job is changing right now is left for the next round
+ * (`busy` is the answer then).
  */
-async function ensureUnderLock(
+async function underLock<T>(
+  deps: WorkerDeps,
+  seen: Chain,
+  jobId: string,
+  busy: T,
+  work: (chain: Chain | null, token: string) => Promise<T>,
+): Promise<T> {
+  const token = `reconcile/${jobId}/${seen.id}`;
+  const lock = await deps.chains.lock(seen.id, token);
+  if (lock.kind === 'locked') return busy;
+  try {
+    return await work(lock.chain, token);
+  } finally {
+    await deps.chains.unlock(seen.id, token);
+  }
+}
+
+/** The chain's renewal job, and its waiting add-on's job, as the chain is now. */
+function ensureJobs(
   deps: WorkerDeps,
   seen: Chain,
   now: number,
   jobId: string,
   governed: (chain: Chain) => Promise<Chain>,
 ): Promise<void> {
-  const token = `reconcile/${jobId}/${seen.id}`;
-  const lock = await deps.chains.lock(seen.id, token);
-  if (lock.kind === 'locked') return;
-  try {
-    const chain = lock.chain;
+  return underLock(deps, seen, jobId, undefined, async (chain) => {
     if (!chain) return;
     if (schedulesRenewals(chain)) {
       // A job still active is left as it is: it schedules the next term itself, and the next
@@ -138,24 +151,18 @@ async function ensureUnderLock(
     if (await ensureAddOnJob(deps, chain, now)) {
       deps.log.warn({ chainId: chain.id }, 'reconcile restored a waiting add-on job');
     }
-  } finally {
-    await deps.chains.unlock(seen.id, token);
-  }
+  });
 }
 
-/** Best effort: a chain some job is changing right now is left for the next round. */
-async function markExpired(
+/** Marks the chain `expired` if, as it is now, its term ended with nothing after it. */
+function markExpired(
   deps: WorkerDeps,
   seen: Chain,
   now: number,
   jobId: string,
   governed: (chain: Chain) => Promise<Chain>,
 ): Promise<boolean> {
-  const token = `reconcile/${jobId}/${seen.id}`;
-  const lock = await deps.chains.lock(seen.id, token);
-  if (lock.kind === 'locked') return false;
-  try {
-    const chain = lock.chain;
+  return underLock(deps, seen, jobId, false, async (chain, token) => {
     // Checked again under the lock, with the add-on's schedule as its main chain governs it.
     if (!chain || !hasExpired(await governed(chain), now)) return false;
     await deps.chains.save({
@@ -174,7 +181,5 @@ async function markExpired(
       release: false,
     });
     return true;
-  } finally {
-    await deps.chains.unlock(seen.id, token);
-  }
+  });
 }
