@@ -3,7 +3,7 @@
 
 import { type Job, type Queue, UnrecoverableError } from 'bullmq';
 import { z } from 'zod';
-import { familyOrdersInForce } from '../src/chains/orders-in-force.js';
+import { familyHasOrdersInForce, familyOrdersInForce } from '../src/chains/orders-in-force.js';
 import type { Chain, HistoryEntry } from '../src/chains/records.js';
 import {
   isStalePaymentEvent,
@@ -89,13 +89,13 @@ export async function ensureSuspensionJob(
 }
 
 /**
- * Restores the current episode's suspension job of an overdue chain not suspended yet, which a
+ * Restores the current episode's suspension job of an overdue chain not suspended for it yet
+ * (one awaiting its manual reactivation is suspended again), which a
  * job that died after its save (or a lost job) may have left without one.
  */
 async function ensureEpisodeSuspension(deps: WorkerDeps, chain: Chain, now: number) {
-  if (chain.payment !== 'overdue' || chain.suspendAt === null || chain.status === 'suspended') {
-    return;
-  }
+  const suspended = chain.status === 'suspended' && !chain.needsReactivation;
+  if (chain.payment !== 'overdue' || chain.suspendAt === null || suspended) return;
   const queue = deps.queues['payment-signals'];
   await ensureSuspensionJob(queue, chain, chain.overdueEpisode, chain.suspendAt, now);
 }
@@ -155,7 +155,7 @@ async function markOverdue(
         event: 'payment.overdue',
         detail:
           chain.status === 'suspended'
-            ? `payment overdue (episode ${episode}) while the chain is suspended, awaiting its manual reactivation: renewals wait; a reactivation confirmed before payment is suspended again from ${formatInstant(suspendAt)}`
+            ? `payment overdue (episode ${episode}) while the chain is suspended, awaiting its manual reactivation: renewals wait; unless paid, the family is suspended again at ${formatInstant(suspendAt)} (what was reactivated or bought since too), and a reactivation waits for the payment`
             : `payment overdue (episode ${episode}): renewals wait; the chain is suspended at ${formatInstant(suspendAt)} unless paid`,
         cause,
       },
@@ -242,7 +242,8 @@ async function markPaid(deps: WorkerDeps, job: Job, held: Held, data: EventJobDa
     chainId: chain.id,
     token,
     previous: chain,
-    next: { ...paid, needsReactivation: true, nextRenewalAt: null },
+    // Suspended, also when the suspension was only begun (some orders are, at the provider).
+    next: { ...paid, status: 'suspended', needsReactivation: true, nextRenewalAt: null },
     history: [{ at: now, event: 'reactivation.needed', detail: reason, cause }],
     release: false,
   });
@@ -318,17 +319,23 @@ async function suspendChain(deps: WorkerDeps, job: Job, jobToken: string | undef
     const now = deps.clock.now();
     if (chain.payment !== 'overdue' || chain.overdueEpisode !== data.episode)
       return 'skipped: paid meanwhile';
-    if (chain.status === 'suspended' || chain.status === 'cancelled')
+    // A chain awaiting its manual reactivation (paid before, external) is suspended again:
+    // what was reactivated by hand, bought since, or left by a suspension that died halfway
+    // is active at the provider while this payment is overdue.
+    if (chain.status === 'cancelled' || (chain.status === 'suspended' && !chain.needsReactivation))
       return `skipped: ${chain.status}`;
     // The chain's own time rules: a job left by an attempt that died before its save may carry
     // an earlier one than the episode recorded since.
     const dueAt = chain.suspendAt ?? data.dueAt;
     if (now < dueAt) return delayJobUntil(job, jobToken, dueAt, now);
-    const ids = await familyOrderIds(deps, chain, now);
+    const addOns = await deps.chains.getMany(chain.addOns);
+    const ids = familyOrdersInForce(chain, addOns, deps.provisioning.variant, now);
     // A chain whose term ended, with nothing in force, has nothing to suspend: it is not
     // recorded suspended (external: a payment would then ask to reactivate nothing), and it
-    // renews at once when paid.
-    if (ids.length === 0 && chain.term.expiresAt <= now) return 'skipped: nothing in force';
+    // renews at once when paid. (External ids name whole chains, ended or not: the terms say.)
+    if (!familyHasOrdersInForce(chain, addOns, now) && chain.term.expiresAt <= now) {
+      return 'skipped: nothing in force';
+    }
     const begun =
       chain.suspending === data.episode || ids.length === 0
         ? chain

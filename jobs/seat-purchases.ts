@@ -579,8 +579,12 @@ export async function finishSeatIntent(
     if (options.refusal === 'record') return saved;
     throw new UnrecoverableError(`the provider refused ${intent.orderId}: ${error.message}`);
   }
-  // Orders of a suspended chain are suspended: one bought meanwhile joins them.
-  if (chain.status === 'suspended') await deps.provisioning.suspendOrder({ id: intent.orderId });
+  // Orders of a chain suspended for non-payment are suspended: one bought meanwhile joins them.
+  // A paid chain awaiting its manual reactivation (external) keeps a new one active: nothing
+  // would ever reactivate it, and a payment overdue again suspends the family once more.
+  if (chain.status === 'suspended' && chain.payment === 'overdue') {
+    await deps.provisioning.suspendOrder({ id: intent.orderId });
+  }
   const now = deps.clock.now();
   const addOns = await deps.chains.getMany(chain.addOns);
   if (intent.kind === 'partial') {

@@ -39,3 +39,11 @@ export function familyOrdersInForce(
   const live = addOns.filter((a) => a.status !== 'cancelled' && a.term.expiresAt > now);
   return [main, ...live].flatMap((chain) => ordersInForce(chain, variant, now));
 }
+
+/**
+ * Whether any order of the family is in force or ahead, by its own terms, whatever the variant
+ * names to change them (external names a whole chain by its first order, ended or not).
+ */
+export function familyHasOrdersInForce(main: Chain, addOns: readonly Chain[], now: number) {
+  return familyOrdersInForce(main, addOns, 'marketplace', now).length > 0;
+}

@@ -195,7 +195,9 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
             `chain ${chain.order} is a marketplace chain: it is unsuspended at the provider when payment.received arrives, not reactivated by hand`,
           );
         }
-        if (!chain.needsReactivation && chain.payment === 'overdue') {
+        // Never asked for, or asked for by an earlier payment while a newer one, overdue since,
+        // has had the family suspended again at the end of its grace period.
+        if (chain.payment === 'overdue' && (!chain.needsReactivation || overdueFrom === null)) {
           throw new RefusalError(
             'payment_overdue',
             `chain ${chain.order} is suspended for a payment still overdue (episode ${chain.overdueEpisode}): it asks for a reactivation once paid`,

@@ -30,24 +30,6 @@ async function suspendedWithAddOn(system: System, order: string, licenses: numbe
   expect(await providerStatus(system, `${order}.a1`)).toBe('suspended');
 }
 
-/**
- * External, no grace: `order` suspended, paid (awaiting its manual reactivation), then overdue
- * again, whose suspension skipped the chain still suspended. Answers the overdue chain.
- */
-async function overdueAgainAwaitingReactivation(system: System, order: string) {
-  await system.send('order.placed', orderPlaced({ order }));
-  await system.waitForChain(order, () => true);
-  await system.send('payment.overdue', { order });
-  await system.waitForChain(order, (c) => c.status === 'suspended');
-  await system.send('payment.received', { order });
-  await system.waitForChain(order, (c) => c.needsReactivation);
-  await system.send('payment.overdue', { order });
-  const overdue = await system.waitForChain(order, (c) => c.payment === 'overdue');
-  const second = await system.queue('payment-signals').getJob(suspensionJobId(chainIdOf(order), 2));
-  await expect.poll(async () => second?.getState(), { timeout: 10_000 }).toBe('completed');
-  return overdue;
-}
-
 describe('marketplace, 3 days of grace', () => {
   const clock = manualClock(systemClock.now());
   const system = useSystem({ clock, env: { PAYMENT_GRACE_DAYS: '3' } });
@@ -374,31 +356,38 @@ describe('the external variant', () => {
     expect((res.body as ChainView).nextRenewalAt).not.toBeNull();
   });
 
-  it('suspends again a chain reactivated while a newer payment is overdue', async () => {
-    const overdue = await overdueAgainAwaitingReactivation(system, 'X-2');
-    expect(overdue.history.at(-1)?.detail).toContain('awaiting its manual reactivation');
+  it('leaves active an add-on bought while it awaits its reactivation, paid', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'X-2' }));
+    await system.waitForChain('X-2', () => true);
+    await system.send('payment.overdue', { order: 'X-2' });
+    await system.waitForChain('X-2', (c) => c.status === 'suspended');
+    await system.send('payment.received', { order: 'X-2' });
+    await system.waitForChain('X-2', (c) => c.needsReactivation);
 
-    // The operator reactivates by hand and confirms: the unpaid chain is suspended again.
-    const res = await system.ops('POST', '/ops/chains/X-2/reactivated');
-    expect(res.status).toBe(200);
-    const chain = await system.waitForChain('X-2', (c) => c.status === 'suspended');
-    expect(chain).toMatchObject({ payment: 'overdue', needsReactivation: false });
-    expect(lastEvent(chain)).toBe('chain.suspended');
+    // The customer has paid: nothing would ever reactivate an add-on suspended now.
+    await system.send('seats.changed', { order: 'X-2', licenses: 7 });
+    await system.waitForChain('X-2', (c) => c.addOns.length === 1);
+    expect(await providerStatus(system, 'X-2.a1')).toBe('active');
+
+    // Overdue again: at the end of the grace period the family is suspended again, the new
+    // add-on too, and the reactivation the first payment asked for waits for this one.
+    await system.send('payment.overdue', { order: 'X-2' });
+    const suspended = await system.waitForChain('X-2', (c) => lastEvent(c) === 'chain.suspended');
+    expect(suspended).toMatchObject({
+      status: 'suspended',
+      payment: 'overdue',
+      needsReactivation: true,
+    });
     expect(await providerStatus(system, 'X-2')).toBe('suspended');
-  });
+    expect(await providerStatus(system, 'X-2.a1')).toBe('suspended');
+    const early = await system.ops('POST', '/ops/chains/X-2/reactivated');
+    expect(early).toMatchObject({ status: 422, body: { error: 'payment_overdue' } });
 
-  it('suspends again when a confirmation is repeated after its answer was lost', async () => {
-    await overdueAgainAwaitingReactivation(system, 'X-3');
-    // The confirmation's save was applied, its suspension never scheduled, its answer lost.
-    await leftByDeadJob(system, 'X-3', 'lost-answer', () => ({
-      status: 'active',
-      needsReactivation: false,
-    }));
-
-    const repeat = await system.ops('POST', '/ops/chains/X-3/reactivated');
-    expect(repeat.status).toBe(200);
-    await system.waitForChain('X-3', (c) => c.status === 'suspended');
-    expect(await providerStatus(system, 'X-3')).toBe('suspended');
+    await system.send('payment.received', { order: 'X-2' });
+    const paid = await system.waitForChain('X-2', (c) => c.payment === 'ok');
+    expect(paid.history.at(-1)?.detail).toContain('reactivate X-2, X-2.a1 by hand');
+    const res = await system.ops('POST', '/ops/chains/X-2/reactivated');
+    expect(res.body).toMatchObject({ status: 'active', payment: 'ok', needsReactivation: false });
   });
 
   it('refuses to confirm a reactivation nobody asked for: the payment is still overdue', async () => {
@@ -409,6 +398,94 @@ describe('the external variant', () => {
     const res = await system.ops('POST', '/ops/chains/X-4/reactivated');
     expect(res).toMatchObject({ status: 422, body: { error: 'payment_overdue' } });
     expect(await system.chain('X-4')).toEqual(before);
+  });
+});
+
+describe('the external variant, 3 days of grace', () => {
+  const clock = manualClock(systemClock.now());
+  const system = useSystem({
+    clock,
+    env: { PARTNER_VARIANT: 'external', PAYMENT_GRACE_DAYS: '3' },
+  });
+
+  /** Overdue past its grace: the episode's suspension job, run now. */
+  async function graceEnds(order: string, episode: number) {
+    clock.advance(3 * DAY);
+    await system.promote('payment-signals', suspensionJobId(chainIdOf(order), episode));
+  }
+
+  it("reactivated during a newer payment's grace, is suspended again when it ends", async () => {
+    await system.send('order.placed', orderPlaced({ order: 'X-5' }));
+    await system.waitForChain('X-5', () => true);
+    await system.send('payment.overdue', { order: 'X-5' });
+    await system.waitForChain('X-5', (c) => c.payment === 'overdue');
+    await graceEnds('X-5', 1);
+    await system.waitForChain('X-5', (c) => c.status === 'suspended');
+    await system.send('payment.received', { order: 'X-5' });
+    await system.waitForChain('X-5', (c) => c.needsReactivation);
+    await system.send('payment.overdue', { order: 'X-5' });
+    const overdue = await system.waitForChain('X-5', (c) => c.payment === 'overdue');
+    expect(overdue.history.at(-1)?.detail).toContain('awaiting its manual reactivation');
+
+    // Within the grace period the operator confirms: active until it ends. A repeat (its
+    // answer was lost) keeps the suspension to come.
+    const res = await system.ops('POST', '/ops/chains/X-5/reactivated');
+    expect(res.body).toMatchObject({ status: 'active', payment: 'overdue' });
+    const repeat = await system.ops('POST', '/ops/chains/X-5/reactivated');
+    expect(repeat.status).toBe(200);
+    await graceEnds('X-5', 2);
+    const chain = await system.waitForChain('X-5', (c) => c.status === 'suspended');
+    expect(chain).toMatchObject({ payment: 'overdue', needsReactivation: false });
+    expect(await providerStatus(system, 'X-5')).toBe('suspended');
+  });
+
+  it('paid while its suspension was half done, is suspended in full by a newer episode', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'X-6' }));
+    await system.waitForChain('X-6', () => true);
+    await system.send('seats.changed', { order: 'X-6', licenses: 7 });
+    await system.waitForChain('X-6', (c) => c.addOns.length === 1);
+    await system.send('payment.overdue', { order: 'X-6' });
+    await system.waitForChain('X-6', (c) => c.payment === 'overdue');
+    // The suspension suspended X-6 and died before X-6.a1.
+    await system.started.provisioning.suspendOrder({ id: 'X-6' });
+    await leftByDeadJob(system, 'X-6', 'dead-suspension', () => ({ suspending: 1 }));
+    await (
+      await system.queue('payment-signals').getJob(suspensionJobId(chainIdOf('X-6'), 1))
+    )?.remove();
+
+    await system.send('payment.received', { order: 'X-6' });
+    const paid = await system.waitForChain('X-6', (c) => c.needsReactivation);
+    // Half suspended at the provider: recorded suspended, as the reactivation it asks for says.
+    expect(paid).toMatchObject({ status: 'suspended', payment: 'ok' });
+    expect(paid.history.at(-1)?.detail).toContain('reactivate X-6, X-6.a1 by hand');
+
+    await system.send('payment.overdue', { order: 'X-6' });
+    await system.waitForChain('X-6', (c) => c.payment === 'overdue');
+    await graceEnds('X-6', 2);
+    const suspended = await system.waitForChain('X-6', (c) => lastEvent(c) === 'chain.suspended');
+    expect(suspended.status).toBe('suspended');
+    expect(await providerStatus(system, 'X-6.a1')).toBe('suspended');
+    const res = await system.ops('POST', '/ops/chains/X-6/reactivated');
+    expect(res).toMatchObject({ status: 422, body: { error: 'payment_overdue' } });
+  });
+
+  it('leaves a chain with nothing in force unsuspended, and renews it at once when paid', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'X-7', autoRenew: false }));
+    const placed = await system.waitForChain('X-7', () => true);
+    clock.set(placed.term.expiresAt + DAY);
+    await system.send('payment.overdue', { order: 'X-7' });
+    await system.waitForChain('X-7', (c) => c.payment === 'overdue');
+    await graceEnds('X-7', 1);
+    const queue = system.queue('payment-signals');
+    const id = suspensionJobId(chainIdOf('X-7'), 1);
+    await expect
+      .poll(async () => (await queue.getJob(id))?.returnvalue)
+      .toBe('skipped: nothing in force');
+    expect((await system.chain('X-7')).status).not.toBe('suspended');
+
+    await system.send('payment.received', { order: 'X-7' });
+    const paid = await system.waitForChain('X-7', (c) => c.payment === 'ok');
+    expect(paid.needsReactivation).toBe(false);
   });
 });
 
