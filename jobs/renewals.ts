@@ -20,7 +20,7 @@ import {
 import { isRenewalWindowRefusal } from '../src/domain/renewal-window.js';
 import { RefusalError, TransientError } from '../src/errors.js';
 import { defaultJobOptions } from '../src/queues.js';
-import { delayJobUntil, waitForLock, withChainLock } from './chain-lock.js';
+import { delayJobUntil, waitForLock, waitForOtherJob, withChainLock } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
 import { describeTerm, sendIntent } from './intents.js';
 import { finishPendingSeatPurchase } from './seat-purchases.js';
@@ -860,9 +860,15 @@ async function decideWithFamilyShare(
   decide: (view: RenewalView) => Promise<Decided>,
 ): Promise<Decided> {
   if (chain.mainChain === null) return decide(chain);
-  return withChainLock(deps.chains, job, jobToken, chain.mainChain, async ({ chain: main }) =>
-    decide(main ? addOnView(chain, main) : chain),
-  );
+  return withChainLock(deps.chains, job, jobToken, chain.mainChain, async ({ chain: main }) => {
+    // A seat purchase half done on the main chain (another job's, or one that died) splits
+    // the family's counts again when it is finished: decide after that.
+    const purchasing = main?.intent != null && main.intent.kind !== 'renewal';
+    if (purchasing || main?.unfinishedSeatEvent != null) {
+      return waitForOtherJob(job, jobToken, deps.clock.now());
+    }
+    return decide(main ? addOnView(chain, main) : chain);
+  });
 }
 
 /** A renewal decided: its intent written on the chain, or the add-on stopped, or the chain flagged. */

@@ -29,6 +29,13 @@ export async function openRuntime(
   log: Logger,
   clock: Clock = systemClock,
 ): Promise<Runtime> {
+  // Before anything is started: a kept secret that is not usable stops the start right here.
+  const secret = await loadOrCreateSecret(
+    settings.DATA_DIR,
+    'key-hash-secret',
+    settings.KEY_HASH_SECRET,
+    settingDefinitions.KEY_HASH_SECRET.schema,
+  );
   let redisUrl = settings.REDIS_URL;
   let stopPrivate: () => Promise<void> = async () => {};
   if (!redisUrl) {
@@ -43,20 +50,15 @@ export async function openRuntime(
       stopPrivate = started.stop;
     }
   }
-  const redis = await connectRedis(redisUrl, 'request');
+  let redis: RedisClient | undefined;
   try {
+    redis = await connectRedis(redisUrl, 'request');
     await migrateKeyLayout(redis, log);
   } catch (error) {
-    redis.disconnect();
+    redis?.disconnect();
     await stopPrivate();
     throw error;
   }
-  const secret = await loadOrCreateSecret(
-    settings.DATA_DIR,
-    'key-hash-secret',
-    settings.KEY_HASH_SECRET,
-    settingDefinitions.KEY_HASH_SECRET.schema,
-  );
   const store = new ProvisioningStore(redis);
   const core = makeProvisioningCore({
     store,

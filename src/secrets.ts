@@ -7,10 +7,11 @@ import { ConfigError } from './errors.js';
 
 /**
  * The configured value, else the one kept in `<dataDir>/secrets/<name>`, else a new random one
- * written there (mode 0600). Two processes starting at once agree: the file appears whole or
- * not at all (written aside, then linked to its name, which fails if it exists). A kept value
- * must pass `schema` (the setting's own): an empty or damaged file stops the start, naming it,
- * rather than becoming a token anyone could present.
+ * written there (mode 0600). A kept one is only read (the folder may be read-only). Two
+ * processes creating it at once agree: the file appears whole or not at all (written aside,
+ * then linked to its name, which fails if it exists). A kept value must pass `schema` (the
+ * setting's own): an empty or damaged file stops the start, naming it, rather than becoming a
+ * token anyone could present.
  */
 export async function loadOrCreateSecret(
   dataDir: string,
@@ -22,23 +23,38 @@ export async function loadOrCreateSecret(
   if (configured) return { value: configured, generated: false };
   const folder = join(dataDir, 'secrets');
   const file = join(folder, name);
+  const kept = await keptSecret(file, schema);
+  if (kept !== null) return { value: kept, generated: false };
   await mkdir(folder, { recursive: true, mode: 0o700 });
   const value = generate();
   const aside = `${file}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
-  await writeFile(aside, `${value}\n`, { flag: 'wx', mode: 0o600 });
   try {
+    await writeFile(aside, `${value}\n`, { flag: 'wx', mode: 0o600 });
     await link(aside, file);
     return { value, generated: true };
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-    return { value: await keptSecret(file, schema), generated: false };
+    // Another process created it first: theirs.
+    const theirs = await keptSecret(file, schema);
+    if (theirs === null) throw error;
+    return { value: theirs, generated: false };
   } finally {
-    await unlink(aside);
+    await unlink(aside).catch(() => {});
   }
 }
 
-async function keptSecret(file: string, schema: z.ZodType<string | undefined>): Promise<string> {
-  const kept = (await readFile(file, 'utf8')).trim();
+/** The secret kept in `file`, or null when there is none yet. */
+async function keptSecret(
+  file: string,
+  schema: z.ZodType<string | undefined>,
+): Promise<string | null> {
+  let kept: string;
+  try {
+    kept = (await readFile(file, 'utf8')).trim();
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    throw error;
+  }
   const parsed = schema.safeParse(kept);
   if (parsed.success && kept !== '') return kept;
   const reason = kept === '' ? 'it is empty' : parsed.error?.issues[0]?.message;

@@ -98,15 +98,14 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // Unknown paths answer in the shape of the API they fall under: the provisioning interface's
   // errors are JSON strings (DESIGN §3), everything else's {error, message} objects.
   app.setNotFoundHandler((request, reply) => {
-    if (deps.provisioning && request.url.startsWith(`${PROVISIONING_PATH}/`)) {
+    const path = request.url.split('?')[0] ?? '';
+    if (
+      deps.provisioning &&
+      (path === PROVISIONING_PATH || path.startsWith(`${PROVISIONING_PATH}/`))
+    ) {
       return provisioningNotFound(request, reply);
     }
-    return sendError(
-      reply,
-      404,
-      'not_found',
-      `no such path: ${request.method} ${request.url.split('?')[0]}`,
-    );
+    return sendError(reply, 404, 'not_found', `no such path: ${request.method} ${path}`);
   });
   if (deps.provisioning) await app.register(provisioningRoutes(deps.provisioning));
   if (deps.webhooks) await app.register(webhookRoutes(deps.webhooks));

@@ -124,8 +124,14 @@ export async function startWorkers(input: {
     worker.on('error', (error) => deps.log.error({ err: error, queue: name }, 'worker error'));
     return worker;
   });
-  await Promise.all(workers.map((w) => w.waitUntilReady()));
-  await scheduleMaintenance(deps.queues.maintenance, input.reconcileEverySeconds);
+  try {
+    await Promise.all(workers.map((w) => w.waitUntilReady()));
+    await scheduleMaintenance(deps.queues.maintenance, input.reconcileEverySeconds);
+  } catch (error) {
+    // Started, but the caller never gets them to close: they would go on taking jobs.
+    await Promise.allSettled(workers.map((w) => w.close(true)));
+    throw error;
+  }
 
   return {
     workers,

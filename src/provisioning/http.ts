@@ -103,11 +103,22 @@ export function provisioningRoutes(deps: { core: ProvisioningCore; partners: Par
   };
 }
 
-/** A path under the provisioning interface that is not its endpoint: 404, as a JSON string. */
+/**
+ * What no route of the interface takes, answered as its errors are (JSON strings): an HTTP
+ * method the address has no route for (400, as for the others), or a path below it (404).
+ */
 export function provisioningNotFound(request: FastifyRequest, reply: FastifyReply) {
+  const path = request.url.split('?')[0] ?? '';
+  if (path === PROVISIONING_PATH || path === `${PROVISIONING_PATH}/`) {
+    return sendError(
+      reply,
+      400,
+      `HTTP method ${request.method} is not supported here: use GET (or POST) with a JSON body`,
+    );
+  }
   return sendError(
     reply,
     404,
-    `no such path: ${request.method} ${request.url.split('?')[0]} (the interface is ${PROVISIONING_PATH})`,
+    `no such path: ${request.method} ${path} (the interface is ${PROVISIONING_PATH})`,
   );
 }

@@ -2,7 +2,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Queue } from 'bullmq';
@@ -260,6 +260,23 @@ describe('billing start on a port in use', () => {
       }
     } finally {
       await taken.close();
+      await rm(ownDataDir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('billing start with an unusable kept secret', () => {
+  it('stops naming the file, before it starts a private Redis', async () => {
+    const ownDataDir = await mkdtemp(join(tmpdir(), 'billing-cli-secret-'));
+    try {
+      await mkdir(join(ownDataDir, 'secrets'), { recursive: true });
+      const file = join(ownDataDir, 'secrets', 'key-hash-secret');
+      await writeFile(file, 'short\n');
+      const out = await runScript(BIN, ['start'], cleanEnv({ DATA_DIR: ownDataDir, PORT: '0' }));
+      expect(out.code).toBe(2);
+      expect(out.stderr).toContain(`billing: the secret kept in ${file} is not usable`);
+      expect(await readdir(ownDataDir)).toEqual(['secrets']);
+    } finally {
       await rm(ownDataDir, { recursive: true, force: true });
     }
   });

@@ -74,6 +74,17 @@ describe('the provisioning address', () => {
       expect(ok<{ id: string }>(res).id).toEqual(expect.any(String));
     });
 
+    it('refuses an HTTP method it has no route for with 400 and a JSON string body', async () => {
+      const res = await request(app.url, {
+        method: 'PROPFIND',
+        headers: { 'x-api-key': marketplace.apiKey },
+      });
+      expect(res.statusCode).toBe(400);
+      expect(await res.body.json()).toBe(
+        'HTTP method PROPFIND is not supported here: use GET (or POST) with a JSON body',
+      );
+    });
+
     it('answers an unknown path below it with 404 and a JSON string body', async () => {
       const res = await raw(`${app.url}/v2`, {
         headers: { 'content-type': 'application/json', 'x-api-key': marketplace.apiKey },

@@ -900,6 +900,40 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     expect((await system.providerOrder('A-18.a1.r2'))?.licenses).toBe(2);
   });
 
+  it("waits to decide an add-on's renewal while a seat purchase is half done on its main chain", async () => {
+    await place(system, 'A-19', 5);
+    await seats(system, 'A-19', 8);
+    const bought = await system.waitForChain('A-19', (c) => c.addOns.length === 1);
+    const addOn = bought.addOns[0];
+    if (!addOn) throw new Error('no add-on');
+    // A seat job wrote its purchase on the main chain and died before sending it.
+    const purchase = {
+      kind: 'addon' as const,
+      method: 'createOrder',
+      orderId: 'A-19.a2',
+      params: { id: 'A-19.a2' },
+      jobId: 'dead-seat-job',
+    };
+    await leftByDeadJob(system, 'A-19', 'dead-seat-job', () => ({ intent: purchase }));
+
+    clock.set(addOn.term.expiresAt - 7 * DAY);
+    const jobId = renewalJobId(chainIdOf('A-19.a1'), 2);
+    const renewals = system.queue('renewals');
+    await system.promote('renewals', jobId);
+    await expect
+      .poll(async () => (await renewals.getJob(jobId))?.attemptsStarted ?? 0)
+      .toBeGreaterThan(0);
+    await expect.poll(async () => (await renewals.getJob(jobId))?.getState()).toBe('delayed');
+    const chains = new ChainStore(system.started.runtime.redis);
+    expect((await chains.get(chainIdOf('A-19.a1')))?.intent).toBeNull();
+
+    // Once the purchase is done (here: withdrawn), the renewal goes ahead.
+    await leftByDeadJob(system, 'A-19', 'seat-job-again', () => ({ intent: null }));
+    await system.promote('renewals', jobId);
+    const renewed = await system.waitForChain('A-19', (c) => c.addOns[0]?.term.count === 2);
+    expect(renewed.addOns[0]?.licenses).toBe(3);
+  });
+
   it('lets reconcile record an add-on cancelled that another job held during the cancel', async () => {
     await place(system, 'A-15', 3);
     await seats(system, 'A-15', 5);

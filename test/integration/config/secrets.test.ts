@@ -1,5 +1,5 @@
 // Generated secrets: one value however many processes start at once, and never an empty one.
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -36,6 +36,19 @@ describe('loadOrCreateSecret', () => {
     const first = await loadOrCreateSecret(dataDir, 'ops-token', undefined, schema);
     const again = await loadOrCreateSecret(dataDir, 'ops-token', undefined, schema);
     expect(again).toEqual({ value: first.value, generated: false });
+  });
+
+  it('only reads a kept secret: its folder may be read-only', async () => {
+    const first = await loadOrCreateSecret(dataDir, 'ops-token', undefined, schema);
+    const folder = join(dataDir, 'secrets');
+    const before = await stat(folder);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(await loadOrCreateSecret(dataDir, 'ops-token', undefined, schema)).toEqual({
+      value: first.value,
+      generated: false,
+    });
+    expect((await stat(folder)).mtimeMs).toBe(before.mtimeMs);
+    expect(await readdir(folder)).toEqual(['ops-token']);
   });
 
   it.each([

@@ -1,0 +1,46 @@
+// A start that fails halfway closes what it had opened.
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Queue, Worker } from 'bullmq';
+import { afterAll, afterEach, beforeAll, expect, it, vi } from 'vitest';
+import { loadSettings } from '../../config/settings.js';
+import { createLogger } from '../../src/logger.js';
+import { start } from '../../src/main.js';
+import { queueNames } from '../../src/queues.js';
+import { startTestRedis, type TestRedis } from '../helpers/redis-server.js';
+
+let redis: TestRedis;
+let dataDir: string;
+
+beforeAll(async () => {
+  redis = await startTestRedis();
+  dataDir = await mkdtemp(join(tmpdir(), 'billing-start-'));
+});
+
+afterEach(() => {
+  vi.restoreAllMocks();
+});
+
+afterAll(async () => {
+  await redis.stop();
+  await rm(dataDir, { recursive: true, force: true });
+});
+
+it('closes the workers it started when scheduling reconcile fails', async () => {
+  const settings = loadSettings({
+    REDIS_URL: redis.url,
+    HOST: '127.0.0.1',
+    PORT: '0',
+    DATA_DIR: dataDir,
+    OPS_TOKEN: randomBytes(16).toString('hex'),
+    WEBHOOK_SECRET: `whsec_${randomBytes(24).toString('base64')}`,
+  });
+  vi.spyOn(Queue.prototype, 'upsertJobScheduler').mockRejectedValue(new Error('Redis said no'));
+  const closed = vi.spyOn(Worker.prototype, 'close');
+  await expect(start(settings, createLogger('silent'), 'worker')).rejects.toThrow('Redis said no');
+  expect(new Set(closed.mock.contexts.map((worker) => (worker as Worker).name))).toEqual(
+    new Set(queueNames),
+  );
+});
