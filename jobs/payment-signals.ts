@@ -209,30 +209,17 @@ async function markPaid(deps: WorkerDeps, job: Job, held: Held, data: EventJobDa
   }
 
   if (plan.kind === 'unsuspend') {
-    const ids = await familyOrderIds(deps, chain, now);
-    await deps.chains.eachOrderUnderLock(chain.id, token, ids, (order) =>
-      deps.provisioning.unsuspendOrder(order),
-    );
-    const saved = await deps.chains.save({
+    // The payment is recorded before the first call: a newer payment event that finds it
+    // half done is then newer than this one, and finishes it first (finishUnsuspension).
+    const begun = await deps.chains.save({
       chainId: chain.id,
       token,
       previous: chain,
-      next: { ...paid, status: chain.term.expiresAt <= now ? 'expired' : 'active' },
-      history: [
-        {
-          at: now,
-          event: 'chain.unsuspended',
-          detail: `payment received: unsuspended ${ids.join(', ') || 'nothing in force'}`,
-          cause,
-        },
-      ],
+      next: { ...paid, unsuspending: true },
       release: false,
     });
-    deps.metrics.suspensions.inc({ action: 'unsuspend' });
-    await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, saved, now, {
-      overrideDeferral: true,
-    });
-    return `unsuspended: ${ids.length} orders`;
+    const done = await finishUnsuspension(deps, job, { chain: begun, token }, now);
+    return `unsuspended: ${done.orders} orders`;
   }
 
   // Every order the suspension reached: the add-ons' first orders too, not only the main one.
@@ -248,6 +235,50 @@ async function markPaid(deps: WorkerDeps, job: Job, held: Held, data: EventJobDa
     release: false,
   });
   throw new UnrecoverableError(reason);
+}
+
+/**
+ * Unsuspends (marketplace) the family of a chain whose payment was recorded with its
+ * unsuspension begun, and records it: the payment's job, or whoever holds the chain after it
+ * died between its calls (its retry, a newer payment event). Idempotent at the provider.
+ */
+async function finishUnsuspension(
+  deps: WorkerDeps,
+  job: Job,
+  held: Held,
+  now: number,
+): Promise<{ chain: Chain; orders: number }> {
+  const { chain, token } = held;
+  if (!chain.unsuspending) return { chain, orders: 0 };
+  const ids = await familyOrderIds(deps, chain, now);
+  await deps.chains.eachOrderUnderLock(chain.id, token, ids, (order) =>
+    deps.provisioning.unsuspendOrder(order),
+  );
+  const saved = await deps.chains.save({
+    chainId: chain.id,
+    token,
+    previous: chain,
+    next: {
+      ...chain,
+      status: chain.term.expiresAt <= now ? 'expired' : 'active',
+      unsuspending: false,
+      updatedAt: now,
+    },
+    history: [
+      {
+        at: now,
+        event: 'chain.unsuspended',
+        detail: `payment received: unsuspended ${ids.join(', ') || 'nothing in force'}`,
+        cause: { webhookId: chain.lastPaymentWebhookId ?? '', jobId: job.id ?? '' },
+      },
+    ],
+    release: false,
+  });
+  deps.metrics.suspensions.inc({ action: 'unsuspend' });
+  await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, saved, now, {
+    overrideDeferral: true,
+  });
+  return { chain: saved, orders: ids.length };
 }
 
 /**
@@ -280,9 +311,13 @@ async function applyPaymentEvent(
     const { token } = held;
     if (!held.chain)
       throw new UnrecoverableError(`${data.type} names an unknown order: ${ev.order}`);
-    const chain = await finishPendingSeatPurchase(deps, job, { chain: held.chain, token });
+    const afterPurchase = await finishPendingSeatPurchase(deps, job, {
+      chain: held.chain,
+      token,
+    });
     const now = deps.clock.now();
-    if (chain.intent) return waitForOtherJob(job, jobToken, now);
+    if (afterPurchase.intent) return waitForOtherJob(job, jobToken, now);
+    const { chain } = await finishUnsuspension(deps, job, { chain: afterPurchase, token }, now);
     if (chain.lastPaymentWebhookId === data.webhookId) return replayed(deps, chain, data, now);
     const cause = { webhookId: data.webhookId, jobId: job.id ?? '' };
     const ignore = async (detail: string): Promise<string> => {

@@ -93,6 +93,13 @@ export const chainRecord = z.object({
    * is half done (failed, retrying, killed) knows some orders may be suspended.
    */
   suspending: z.int().min(1).nullable().default(null),
+  /**
+   * A payment received (marketplace) whose unsuspension has begun at the provider and is not
+   * recorded yet: set, with the payment, before the first unsuspendOrder, so whoever holds the
+   * chain next (the job's retry, a newer payment event) finishes it instead of leaving the
+   * family half unsuspended.
+   */
+  unsuspending: z.boolean().default(false),
   /** An add-on bought for a date that has not come yet (external: createFirstOrder starts now). */
   pendingAddOn: z
     .object({

@@ -1,13 +1,26 @@
 // Payment delays end to end: grace periods, suspension, payment, reactivation, waiting renewals.
+import type { Job } from 'bullmq';
 import { describe, expect, it } from 'vitest';
-import { ensureSuspensionJob, suspensionJobId } from '../../../jobs/payment-signals.js';
+import {
+  ensureSuspensionJob,
+  makeProcessor as makePaymentProcessor,
+  suspensionJobId,
+} from '../../../jobs/payment-signals.js';
 import { renewalJobId } from '../../../jobs/renewals.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
 import type { ChainView } from '../../../src/chains/view.js';
 import { manualClock, systemClock } from '../../../src/clock.js';
+import { TransientError } from '../../../src/errors.js';
 import { formatInstant } from '../../../src/format.js';
 import { webhookJobId } from '../../../src/intake/webhooks.js';
-import { DAY, leftByDeadJob, orderPlaced, type System, useSystem } from '../../helpers/system.js';
+import {
+  DAY,
+  leftByDeadJob,
+  orderPlaced,
+  type System,
+  useSystem,
+  workerDepsOf,
+} from '../../helpers/system.js';
 
 const lastEvent = (chain: ChainView) => chain.history.at(-1)?.event;
 
@@ -283,6 +296,53 @@ describe('marketplace with add-on seat increases, 3 days of grace', () => {
 
 describe('marketplace with no grace', () => {
   const system = useSystem({ env: { PAYMENT_GRACE_DAYS: '0' } });
+
+  it('finishes an unsuspension a payment job left half done, before a newer overdue event', async () => {
+    const startsAt = systemClock.now() - 10 * DAY;
+    await system.send('order.placed', orderPlaced({ order: 'N-4', startsAt }));
+    await system.waitForChain('N-4', () => true);
+    await system.send('seats.changed', { order: 'N-4', licenses: 8 });
+    await system.waitForChain('N-4', (c) => c.partials.length === 1);
+    await system.send('payment.overdue', { order: 'N-4', occurredAt: systemClock.now() - 100 });
+    await system.waitForChain('N-4', (c) => c.status === 'suspended');
+
+    // payment.received: its job unsuspends N-4, then dies before N-4.p1.
+    const { provisioning } = system.started;
+    const dying = Object.create(provisioning) as typeof provisioning;
+    dying.unsuspendOrder = async (params) => {
+      await provisioning.unsuspendOrder(params);
+      throw new TransientError('provisioning_unavailable', 'killed after the call');
+    };
+    const received = {
+      id: 'rcv-N-4',
+      name: 'payment.received N-4',
+      data: {
+        webhookId: 'wh-rcv-n-4',
+        type: 'payment.received',
+        data: { order: 'N-4' },
+        occurredAt: systemClock.now() - 50,
+        receivedAt: systemClock.now() - 50,
+      },
+    } as unknown as Job;
+    const paying = makePaymentProcessor(workerDepsOf(system, { provisioning: dying }));
+    await expect(paying(received)).rejects.toThrow('killed after the call');
+
+    // Before its retry, the next invoice goes overdue: a new episode, after the unsuspension.
+    await system.send('payment.overdue', { order: 'N-4', occurredAt: systemClock.now() - 10 });
+    const suspensions = (c: ChainView) =>
+      c.history.filter((h) => h.event === 'chain.suspended').length;
+    const chain = await system.waitForChain('N-4', (c) => suspensions(c) === 2);
+    expect(chain.history.map((h) => h.event).slice(-3)).toEqual([
+      'chain.unsuspended',
+      'payment.overdue',
+      'chain.suspended',
+    ]);
+    expect(chain).toMatchObject({ status: 'suspended', payment: 'overdue' });
+    // The retry finds its payment applied; the family is whole either way.
+    expect(await makePaymentProcessor(workerDepsOf(system))(received)).toMatch(/^ignored|^already/);
+    expect(await providerStatus(system, 'N-4')).toBe('suspended');
+    expect(await providerStatus(system, 'N-4.p1')).toBe('suspended');
+  });
 
   it('suspends at once', async () => {
     await system.send('order.placed', orderPlaced({ order: 'N-1' }));
