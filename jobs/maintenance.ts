@@ -6,6 +6,7 @@ import { governedNextRenewalAt } from '../src/chains/family.js';
 import type { Chain } from '../src/chains/records.js';
 import { defaultJobOptions } from '../src/queues.js';
 import type { WorkerDeps } from './deps.js';
+import { finishUnsuspension } from './payment-signals.js';
 import { ensureRenewalJob, schedulesRenewals } from './renewals.js';
 import { ensureAddOnJob } from './waiting-add-ons.js';
 
@@ -70,7 +71,7 @@ export function makeProcessor(deps: WorkerDeps) {
           if (await markExpired(deps, chain, now, job.id ?? '', governed)) expired += 1;
           continue;
         }
-        if (schedulesRenewals(chain) || chain.pendingAddOn) {
+        if (schedulesRenewals(chain) || chain.pendingAddOn || chain.unsuspending) {
           await ensureJobs(deps, chain, now, job.id ?? '', governed);
         }
       }
@@ -131,7 +132,10 @@ async function underLock<T>(
   }
 }
 
-/** The chain's renewal job, and its waiting add-on's job, as the chain is now. */
+/**
+ * The chain's renewal job, and its waiting add-on's job, as the chain is now; first, the
+ * unsuspension of a payment whose job gave up halfway.
+ */
 function ensureJobs(
   deps: WorkerDeps,
   seen: Chain,
@@ -139,8 +143,10 @@ function ensureJobs(
   jobId: string,
   governed: (chain: Chain) => Promise<Chain>,
 ): Promise<void> {
-  return underLock(deps, seen, jobId, undefined, async (chain) => {
-    if (!chain) return;
+  return underLock(deps, seen, jobId, undefined, async (locked, token) => {
+    if (!locked) return;
+    // A payment whose job gave up halfway through its unsuspension (marketplace) is finished.
+    const { chain } = await finishUnsuspension(deps, jobId, { chain: locked, token }, now);
     if (schedulesRenewals(chain)) {
       // A job still active is left as it is: it schedules the next term itself, and the next
       // round finds it finished.

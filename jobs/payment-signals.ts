@@ -10,6 +10,7 @@ import {
   planPaymentReceived,
   suspensionDueAt,
 } from '../src/domain/suspension.js';
+import { RefusalError } from '../src/errors.js';
 import { formatInstant } from '../src/format.js';
 import { type EventJobData, eventJobData, eventSchemas } from '../src/intake/events.js';
 import { defaultJobOptions } from '../src/queues.js';
@@ -216,9 +217,17 @@ async function markPaid(deps: WorkerDeps, job: Job, held: Held, data: EventJobDa
       token,
       previous: chain,
       next: { ...paid, unsuspending: true },
+      history: [
+        {
+          at: now,
+          event: 'payment.received',
+          detail: 'payment received: unsuspending the orders in force',
+          cause,
+        },
+      ],
       release: false,
     });
-    const done = await finishUnsuspension(deps, job, { chain: begun, token }, now);
+    const done = await finishUnsuspension(deps, job.id ?? '', { chain: begun, token }, now);
     return `unsuspended: ${done.orders} orders`;
   }
 
@@ -242,18 +251,36 @@ async function markPaid(deps: WorkerDeps, job: Job, held: Held, data: EventJobDa
  * unsuspension begun, and records it: the payment's job, or whoever holds the chain after it
  * died between its calls (its retry, a newer payment event). Idempotent at the provider.
  */
-async function finishUnsuspension(
+export async function finishUnsuspension(
   deps: WorkerDeps,
-  job: Job,
+  jobId: string,
   held: Held,
   now: number,
 ): Promise<{ chain: Chain; orders: number }> {
   const { chain, token } = held;
   if (!chain.unsuspending) return { chain, orders: 0 };
+  if (chain.status === 'cancelled') {
+    // Cancelled meanwhile (the cancel clears the mark; this is a record from before it did).
+    const saved = await deps.chains.save({
+      chainId: chain.id,
+      token,
+      previous: chain,
+      next: { ...chain, unsuspending: false, updatedAt: now },
+      release: false,
+    });
+    return { chain: saved, orders: 0 };
+  }
   const ids = await familyOrderIds(deps, chain, now);
-  await deps.chains.eachOrderUnderLock(chain.id, token, ids, (order) =>
-    deps.provisioning.unsuspendOrder(order),
-  );
+  await deps.chains.eachOrderUnderLock(chain.id, token, ids, async (order) => {
+    try {
+      await deps.provisioning.unsuspendOrder(order);
+    } catch (error) {
+      // Only a cancelled order refuses it (an add-on cancelled at the provider and not yet
+      // recorded): there is nothing to unsuspend.
+      if (!(error instanceof RefusalError)) throw error;
+      deps.log.warn({ order: order.id, err: error }, 'order not unsuspended');
+    }
+  });
   const saved = await deps.chains.save({
     chainId: chain.id,
     token,
@@ -269,7 +296,7 @@ async function finishUnsuspension(
         at: now,
         event: 'chain.unsuspended',
         detail: `payment received: unsuspended ${ids.join(', ') || 'nothing in force'}`,
-        cause: { webhookId: chain.lastPaymentWebhookId ?? '', jobId: job.id ?? '' },
+        cause: { webhookId: chain.lastPaymentWebhookId ?? '', jobId },
       },
     ],
     release: false,
@@ -317,7 +344,12 @@ async function applyPaymentEvent(
     });
     const now = deps.clock.now();
     if (afterPurchase.intent) return waitForOtherJob(job, jobToken, now);
-    const { chain } = await finishUnsuspension(deps, job, { chain: afterPurchase, token }, now);
+    const { chain } = await finishUnsuspension(
+      deps,
+      job.id ?? '',
+      { chain: afterPurchase, token },
+      now,
+    );
     if (chain.lastPaymentWebhookId === data.webhookId) return replayed(deps, chain, data, now);
     const cause = { webhookId: data.webhookId, jobId: job.id ?? '' };
     const ignore = async (detail: string): Promise<string> => {

@@ -20,7 +20,7 @@ import {
 import { isRenewalWindowRefusal } from '../src/domain/renewal-window.js';
 import { RefusalError, TransientError } from '../src/errors.js';
 import { defaultJobOptions } from '../src/queues.js';
-import { delayJobUntil, waitForLock, waitForOtherJob, withChainLock } from './chain-lock.js';
+import { delayJobUntil, waitForLock, withChainLock } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
 import { describeTerm, sendIntent } from './intents.js';
 import { finishPendingSeatPurchase } from './seat-purchases.js';
@@ -860,13 +860,12 @@ async function decideWithFamilyShare(
   decide: (view: RenewalView) => Promise<Decided>,
 ): Promise<Decided> {
   if (chain.mainChain === null) return decide(chain);
-  return withChainLock(deps.chains, job, jobToken, chain.mainChain, async ({ chain: main }) => {
-    // A seat purchase half done on the main chain (another job's, or one that died) splits
-    // the family's counts again when it is finished: decide after that.
-    const purchasing = main?.intent != null && main.intent.kind !== 'renewal';
-    if (purchasing || main?.unfinishedSeatEvent != null) {
-      return waitForOtherJob(job, jobToken, deps.clock.now());
-    }
+  return withChainLock(deps.chains, job, jobToken, chain.mainChain, async (held) => {
+    // A seat purchase half done on the main chain (one that died, or waits to retry) splits
+    // the family's counts again when it is finished: finished first, as any job that takes
+    // the main chain does (it writes the main chain and new add-ons, never this one).
+    const main =
+      held.chain && (await finishPendingSeatPurchase(deps, job, { ...held, chain: held.chain }));
     return decide(main ? addOnView(chain, main) : chain);
   });
 }

@@ -235,7 +235,11 @@ function printChain(chain: ChainView): void {
     `renews    ${iso(chain.nextRenewalAt)}`,
   ];
   if (chain.needsReactivation) {
-    lines.push('action    reactivate it at the provider, then: billing chains reactivated ORDER');
+    lines.push(
+      chain.payment === 'overdue'
+        ? 'action    payment overdue again: reactivate it once paid (billing chains reactivated ORDER)'
+        : 'action    reactivate it at the provider, then: billing chains reactivated ORDER',
+    );
   }
   if (chain.flagged) lines.push(`flagged   ${chain.flagged}`);
   if (chain.inFlight) {

@@ -65,8 +65,10 @@ export async function cancelChain(input: {
       ...chain,
       status: 'cancelled',
       intent: null,
-      // Nothing more is bought for a cancelled chain, the rest of a seat event included.
+      // Nothing more is bought for a cancelled chain, the rest of a seat event included, and
+      // nothing is unsuspended.
       unfinishedSeatEvent: null,
+      unsuspending: false,
       nextRenewalAt: null,
       updatedAt: input.now,
     },

@@ -297,16 +297,19 @@ describe('marketplace with add-on seat increases, 3 days of grace', () => {
 describe('marketplace with no grace', () => {
   const system = useSystem({ env: { PAYMENT_GRACE_DAYS: '0' } });
 
-  it('finishes an unsuspension a payment job left half done, before a newer overdue event', async () => {
+  /**
+   * `order` and its partial suspended, then a payment.received job that unsuspended `order` and
+   * died before the partial: answers that job, to run again.
+   */
+  async function halfUnsuspended(order: string): Promise<Job> {
     const startsAt = systemClock.now() - 10 * DAY;
-    await system.send('order.placed', orderPlaced({ order: 'N-4', startsAt }));
-    await system.waitForChain('N-4', () => true);
-    await system.send('seats.changed', { order: 'N-4', licenses: 8 });
-    await system.waitForChain('N-4', (c) => c.partials.length === 1);
-    await system.send('payment.overdue', { order: 'N-4', occurredAt: systemClock.now() - 100 });
-    await system.waitForChain('N-4', (c) => c.status === 'suspended');
+    await system.send('order.placed', orderPlaced({ order, startsAt }));
+    await system.waitForChain(order, () => true);
+    await system.send('seats.changed', { order, licenses: 8 });
+    await system.waitForChain(order, (c) => c.partials.length === 1);
+    await system.send('payment.overdue', { order, occurredAt: systemClock.now() - 100 });
+    await system.waitForChain(order, (c) => c.status === 'suspended');
 
-    // payment.received: its job unsuspends N-4, then dies before N-4.p1.
     const { provisioning } = system.started;
     const dying = Object.create(provisioning) as typeof provisioning;
     dying.unsuspendOrder = async (params) => {
@@ -314,19 +317,25 @@ describe('marketplace with no grace', () => {
       throw new TransientError('provisioning_unavailable', 'killed after the call');
     };
     const received = {
-      id: 'rcv-N-4',
-      name: 'payment.received N-4',
+      id: `rcv-${order}`,
+      name: `payment.received ${order}`,
       data: {
-        webhookId: 'wh-rcv-n-4',
+        webhookId: `wh-rcv-${order}`,
         type: 'payment.received',
-        data: { order: 'N-4' },
+        data: { order },
         occurredAt: systemClock.now() - 50,
         receivedAt: systemClock.now() - 50,
       },
     } as unknown as Job;
     const paying = makePaymentProcessor(workerDepsOf(system, { provisioning: dying }));
     await expect(paying(received)).rejects.toThrow('killed after the call');
+    expect(await providerStatus(system, order)).toBe('active');
+    expect(await providerStatus(system, `${order}.p1`)).toBe('suspended');
+    return received;
+  }
 
+  it('finishes an unsuspension a payment job left half done, before a newer overdue event', async () => {
+    const received = await halfUnsuspended('N-4');
     // Before its retry, the next invoice goes overdue: a new episode, after the unsuspension.
     await system.send('payment.overdue', { order: 'N-4', occurredAt: systemClock.now() - 10 });
     const suspensions = (c: ChainView) =>
@@ -342,6 +351,29 @@ describe('marketplace with no grace', () => {
     expect(await makePaymentProcessor(workerDepsOf(system))(received)).toMatch(/^ignored|^already/);
     expect(await providerStatus(system, 'N-4')).toBe('suspended');
     expect(await providerStatus(system, 'N-4.p1')).toBe('suspended');
+  });
+
+  it('finishes in reconcile an unsuspension whose payment job gave up halfway', async () => {
+    await halfUnsuspended('N-5');
+    const reconcile = await system.queue('maintenance').add('reconcile now', {});
+    await expect.poll(async () => reconcile.getState(), { timeout: 10_000 }).toBe('completed');
+    const chain = await system.chain('N-5');
+    expect(chain).toMatchObject({ status: 'active', payment: 'ok' });
+    expect(chain.history.map((h) => h.event).slice(-2)).toEqual([
+      'payment.received',
+      'chain.unsuspended',
+    ]);
+    expect(await providerStatus(system, 'N-5.p1')).toBe('active');
+  });
+
+  it('drops an unsuspension left half done when the chain is cancelled meanwhile', async () => {
+    const received = await halfUnsuspended('N-6');
+    const cancelled = await system.ops('POST', '/ops/chains/N-6/cancel');
+    expect(cancelled.status).toBe(200);
+    expect(await makePaymentProcessor(workerDepsOf(system))(received)).toBe(
+      'already applied: wh-rcv-N-6',
+    );
+    expect((await system.chain('N-6')).status).toBe('cancelled');
   });
 
   it('suspends at once', async () => {

@@ -2,8 +2,10 @@
 import { execFile } from 'node:child_process';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import type { Job } from 'bullmq';
 import { describe, expect, it } from 'vitest';
 import { renewalJobId } from '../../../jobs/renewals.js';
+import { makeProcessor as makeSeatProcessor } from '../../../jobs/seat-changes.js';
 import { addOnJobId } from '../../../jobs/waiting-add-ons.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
 import type { Chain } from '../../../src/chains/records.js';
@@ -11,9 +13,17 @@ import { ChainStore } from '../../../src/chains/store.js';
 import type { ChainView } from '../../../src/chains/view.js';
 import { type ManualClock, manualClock, systemClock } from '../../../src/clock.js';
 import { addTerms } from '../../../src/domain/periods.js';
+import { TransientError } from '../../../src/errors.js';
 import { formatInstant } from '../../../src/format.js';
 import { webhookJobId } from '../../../src/intake/webhooks.js';
-import { DAY, leftByDeadJob, orderPlaced, type System, useSystem } from '../../helpers/system.js';
+import {
+  DAY,
+  leftByDeadJob,
+  orderPlaced,
+  type System,
+  useSystem,
+  workerDepsOf,
+} from '../../helpers/system.js';
 
 const run = promisify(execFile);
 const BIN = join(import.meta.dirname, '../../../bin/billing.js');
@@ -900,38 +910,43 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     expect((await system.providerOrder('A-18.a1.r2'))?.licenses).toBe(2);
   });
 
-  it("waits to decide an add-on's renewal while a seat purchase is half done on its main chain", async () => {
+  it("finishes a seat purchase half done on the main chain before deciding an add-on's renewal", async () => {
     await place(system, 'A-19', 5);
     await seats(system, 'A-19', 8);
     const bought = await system.waitForChain('A-19', (c) => c.addOns.length === 1);
     const addOn = bought.addOns[0];
     if (!addOn) throw new Error('no add-on');
-    // A seat job wrote its purchase on the main chain and died before sending it.
-    const purchase = {
-      kind: 'addon' as const,
-      method: 'createOrder',
-      orderId: 'A-19.a2',
-      params: { id: 'A-19.a2' },
-      jobId: 'dead-seat-job',
+    // A seat job for 10 wrote its purchase (2 more, an add-on) on the main chain and died
+    // before sending it; nothing else takes the main chain until the add-on's renewal.
+    const { provisioning } = system.started;
+    const dying = Object.create(provisioning) as typeof provisioning;
+    dying.createOrder = async () => {
+      throw new TransientError('provisioning_unavailable', 'died before the call');
     };
-    await leftByDeadJob(system, 'A-19', 'dead-seat-job', () => ({ intent: purchase }));
+    const seatJob = {
+      id: 'seats-A-19',
+      name: 'seats.changed A-19',
+      data: {
+        webhookId: 'wh-seats-a-19',
+        type: 'seats.changed',
+        data: { order: 'A-19', licenses: 10 },
+        occurredAt: clock.now(),
+        receivedAt: clock.now(),
+      },
+    } as unknown as Job;
+    const seatProcessor = makeSeatProcessor(workerDepsOf(system, { provisioning: dying }));
+    await expect(seatProcessor(seatJob)).rejects.toThrow('died before the call');
+    expect((await system.chain('A-19')).inFlight).toMatchObject({ orderId: 'A-19.a2' });
 
     clock.set(addOn.term.expiresAt - 7 * DAY);
-    const jobId = renewalJobId(chainIdOf('A-19.a1'), 2);
-    const renewals = system.queue('renewals');
-    await system.promote('renewals', jobId);
-    await expect
-      .poll(async () => (await renewals.getJob(jobId))?.attemptsStarted ?? 0)
-      .toBeGreaterThan(0);
-    await expect.poll(async () => (await renewals.getJob(jobId))?.getState()).toBe('delayed');
-    const chains = new ChainStore(system.started.runtime.redis);
-    expect((await chains.get(chainIdOf('A-19.a1')))?.intent).toBeNull();
-
-    // Once the purchase is done (here: withdrawn), the renewal goes ahead.
-    await leftByDeadJob(system, 'A-19', 'seat-job-again', () => ({ intent: null }));
-    await system.promote('renewals', jobId);
+    await system.promote('renewals', renewalJobId(chainIdOf('A-19.a1'), 2));
     const renewed = await system.waitForChain('A-19', (c) => c.addOns[0]?.term.count === 2);
-    expect(renewed.addOns[0]?.licenses).toBe(3);
+    expect(renewed.inFlight).toBeNull();
+    expect(renewed.addOns.map((a) => [a.order, a.licenses])).toEqual([
+      ['A-19.a1', 3],
+      ['A-19.a2', 2],
+    ]);
+    expect((await system.providerOrder('A-19.a1.r2'))?.licenses).toBe(3);
   });
 
   it('lets reconcile record an add-on cancelled that another job held during the cancel', async () => {
