@@ -35,6 +35,8 @@ import { startTestRedis } from '../test/helpers/redis-server.js';
 const WARMUP_CHAINS = 500;
 const TARGET_RATIO = 0.4;
 const NOOP_QUEUE = 'bench-noop';
+const CEILING_QUEUE = 'bench-ceiling';
+const CEILING_NEXT_QUEUE = 'bench-ceiling-next';
 /** A first term that started this long ago (monthly) has 3..6 days left: past the 7-day lead. */
 const FIRST_TERM_AGE_DAYS = 25;
 /** A phase with no completed job for this long is stuck, not slow (ms). */
@@ -401,6 +403,45 @@ async function timeNoopJobs(bench: Bench, n: number, concurrency: number): Promi
   }
 }
 
+/**
+ * The ceiling of any renewal here: a no-op job that adds its next term's delayed job, with the
+ * renewal jobs' own data (read from the waiting renewal jobs), and nothing else. Every renewal
+ * must add that job (DESIGN §4), so no renewal path can beat this rate on this Redis.
+ */
+async function timeSchedulingJobs(
+  bench: Bench,
+  deps: WorkerDeps,
+  n: number,
+  concurrency: number,
+): Promise<Phase> {
+  const queue = new Queue(CEILING_QUEUE, { connection: bench.workerRedis, prefix: QUEUE_PREFIX });
+  const next = new Queue(CEILING_NEXT_QUEUE, {
+    connection: bench.storeRedis,
+    prefix: QUEUE_PREFIX,
+  });
+  try {
+    const waiting = await deps.queues.renewals.getWaiting(0, n - 1);
+    const jobs = waiting.map((job, i) => ({
+      name: `schedule ${i}`,
+      data: job.data as RenewalJobData,
+      opts: { ...defaultJobOptions, jobId: `schedule-${i}` },
+    }));
+    await addInChunks(queue, jobs);
+    const addNext = async (job: Job<RenewalJobData>) => {
+      await next.add(`next ${job.id}`, job.data, {
+        ...defaultJobOptions,
+        jobId: `next-${job.id}`,
+        delay: 30 * SECONDS_PER_DAY * 1000,
+      });
+      return 'scheduled';
+    };
+    const worker = openWorker(bench, CEILING_QUEUE, addNext, concurrency);
+    return await runWorker(worker, n, (run) => measure(bench.admin, n, run));
+  } finally {
+    await Promise.all([queue.close(), next.close()]);
+  }
+}
+
 async function timeRenewals(
   bench: Bench,
   deps: WorkerDeps,
@@ -466,6 +507,8 @@ async function verifyRenewed(bench: Bench, deps: WorkerDeps, partner: Partner, o
 interface Round {
   baseline: Phase;
   candidate: Phase;
+  /** A no-op job that adds its next term's job: the most a renewal could reach. */
+  ceiling: Phase;
 }
 
 /** A clean database, N due chains (untimed), then the baseline and the renewals, each timed. */
@@ -479,9 +522,10 @@ async function runRound(
   const { deps, partner } = await freshDeps(bench);
   const orderIds = await placeChains(bench, deps, n, concurrency);
   const baseline = await timeNoopJobs(bench, n, concurrency);
+  const ceiling = await timeSchedulingJobs(bench, deps, n, concurrency);
   const candidate = await timeRenewals(bench, deps, n, concurrency, profileTo);
   await verifyRenewed(bench, deps, partner, orderIds);
-  return { baseline, candidate };
+  return { baseline, candidate, ceiling };
 }
 
 // --- reporting -----------------------------------------------------------------------------------
@@ -511,6 +555,12 @@ function pair(rounds: readonly Round[], figure: (p: Phase) => number) {
 function summarize(rounds: readonly Round[]) {
   return {
     ratios: rounds.map((r) => rate(r.candidate) / rate(r.baseline)),
+    ceilingRatios: rounds.map((r) => rate(r.ceiling) / rate(r.baseline)),
+    ceiling: median(rounds.map((r) => rate(r.ceiling))),
+    ceilingNodeCpuUs: median(rounds.map((r) => perJob(r.ceiling, r.ceiling.nodeCpuSeconds) * 1e6)),
+    ceilingRedisCpuUs: median(
+      rounds.map((r) => perJob(r.ceiling, r.ceiling.redisCpuSeconds) * 1e6),
+    ),
     throughput: pair(rounds, rate),
     roundTrips: pair(rounds, (p) => perJob(p, p.roundTrips)),
     commands: pair(rounds, (p) => perJob(p, p.commands)),
@@ -552,6 +602,13 @@ function printJson(rounds: readonly Round[]): void {
       ratio: fixed(median(s.ratios), 3),
     },
     {
+      name: 'renewal-burst.ceiling',
+      unit: 'jobs/s',
+      value: fixed(s.ceiling, 0),
+      baseline: fixed(s.throughput.baseline, 0),
+      ratio: fixed(median(s.ceilingRatios), 3),
+    },
+    {
       name: 'renewal-burst.redis-round-trips',
       unit: 'round-trips/job',
       value: fixed(s.roundTrips.value, 2),
@@ -576,6 +633,7 @@ function printHuman(rounds: readonly Round[]): void {
   const out = [
     `ratio ${ratio.toFixed(2)} (target >= ${TARGET_RATIO.toFixed(2)}, ${verdict}; rounds ${s.ratios.map((r) => r.toFixed(2)).join(' ')})`,
     `renewals/s  ${s.throughput.value.toFixed(0)}  (no-op jobs/s ${s.throughput.baseline.toFixed(0)})`,
+    `ceiling ${median(s.ceilingRatios).toFixed(2)}: a no-op job that adds its next term's job (what every renewal must do) runs at ${s.ceiling.toFixed(0)}/s, cpu node ${s.ceilingNodeCpuUs.toFixed(0)} µs, redis ${s.ceilingRedisCpuUs.toFixed(0)} µs (rounds ${s.ceilingRatios.map((r) => r.toFixed(2)).join(' ')})`,
     `redis round trips per renewal ${s.roundTrips.value.toFixed(1)} (no-op job ${s.roundTrips.baseline.toFixed(1)})  [a command sent alone, or a whole pipeline, is one]`,
     `redis commands per renewal ${s.commands.value.toFixed(1)} (no-op job ${s.commands.baseline.toFixed(1)})  [each command a Lua script runs counts; script calls ${s.scripts.value.toFixed(1)} (no-op ${s.scripts.baseline.toFixed(1)})]`,
     `cpu per renewal: node ${s.nodeCpuUs.value.toFixed(0)} µs, redis ${s.redisCpuUs.value.toFixed(0)} µs  (no-op job: node ${s.nodeCpuUs.baseline.toFixed(0)} µs, redis ${s.redisCpuUs.baseline.toFixed(0)} µs)`,
@@ -621,7 +679,7 @@ async function benchmark(options: Options, url: string, log: (line: string) => v
         options.cpuProfile && `${options.cpuProfile}/renewals-round-${i}.cpuprofile`;
       const round = await runRound(bench, options.chains, options.concurrency, profileTo);
       log(
-        `round ${i}: renewals/s ${rate(round.candidate).toFixed(0)}, no-op jobs/s ${rate(round.baseline).toFixed(0)}`,
+        `round ${i}: renewals/s ${rate(round.candidate).toFixed(0)}, no-op jobs/s ${rate(round.baseline).toFixed(0)}, scheduling no-op jobs/s ${rate(round.ceiling).toFixed(0)}`,
       );
       rounds.push(round);
     }
