@@ -849,8 +849,9 @@ type Decided =
  * main chain's lock. An add-on's next count is its share on the main chain, which a seat job
  * writes under that lock while it reads the add-ons: so a seat event either comes first, and
  * the intent carries its share, or finds the intent written and waits for the renewal to be
- * recorded. (An add-on's job holds its own lock and takes its main chain's; a seat job holds
- * the main chain's and takes none: a busy main chain puts the renewal back for a moment.)
+ * recorded; a purchase left half done on the main chain is finished first. (An add-on's job
+ * holds its own lock and takes its main chain's; a seat job holds the main chain's and takes
+ * none: a busy main chain puts the renewal back for a moment.)
  */
 async function decideWithFamilyShare(
   deps: WorkerDeps,
