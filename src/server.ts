@@ -15,6 +15,7 @@ import {
   PROVISIONING_PATH,
   provisioningNotFound,
   provisioningRoutes,
+  sendProvisioningError,
 } from './provisioning/http.js';
 import type { ProvisioningCore } from './provisioning/operations.js';
 import type { PartnerDirectory } from './provisioning/partners.js';
@@ -46,6 +47,14 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     // Order and customer ids run to 128 characters, more once URL-encoded (Fastify's default
     // of 100 would answer a long id 414); the routes' own schemas bound them.
     routerOptions: { maxParamLength: 1536 },
+    // What Fastify refuses before any route (a URL it cannot decode) answers in the shape of
+    // the API the path falls under, like every other error.
+    frameworkErrors: (error, request, reply) => {
+      if (isProvisioningPath(request.url)) {
+        return sendProvisioningError(reply, 400, error.message);
+      }
+      return sendError(reply, 400, 'invalid_request', error.message);
+    },
   });
   // The spec's calls are GETs with a JSON body; Fastify ignores GET bodies unless told.
   app.addHttpMethod('GET', { hasBody: true, overrideExisting: true });
@@ -98,13 +107,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // Unknown paths answer in the shape of the API they fall under: the provisioning interface's
   // errors are JSON strings (DESIGN §3), everything else's {error, message} objects.
   app.setNotFoundHandler((request, reply) => {
-    const path = request.url.split('?')[0] ?? '';
-    if (
-      deps.provisioning &&
-      (path === PROVISIONING_PATH || path.startsWith(`${PROVISIONING_PATH}/`))
-    ) {
+    if (deps.provisioning && isProvisioningPath(request.url)) {
       return provisioningNotFound(request, reply);
     }
+    const path = request.url.split('?')[0] ?? '';
     return sendError(reply, 404, 'not_found', `no such path: ${request.method} ${path}`);
   });
   if (deps.provisioning) await app.register(provisioningRoutes(deps.provisioning));
@@ -112,6 +118,12 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   if (deps.ops) await app.register(opsRoutes(deps.ops));
   if (deps.board) await registerBoard(app, deps.board);
   return app;
+}
+
+/** Whether `url` is the provisioning address or below it. */
+function isProvisioningPath(url: string): boolean {
+  const path = url.split('?')[0] ?? '';
+  return path === PROVISIONING_PATH || path.startsWith(`${PROVISIONING_PATH}/`);
 }
 
 function parsesAsJson(text: string): boolean {

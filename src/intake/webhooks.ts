@@ -1,6 +1,6 @@
 // Webhook intake (DESIGN §5): verify the signature, parse, claim the webhook id, enqueue, 202.
-import { createHash, timingSafeEqual } from 'node:crypto';
-import type { Queue } from 'bullmq';
+import { createHash, randomUUID, timingSafeEqual } from 'node:crypto';
+import { Job, type Queue } from 'bullmq';
 import type {
   FastifyError,
   FastifyInstance,
@@ -9,11 +9,11 @@ import type {
   FastifyRequest,
 } from 'fastify';
 import { Webhook } from 'standardwebhooks';
-import type { Clock, EpochSeconds } from '../clock.js';
+import { type Clock, type EpochSeconds, queueTimeMs } from '../clock.js';
 import { ConfigError } from '../errors.js';
 import { sendError } from '../http-errors.js';
 import { defaultJobOptions, type QueueName, queueForEvent } from '../queues.js';
-import { isRedisUnavailable, type RedisClient } from '../redis/connection.js';
+import { isRedisTimeout, isRedisUnavailable, type RedisClient } from '../redis/connection.js';
 import { WORKER_KEY_ROOT } from '../redis/key-space.js';
 import { describeIssues } from '../validation.js';
 import {
@@ -36,6 +36,8 @@ const OCCURRED_AHEAD_LIMIT_SECONDS = 86_400;
 const DEFAULT_ENQUEUE_TIMEOUT_MS = 5_000;
 /** A claim's value while its event is being enqueued, and once it is. */
 const CLAIM_PENDING = 'pending';
+/** Deletes a claim only while it is still the one its request made. */
+const RELEASE_CLAIM = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`;
 const CLAIM_DONE = 'done';
 /** Longer than any enqueue takes (bounded by the enqueue timeout), short enough for a retry. */
 const PENDING_CLAIM_SECONDS = 60;
@@ -91,6 +93,21 @@ function quote(value: string): string {
   return JSON.stringify(value.length > 40 ? `${value.slice(0, 37)}...` : value);
 }
 
+/**
+ * A header value as the producer wrote it: Node reads header bytes as Latin-1, and producers
+ * (and their Standard Webhooks libraries, which sign the id as UTF-8) send UTF-8. Bytes that
+ * are not UTF-8 stay as read.
+ */
+function utf8Header(value: string | undefined): string | undefined {
+  if (value === undefined || [...value].every((char) => char.charCodeAt(0) < 0x80)) return value;
+  const bytes = Buffer.from(value, 'latin1');
+  try {
+    return new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+  } catch {
+    return value;
+  }
+}
+
 // standardwebhooks' verify() reads Date.now for the tolerance; only the injected Clock may say
 // what now is, so the window is checked here and the package only computes the signature.
 function verifySignature(
@@ -99,7 +116,7 @@ function verifySignature(
   body: string,
   now: EpochSeconds,
 ): Verified | Rejection {
-  const id = headerValue(request, 'webhook-id');
+  const id = utf8Header(headerValue(request, 'webhook-id'));
   const timestampText = headerValue(request, 'webhook-timestamp');
   const signatures = headerValue(request, 'webhook-signature');
   if (id === undefined || timestampText === undefined || signatures === undefined) {
@@ -168,6 +185,28 @@ function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<
 }
 
 /** `POST /webhooks/events`, an encapsulated plugin with its own raw-body parser. */
+/**
+ * Adds the event's job. A job of this id that finished before the dedup window began is an
+ * earlier delivery whose id was forgotten since: this one is a new event, and BullMQ would
+ * silently keep the old job, so it goes first. A more recent one is this same event, enqueued
+ * by a delivery that timed out, and stays.
+ */
+async function enqueueOnce(
+  queue: Queue,
+  jobId: string,
+  dedupSeconds: number,
+  add: () => Promise<unknown>,
+): Promise<void> {
+  const earlier = await Job.fromId(queue, jobId);
+  if (
+    earlier?.finishedOn !== undefined &&
+    earlier.finishedOn < queueTimeMs() - dedupSeconds * 1000
+  ) {
+    await earlier.remove();
+  }
+  await add();
+}
+
 export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
   let webhook: Webhook;
   try {
@@ -197,6 +236,13 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
     app.removeAllContentTypeParsers();
     app.addContentTypeParser('*', { parseAs: 'string' }, (_request, body, done) => {
       done(null, body);
+    });
+    // Any Content-Type is accepted (the body is read as the bytes signed), also one Fastify
+    // cannot parse (`json`, a list): it would answer 415 before this plugin saw the request.
+    app.addHook('onRequest', async (request) => {
+      if (request.headers['content-type'] !== undefined) {
+        request.headers['content-type'] = 'application/octet-stream';
+      }
     });
 
     app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
@@ -242,16 +288,22 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
       }
 
       const key = webhookDedupKey(webhookId);
+      // This request's own claim: only it may release it.
+      const claim = `${CLAIM_PENDING}:${randomUUID()}`;
+      const release = () => deps.redis.eval(RELEASE_CLAIM, 1, key, claim);
       let claimed: 'OK' | null;
       let holder: string | null = null;
       try {
         // Claimed as "pending" for a short lease first: if this process dies before the job is
         // enqueued, the claim lapses and the producer's retry gets through instead of being
         // taken for a duplicate of an event that was never enqueued.
-        claimed = await deps.redis.set(key, CLAIM_PENDING, 'EX', PENDING_CLAIM_SECONDS, 'NX');
+        claimed = await deps.redis.set(key, claim, 'EX', PENDING_CLAIM_SECONDS, 'NX');
         if (claimed === null) holder = await deps.redis.get(key);
       } catch (error) {
         if (!isRedisUnavailable(error)) throw error;
+        // A claim that timed out may still be made once Redis answers: the release, sent on
+        // the same connection, runs after it, so retries are not held for the whole lease.
+        if (isRedisTimeout(error)) release().catch(() => {});
         log.warn({ err: error }, 'webhook intake unavailable: redis');
         return sendError(reply, 503, 'unavailable', 'storage unreachable, retry later');
       }
@@ -278,18 +330,21 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
         receivedAt: now,
       };
       const queueName = queueForEvent[event.type];
+      const queue = deps.queues[queueName];
       try {
         await withTimeout(
-          deps.queues[queueName].add(eventJobName(event.type, event.data), jobData, {
-            ...defaultJobOptions,
-            jobId,
-          }),
+          enqueueOnce(queue, jobId, ttlSeconds, () =>
+            queue.add(eventJobName(event.type, event.data), jobData, {
+              ...defaultJobOptions,
+              jobId,
+            }),
+          ),
           enqueueTimeoutMs,
           `enqueue to ${queueName}`,
         );
       } catch (error) {
         // Release the claim so the producer's retry is enqueued rather than taken as a duplicate.
-        await deps.redis.del(key).catch((delError: unknown) => {
+        await release().catch((delError: unknown) => {
           log.error(
             { err: delError, key },
             'webhook id stays claimed after a failed enqueue: delete the key so retries get in',

@@ -16,6 +16,10 @@ const envelope = z.strictObject({
 });
 
 /** Every error body of the provisioning interface is a JSON string (DESIGN §3). */
+export function sendProvisioningError(reply: FastifyReply, status: number, message: string) {
+  return sendError(reply, status, message);
+}
+
 function sendError(reply: FastifyReply, status: number, message: string) {
   return reply.code(status).type('application/json; charset=utf-8').send(JSON.stringify(message));
 }

@@ -2,7 +2,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
-import { Queue } from 'bullmq';
+import { Queue, Worker } from 'bullmq';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import { request } from 'undici';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
@@ -205,6 +205,55 @@ describe('a valid, signed event', () => {
     expect(await totalJobs()).toBe(1);
     const job = await queues['payment-signals'].getJob(webhookJobId(id));
     expect(job?.data.data).toEqual({ order: 'A-1' });
+  });
+
+  it('is enqueued again when its webhook-id comes back after the dedup window', async () => {
+    const id = 'evt-forgotten';
+    await deliver({ type: 'payment.received', data: { order: 'A-1' } }, { id });
+    const queue = queues['payment-signals'];
+    const worker = new Worker(queue.name, async () => 'done', {
+      connection: { host: '127.0.0.1', port: server.port },
+      prefix: PREFIX,
+    });
+    cleanups.push(() => worker.close());
+    const jobId = webhookJobId(id);
+    await expect.poll(async () => (await queue.getJob(jobId))?.finishedOn).toBeDefined();
+    await worker.close();
+    // Eight days later (WEBHOOK_DEDUP_DAYS is 7): the id is forgotten, the job still kept.
+    await redis.hset(`${PREFIX}:${queue.name}:${jobId}`, 'finishedOn', Date.now() - 8 * 86_400_000);
+    await redis.del(webhookDedupKey(id));
+
+    const again = await deliver({ type: 'payment.received', data: { order: 'B-2' } }, { id });
+    expect(again).toEqual({ status: 202, body: { id } });
+    const job = await queue.getJob(jobId);
+    expect(job?.data.data).toEqual({ order: 'B-2' });
+    expect(await job?.getState()).toBe('waiting');
+  });
+
+  it('takes any Content-Type, also one that does not parse', async () => {
+    for (const [n, type] of [
+      ['1', 'json'],
+      ['2', 'application/json, text/plain'],
+    ] as const) {
+      const body = JSON.stringify({ type: 'payment.received', data: { order: 'A-1' } });
+      const id = `evt-type-${n}`;
+      const answer = await post(body, {
+        ...signWebhook(SECRET, id, clock.now(), body),
+        'content-type': type,
+      });
+      expect(answer).toEqual({ status: 202, body: { id } });
+    }
+    expect(await totalJobs()).toBe(2);
+  });
+
+  it('verifies a webhook-id that is not ASCII as its producer signed it, in UTF-8', async () => {
+    const id = 'évt-1';
+    const body = JSON.stringify({ type: 'payment.received', data: { order: 'A-1' } });
+    const headers = signWebhook(SECRET, id, clock.now(), body);
+    // The header's bytes are the UTF-8 of the id, as a producer's HTTP client sends them.
+    const raw = { ...headers, 'webhook-id': Buffer.from(id, 'utf8').toString('latin1') };
+    expect(await post(body, raw)).toEqual({ status: 202, body: { id } });
+    expect((await queues['payment-signals'].getJob(webhookJobId(id)))?.data.webhookId).toBe(id);
   });
 
   it.each([
@@ -435,6 +484,24 @@ describe('when Redis or the queue fails', () => {
     expect(answer.body.error).toBe('unavailable');
     expect(await totalJobs()).toBe(0);
   });
+});
+
+describe('a claim that timed out', () => {
+  it('does not hold the retry once Redis answers again', async () => {
+    const id = 'evt-stalled-claim';
+    const payload = { type: 'payment.received', data: { order: 'A-1' } };
+    await server.pause();
+    let answer: Answer;
+    try {
+      answer = await deliver(payload, { id });
+    } finally {
+      await server.resume();
+    }
+    expect(answer).toMatchObject({ status: 503, body: { error: 'unavailable' } });
+    const retry = await deliver(payload, { id });
+    expect(retry).toEqual({ status: 202, body: { id } });
+    expect(await totalJobs()).toBe(1);
+  }, 20_000);
 });
 
 describe('a claim left pending by an intake that died before enqueueing', () => {

@@ -174,6 +174,16 @@ describe('the ops API', () => {
     });
   });
 
+  it('answers a path that does not decode with its {error, message} object', async () => {
+    const res = await raw(
+      '/ops/chains/%E0%A4%A',
+      { authorization: `Bearer ${system.settings.OPS_TOKEN}` },
+      'GET',
+    );
+    expect(res.status).toBe(400);
+    expect(JSON.parse(res.text)).toMatchObject({ error: 'invalid_request' });
+  });
+
   it('answers an unknown path with its {error, message} object', async () => {
     const res = await system.ops('GET', '/ops/chain/OPS-404');
     expect(res.status).toBe(404);
