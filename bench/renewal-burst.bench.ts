@@ -26,7 +26,13 @@ import { makeProvisioningCore, type ProvisioningCore } from '../src/provisioning
 import { makePartnerDirectory, type PartnerDirectory } from '../src/provisioning/partners.js';
 import type { Partner } from '../src/provisioning/records.js';
 import { ProvisioningStore } from '../src/provisioning/store.js';
-import { defaultJobOptions, QUEUE_PREFIX, QUEUES, STALLED_INTERVAL_MS } from '../src/queues.js';
+import {
+  defaultJobOptions,
+  MAX_STALLED_COUNT,
+  QUEUE_PREFIX,
+  QUEUES,
+  STALLED_INTERVAL_MS,
+} from '../src/queues.js';
 import { connectRedis } from '../src/redis/connection.js';
 import { describeRedisTarget, parseRedisTarget } from '../src/redis/target.js';
 import { closeQueues, openQueues, refusalsFailJobs } from '../src/workers.js';
@@ -193,7 +199,7 @@ function openWorker(bench: Bench, queue: string, processor: Processor, concurren
     prefix: QUEUE_PREFIX,
     concurrency,
     stalledInterval: STALLED_INTERVAL_MS,
-    maxStalledCount: 2,
+    maxStalledCount: MAX_STALLED_COUNT,
     // Started by hand once ready, so connecting is not timed.
     autorun: false,
   });

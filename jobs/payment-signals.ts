@@ -89,6 +89,18 @@ export async function ensureSuspensionJob(
   );
 }
 
+/** How many handled payment webhook ids a chain remembers (a job re-run long after is rare). */
+const REMEMBERED_PAYMENT_EVENTS = 50;
+
+/** The chain's record of a payment event handled (applied or ignored) now. */
+function handled(chain: Chain, webhookId: string) {
+  const kept = chain.handledPaymentEvents.filter((id) => id !== webhookId);
+  return {
+    lastPaymentWebhookId: webhookId,
+    handledPaymentEvents: [...kept, webhookId].slice(-REMEMBERED_PAYMENT_EVENTS),
+  };
+}
+
 /**
  * Restores the current episode's suspension job of an overdue chain not suspended for it yet
  * (one awaiting its manual reactivation is suspended again), which a
@@ -121,7 +133,7 @@ async function markOverdue(
       next: {
         ...chain,
         lastPaymentEventAt: data.occurredAt,
-        lastPaymentWebhookId: data.webhookId,
+        ...handled(chain, data.webhookId),
         updatedAt: now,
       },
       history: [
@@ -147,7 +159,7 @@ async function markOverdue(
       overdueEpisode: episode,
       suspendAt,
       lastPaymentEventAt: data.occurredAt,
-      lastPaymentWebhookId: data.webhookId,
+      ...handled(chain, data.webhookId),
       updatedAt: now,
     },
     history: [
@@ -180,7 +192,7 @@ async function markPaid(deps: WorkerDeps, job: Job, held: Held, data: EventJobDa
     suspendAt: null,
     suspending: null,
     lastPaymentEventAt: data.occurredAt,
-    lastPaymentWebhookId: data.webhookId,
+    ...handled(chain, data.webhookId),
     updatedAt: now,
   };
 
@@ -309,9 +321,9 @@ export async function finishUnsuspension(
 }
 
 /**
- * The job of the last payment event applied, run again (it died after its save): the chain says
- * what it did, so it only makes sure of the jobs that follow from it, which it may not have
- * reached, and writes no second history entry.
+ * The job of a payment event handled before, run again (its worker died after its save): the
+ * chain says what it did, so it only makes sure of the jobs that follow from the chain as it
+ * is now, which it may not have reached, and writes no second history entry.
  */
 async function replayed(deps: WorkerDeps, chain: Chain, data: EventJobData, now: number) {
   if (data.type === 'payment.overdue') {
@@ -350,7 +362,12 @@ async function applyPaymentEvent(
       { chain: afterPurchase, token },
       now,
     );
-    if (chain.lastPaymentWebhookId === data.webhookId) return replayed(deps, chain, data, now);
+    if (
+      chain.handledPaymentEvents.includes(data.webhookId) ||
+      chain.lastPaymentWebhookId === data.webhookId
+    ) {
+      return replayed(deps, chain, data, now);
+    }
     const cause = { webhookId: data.webhookId, jobId: job.id ?? '' };
     const ignore = async (detail: string): Promise<string> => {
       const entry: HistoryEntry = { at: now, event: `${data.type}.ignored`, detail, cause };
@@ -358,7 +375,7 @@ async function applyPaymentEvent(
         chainId,
         token,
         previous: chain,
-        next: { ...chain, lastPaymentWebhookId: data.webhookId, updatedAt: now },
+        next: { ...chain, ...handled(chain, data.webhookId), updatedAt: now },
         history: [entry],
         release: false,
       });

@@ -8,6 +8,7 @@ import { formatInstant } from '../src/format.js';
 import { type EventJobData, eventJobData, eventSchemas } from '../src/intake/events.js';
 import { chainOfEvent, delayJobUntil, waitForOtherJob, withChainLock } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
+import { ensureFamilyRenewalJobs } from './renewals.js';
 import {
   addOnIntent,
   allocation,
@@ -39,10 +40,13 @@ async function applySeatEvent(
     const chain = await finishPendingSeatPurchase(deps, job, { chain: lock.chain, token });
     if (chain.intent) return waitForOtherJob(job, jobToken, deps.clock.now());
     if (chain.appliedSeatEvents.includes(data.webhookId)) {
-      // A retry after a crash right after the save: the waiting add-on's job may be missing.
+      // A retry after a crash right after the save: the waiting add-on's job may be missing,
+      // or the renewal jobs of what it bought.
+      const now = deps.clock.now();
       if (chain.pendingAddOn) {
-        await scheduleAddOnJob(deps, chain, chain.pendingAddOn.startsAt, deps.clock.now(), job);
+        await scheduleAddOnJob(deps, chain, chain.pendingAddOn.startsAt, now, job);
       }
+      await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, chain, now);
       return `already applied: ${data.webhookId}`;
     }
 

@@ -657,6 +657,14 @@ export async function finishSeatIntent(
     ],
     [intent.orderId],
   );
+  // The add-on's schedule follows its main chain (none while auto-renew is off there). Made
+  // before the purchase is recorded: a job that dies in between finishes the intent again,
+  // and the add-on never stands recorded without its renewal job.
+  await ensureRenewalJob(
+    deps.queues.renewals,
+    { ...addOn, nextRenewalAt: governedNextRenewalAt(chain, addOn) },
+    now,
+  );
   const saved = await recordPurchase(deps, held, {
     event,
     startsAt: order.startsAt,
@@ -671,12 +679,6 @@ export async function finishSeatIntent(
     },
   });
   deps.metrics.orders.inc({ kind: 'addon' });
-  // The add-on's schedule follows its main chain (none while auto-renew is off there).
-  await ensureRenewalJob(
-    deps.queues.renewals,
-    { ...addOn, nextRenewalAt: governedNextRenewalAt(saved, addOn) },
-    now,
-  );
   if (saved.unfinishedSeatEvent === null) return saved;
   return finishUnfinishedSeatEvent(deps, job, { chain: saved, token: held.token }, options);
 }

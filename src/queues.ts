@@ -29,6 +29,14 @@ export const QUEUE_PREFIX = QUEUE_KEY_PREFIX;
 /** Every worker uses the same stalled-job check (the queue uses whichever worker set it first). */
 export const STALLED_INTERVAL_MS = 30_000;
 
+/**
+ * How often a job may lose its worker (a crash, a kill, a deploy) and be picked up again before
+ * BullMQ fails it for good. Every processor is safe to run again, so a few deaths in a row (a
+ * rolling deploy, an unlucky crash loop) must not lose an event; a job that kills every worker
+ * it runs on still ends in Failed, for a person to look at.
+ */
+export const MAX_STALLED_COUNT = 10;
+
 const DAY_SECONDS = 86_400;
 
 /**

@@ -11,7 +11,14 @@ import { makeRenewalProcessor } from '../jobs/renewals.js';
 import { makeProcessor as makeSeatProcessor } from '../jobs/seat-changes.js';
 import { RefusalError } from './errors.js';
 import type { Logger } from './logger.js';
-import { QUEUE_PREFIX, QUEUES, type QueueName, queueNames, STALLED_INTERVAL_MS } from './queues.js';
+import {
+  MAX_STALLED_COUNT,
+  QUEUE_PREFIX,
+  QUEUES,
+  type QueueName,
+  queueNames,
+  STALLED_INTERVAL_MS,
+} from './queues.js';
 import type { RedisClient } from './redis/connection.js';
 import { settlesWithin } from './settles-within.js';
 
@@ -109,7 +116,7 @@ export async function startWorkers(input: {
       prefix: QUEUE_PREFIX,
       concurrency: name === QUEUES.maintenance ? 1 : input.concurrency,
       stalledInterval: input.stalledIntervalMs ?? STALLED_INTERVAL_MS,
-      maxStalledCount: 2,
+      maxStalledCount: MAX_STALLED_COUNT,
       ...(input.jobLockMs ? { lockDuration: input.jobLockMs } : {}),
     });
     worker.on('completed', () => deps.metrics.jobs.inc({ queue: name, outcome: 'completed' }));

@@ -83,6 +83,12 @@ export const chainRecord = z.object({
    * crash past its save, adds nothing to the history a second time.
    */
   lastPaymentWebhookId: z.string().nullable().default(null),
+  /**
+   * Webhook ids of the latest payment events applied or ignored: a job run again after a crash
+   * past its save (a stalled job, a SIGKILL) never applies its event a second time, also once
+   * newer events were applied since.
+   */
+  handledPaymentEvents: z.array(z.string()).default([]),
   /** Number of the current (or last) overdue episode: each gets its own suspension job. */
   overdueEpisode: z.int().min(0).default(0),
   /** When the current overdue episode's suspension fires (epoch seconds), or null. */

@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Queue } from 'bullmq';
 import { request } from 'undici';
-import { afterAll, beforeAll, vi } from 'vitest';
+import { afterAll, beforeAll, expect, vi } from 'vitest';
 import { loadSettings, type Settings } from '../../config/settings.js';
 import { type WorkerDeps, workerSettingsFrom } from '../../jobs/deps.js';
 import { chainIdOf } from '../../src/chains/keys.js';
@@ -210,6 +210,21 @@ export async function startSystem(
     },
   };
   return system;
+}
+
+/**
+ * Runs a finished job again with its id and data: what BullMQ's stalled check does with a job
+ * whose worker died after its work and before it reported the job done.
+ */
+export async function runAgain(queue: Queue, jobId: string): Promise<void> {
+  const finished = async () => (await queue.getJob(jobId))?.getState();
+  await expect.poll(finished, { timeout: 10_000 }).toMatch(/^(completed|failed)$/);
+  const job = await queue.getJob(jobId);
+  if (!job) throw new Error(`no job ${jobId}`);
+  const { name, data, opts } = job;
+  await job.remove();
+  await queue.add(name, data, { ...opts, jobId });
+  await expect.poll(finished, { timeout: 10_000 }).toMatch(/^(completed|failed)$/);
 }
 
 /** What the workers of `system` run with, to call a processor directly (overrides first). */

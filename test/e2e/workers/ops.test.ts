@@ -7,7 +7,12 @@ import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chainIdOf } from '../../../src/chains/keys.js';
 import { systemClock } from '../../../src/clock.js';
-import { QUEUE_PREFIX, queueNames, STALLED_INTERVAL_MS } from '../../../src/queues.js';
+import {
+  MAX_STALLED_COUNT,
+  QUEUE_PREFIX,
+  queueNames,
+  STALLED_INTERVAL_MS,
+} from '../../../src/queues.js';
 import { DAY, OPS_TOKEN, orderPlaced, type System, startSystem } from '../../helpers/system.js';
 
 let system: System;
@@ -249,7 +254,7 @@ describe('health and metrics', () => {
     for (const worker of workers) {
       expect(worker.opts).toMatchObject({
         stalledInterval: STALLED_INTERVAL_MS,
-        maxStalledCount: 2,
+        maxStalledCount: MAX_STALLED_COUNT,
       });
     }
     // Each worker ran its check on start: BullMQ marks it in Redis for the check's interval.

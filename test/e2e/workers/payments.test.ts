@@ -17,6 +17,7 @@ import {
   DAY,
   leftByDeadJob,
   orderPlaced,
+  runAgain,
   type System,
   useSystem,
   workerDepsOf,
@@ -296,6 +297,34 @@ describe('marketplace with add-on seat increases, 3 days of grace', () => {
 
 describe('marketplace with no grace', () => {
   const system = useSystem({ env: { PAYMENT_GRACE_DAYS: '0' } });
+
+  it('applies a payment event run again after its save once, also with events applied since', async () => {
+    const now = systemClock.now();
+    await system.send('order.placed', orderPlaced({ order: 'N-7', startsAt: now - 2 * DAY }));
+    await system.waitForChain('N-7', () => true);
+    const t = now - 100;
+    // Overdue and suspended at once; its worker dies before it reports the job done.
+    await system.send('payment.overdue', { order: 'N-7', occurredAt: t }, { id: 'wh-n7-o' });
+    await system.waitForChain('N-7', (c) => c.status === 'suspended');
+    // Paid in the same second, then an older overdue arrives and is ignored.
+    await system.send('payment.received', { order: 'N-7', occurredAt: t }, { id: 'wh-n7-r' });
+    await system.waitForChain('N-7', (c) => c.status === 'active');
+    await system.send('payment.overdue', { order: 'N-7', occurredAt: t - 5 }, { id: 'wh-n7-x' });
+    await system.waitForChain('N-7', (c) => lastEvent(c) === 'payment.overdue.ignored');
+
+    // The stalled check gives both jobs back; each runs again.
+    const queue = system.queue('payment-signals');
+    await runAgain(queue, webhookJobId('wh-n7-o'));
+    await runAgain(queue, webhookJobId('wh-n7-r'));
+    const chain = await system.chain('N-7');
+    expect(chain).toMatchObject({ status: 'active', payment: 'ok' });
+    expect(await providerStatus(system, 'N-7')).toBe('active');
+    const entriesOf = (id: string) =>
+      chain.history.filter((h) => h.cause.webhookId === id).map((h) => h.event);
+    expect(entriesOf('wh-n7-o')).toEqual(['payment.overdue']);
+    expect(entriesOf('wh-n7-r')).toEqual(['payment.received', 'chain.unsuspended']);
+    expect(entriesOf('wh-n7-x')).toEqual(['payment.overdue.ignored']);
+  });
 
   /**
    * `order` and its partial suspended, then a payment.received job that unsuspended `order` and

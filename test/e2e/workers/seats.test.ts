@@ -20,6 +20,7 @@ import {
   DAY,
   leftByDeadJob,
   orderPlaced,
+  runAgain,
   type System,
   useSystem,
   workerDepsOf,
@@ -947,6 +948,19 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
       ['A-19.a2', 2],
     ]);
     expect((await system.providerOrder('A-19.a1.r2'))?.licenses).toBe(3);
+  });
+
+  it('leaves a bought add-on with its renewal job when the seat job runs again', async () => {
+    await place(system, 'A-20', 5);
+    await system.send('seats.changed', { order: 'A-20', licenses: 8 }, { id: 'wh-a20' });
+    await system.waitForChain('A-20', (c) => c.addOns.length === 1);
+    const renewals = system.queue('renewals');
+    const jobId = renewalJobId(chainIdOf('A-20.a1'), 2);
+    // The job died after recording the purchase and before reporting itself done, and the
+    // add-on's job is not there (as when it died before adding it).
+    await (await renewals.getJob(jobId))?.remove();
+    await runAgain(system.queue('seat-changes'), webhookJobId('wh-a20'));
+    expect(await (await renewals.getJob(jobId))?.getState()).toBe('delayed');
   });
 
   it('lets reconcile record an add-on cancelled that another job held during the cancel', async () => {
