@@ -95,10 +95,7 @@ const REMEMBERED_PAYMENT_EVENTS = 50;
 /** The chain's record of a payment event handled (applied or ignored) now. */
 function handled(chain: Chain, webhookId: string) {
   const kept = chain.handledPaymentEvents.filter((id) => id !== webhookId);
-  return {
-    lastPaymentWebhookId: webhookId,
-    handledPaymentEvents: [...kept, webhookId].slice(-REMEMBERED_PAYMENT_EVENTS),
-  };
+  return { handledPaymentEvents: [...kept, webhookId].slice(-REMEMBERED_PAYMENT_EVENTS) };
 }
 
 /**
@@ -308,7 +305,8 @@ export async function finishUnsuspension(
         at: now,
         event: 'chain.unsuspended',
         detail: `payment received: unsuspended ${ids.join(', ') || 'nothing in force'}`,
-        cause: { webhookId: chain.lastPaymentWebhookId ?? '', jobId },
+        // The payment that began it is the last one handled: nothing else is before it ends.
+        cause: { webhookId: chain.handledPaymentEvents.at(-1) ?? '', jobId },
       },
     ],
     release: false,
@@ -362,10 +360,7 @@ async function applyPaymentEvent(
       { chain: afterPurchase, token },
       now,
     );
-    if (
-      chain.handledPaymentEvents.includes(data.webhookId) ||
-      chain.lastPaymentWebhookId === data.webhookId
-    ) {
+    if (chain.handledPaymentEvents.includes(data.webhookId)) {
       return replayed(deps, chain, data, now);
     }
     const cause = { webhookId: data.webhookId, jobId: job.id ?? '' };

@@ -79,14 +79,9 @@ export const chainRecord = z.object({
   /** `occurredAt` of the last applied payment event; payment events keep their own order. */
   lastPaymentEventAt: z.int().nullable().default(null),
   /**
-   * The webhook id of the last payment event applied (or ignored): its job, run again after a
-   * crash past its save, adds nothing to the history a second time.
-   */
-  lastPaymentWebhookId: z.string().nullable().default(null),
-  /**
-   * Webhook ids of the latest payment events applied or ignored: a job run again after a crash
-   * past its save (a stalled job, a SIGKILL) never applies its event a second time, also once
-   * newer events were applied since.
+   * Webhook ids of the latest payment events applied or ignored, the last one last: a job run
+   * again after a crash past its save (a stalled job, a SIGKILL) never applies its event a second
+   * time, also once newer events were applied since.
    */
   handledPaymentEvents: z.array(z.string()).default([]),
   /** Number of the current (or last) overdue episode: each gets its own suspension job. */
