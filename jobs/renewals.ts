@@ -275,8 +275,7 @@ export async function ensureFamilyRenewalJobs(
 ): Promise<void> {
   await ensureRenewalJob(queue, main, now, options);
   for (const addOn of await chains.getMany(main.addOns)) {
-    if (addOn.flagged !== null || (addOn.intent !== null && addOn.intent.kind !== 'renewal'))
-      continue;
+    if (!schedulesRenewals(addOn)) continue;
     // A payment or an operator that reconsiders the main chain's waiting renewal reconsiders
     // its add-ons' as well: they waited for the same reason.
     await ensureRenewalJob(
