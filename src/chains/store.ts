@@ -127,16 +127,6 @@ export class ChainStore {
   }
 
   /**
-   * Renews the lease of a lock we hold, before a step that may take long (a provider call).
-   * Throws TransientError when the lock is no longer ours.
-   */
-  async extend(chainId: string, token: string): Promise<void> {
-    if ((await this.lock(chainId, token)).kind === 'locked') {
-      throw new TransientError('chain_lock_lost', `lost the lock of chain ${chainId}`, { chainId });
-    }
-  }
-
-  /**
    * Calls the provider once per order, one after another, renewing the lock's lease before each
    * call, so a family with many orders never outlives the lock while the provider answers.
    */
@@ -147,7 +137,13 @@ export class ChainStore {
     call: (params: { id: string }) => Promise<unknown>,
   ): Promise<void> {
     for (const id of orderIds) {
-      await this.extend(chainId, token);
+      // A lease that lapsed is not taken again, even when free: another job may have changed the
+      // chain meanwhile, and this one's calls were planned from what it read before.
+      if (!(await this.renewLease(chainId, token))) {
+        throw new TransientError('chain_lock_lost', `lost the lock of chain ${chainId}`, {
+          chainId,
+        });
+      }
       await call({ id });
     }
   }
