@@ -125,7 +125,8 @@ export async function start(
     storeRedis = await connectRedis(runtime.redisUrl, 'store');
     provisioning = instrumentClient(await makeProvisioningClient(settings, runtime), metrics);
     workerQueues = openQueues(storeRedis, log);
-    apiQueues = openQueues(runtime.redis, log);
+    const api = openQueues(runtime.redis, log);
+    apiQueues = api;
     const chains = new ChainStore(runtime.redis, { leaseMs: options.lockLeaseMs });
 
     if (role !== 'api') {
@@ -162,15 +163,15 @@ export async function start(
         ? {
             webhooks: {
               redis: runtime.redis,
-              queues: apiQueues,
+              queues: api,
               clock: runtime.clock,
               secret: secrets.webhookSecret.value,
               dedupDays: settings.WEBHOOK_DEDUP_DAYS,
             },
             ops: {
               chains,
-              renewals: apiQueues.renewals,
-              paymentSignals: apiQueues['payment-signals'],
+              renewals: api.renewals,
+              paymentSignals: api['payment-signals'],
               provisioning,
               clock: runtime.clock,
               token: secrets.opsToken.value,
@@ -178,7 +179,7 @@ export async function start(
               variant: provisioning.variant,
             },
             board: {
-              queues: queueNames.map((name) => (apiQueues as Queues)[name]),
+              queues: queueNames.map((name) => api[name]),
               token: secrets.opsToken.value,
             },
           }

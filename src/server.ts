@@ -12,7 +12,7 @@ import type { Metrics } from './metrics.js';
 import { requireOpsToken } from './ops/auth.js';
 import { type OpsDeps, opsRoutes } from './ops/routes.js';
 import {
-  PROVISIONING_PATH,
+  isProvisioningPath,
   provisioningNotFound,
   provisioningRoutes,
   sendProvisioningError,
@@ -118,12 +118,6 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   if (deps.ops) await app.register(opsRoutes(deps.ops));
   if (deps.board) await registerBoard(app, deps.board);
   return app;
-}
-
-/** Whether `url` is the provisioning address or below it. */
-function isProvisioningPath(url: string): boolean {
-  const path = url.split('?')[0] ?? '';
-  return path === PROVISIONING_PATH || path.startsWith(`${PROVISIONING_PATH}/`);
 }
 
 function parsesAsJson(text: string): boolean {

@@ -29,9 +29,9 @@ export interface Workers {
   close(timeoutMs: number): Promise<void>;
 }
 
-/** One producer Queue per name, on the given connection (not closed with the queues). */
 /**
- * The producer side of every queue. Their connection's errors go to `log` (without a listener,
+ * One producer Queue per name, on the given connection (not closed with the queues). Their
+ * connection's errors go to `log` (without a listener,
  * BullMQ prints each one, with the failed command's arguments, on stderr); the calls that fail
  * report themselves to their callers.
  */

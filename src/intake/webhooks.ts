@@ -36,9 +36,9 @@ const OCCURRED_AHEAD_LIMIT_SECONDS = 86_400;
 const DEFAULT_ENQUEUE_TIMEOUT_MS = 5_000;
 /** A claim's value while its event is being enqueued, and once it is. */
 const CLAIM_PENDING = 'pending';
+const CLAIM_DONE = 'done';
 /** Deletes a claim only while it is still the one its request made. */
 const RELEASE_CLAIM = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`;
-const CLAIM_DONE = 'done';
 /** Longer than any enqueue takes (bounded by the enqueue timeout), short enough for a retry. */
 const PENDING_CLAIM_SECONDS = 60;
 
@@ -184,7 +184,6 @@ function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
-/** `POST /webhooks/events`, an encapsulated plugin with its own raw-body parser. */
 /**
  * Adds the event's job. A job of this id that finished before the dedup window began is an
  * earlier delivery whose id was forgotten since: this one is a new event, and BullMQ would
@@ -207,6 +206,7 @@ async function enqueueOnce(
   await add();
 }
 
+/** `POST /webhooks/events`, an encapsulated plugin with its own raw-body parser. */
 export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
   let webhook: Webhook;
   try {

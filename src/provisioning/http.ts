@@ -16,12 +16,30 @@ const envelope = z.strictObject({
 });
 
 /** Every error body of the provisioning interface is a JSON string (DESIGN §3). */
-export function sendProvisioningError(reply: FastifyReply, status: number, message: string) {
-  return sendError(reply, status, message);
-}
-
 function sendError(reply: FastifyReply, status: number, message: string) {
   return reply.code(status).type('application/json; charset=utf-8').send(JSON.stringify(message));
+}
+
+export { sendError as sendProvisioningError };
+
+/** The refusal of an HTTP method the address does not take. */
+function methodNotAllowed(method: string): string {
+  return `HTTP method ${method} is not supported here: use GET (or POST) with a JSON body`;
+}
+
+function pathOf(url: string): string {
+  return url.split('?')[0] ?? '';
+}
+
+/** Whether `url` is the provisioning address (with or without its trailing slash). */
+function isProvisioningAddress(url: string): boolean {
+  const path = pathOf(url);
+  return path === PROVISIONING_PATH || path === `${PROVISIONING_PATH}/`;
+}
+
+/** Whether `url` is the provisioning address or below it. */
+export function isProvisioningPath(url: string): boolean {
+  return isProvisioningAddress(url) || pathOf(url).startsWith(`${PROVISIONING_PATH}/`);
 }
 
 class Unauthorized extends Error {}
@@ -76,10 +94,7 @@ export function provisioningRoutes(deps: { core: ProvisioningCore; partners: Par
         method: ['PUT', 'DELETE', 'PATCH', 'HEAD', 'OPTIONS'],
         url,
         handler: async (request) => {
-          throw new RefusalError(
-            'method_not_allowed',
-            `HTTP method ${request.method} is not supported here: use GET (or POST) with a JSON body`,
-          );
+          throw new RefusalError('method_not_allowed', methodNotAllowed(request.method));
         },
       });
 
@@ -112,17 +127,12 @@ export function provisioningRoutes(deps: { core: ProvisioningCore; partners: Par
  * method the address has no route for (400, as for the others), or a path below it (404).
  */
 export function provisioningNotFound(request: FastifyRequest, reply: FastifyReply) {
-  const path = request.url.split('?')[0] ?? '';
-  if (path === PROVISIONING_PATH || path === `${PROVISIONING_PATH}/`) {
-    return sendError(
-      reply,
-      400,
-      `HTTP method ${request.method} is not supported here: use GET (or POST) with a JSON body`,
-    );
+  if (isProvisioningAddress(request.url)) {
+    return sendError(reply, 400, methodNotAllowed(request.method));
   }
   return sendError(
     reply,
     404,
-    `no such path: ${request.method} ${path} (the interface is ${PROVISIONING_PATH})`,
+    `no such path: ${request.method} ${pathOf(request.url)} (the interface is ${PROVISIONING_PATH})`,
   );
 }
