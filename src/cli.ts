@@ -14,6 +14,7 @@ import { type Role, start, stopOnSignals } from './main.js';
 import { type ChainOperations, makeChainOperations } from './ops/chain-operations.js';
 import { variants } from './provisioning/schemas.js';
 import { QUEUE_PREFIX, QUEUES } from './queues.js';
+import { decimalDigits } from './validation.js';
 
 function settingsOrExit(): Settings {
   try {
@@ -56,14 +57,21 @@ function printTable(rows: readonly Record<string, string | number>[]): void {
   for (const row of rows) process.stdout.write(`${line(columns.map((c) => String(row[c])))}\n`);
 }
 
+/** A flag's whole number in min..max, written in decimal digits (as settings are), or null. */
+function wholeNumberIn(value: string, min: number, max: number): number | null {
+  const n = decimalDigits(value);
+  return typeof n === 'number' && n >= min && n <= max ? n : null;
+}
+
 const positiveInt = (name: string) => (value: string) => {
-  if (!/^\d+$/.test(value) || Number(value) < 1 || Number(value) > 365) {
+  const days = wholeNumberIn(value, 1, 365);
+  if (days === null) {
     throw new ConfigError(
       'invalid_flag',
       `${name} must be an integer from 1 to 365, got ${JSON.stringify(value)}`,
     );
   }
-  return Number(value);
+  return days;
 };
 
 export function buildCli(): Command {
@@ -282,13 +290,14 @@ function osUser(): string {
 }
 
 function parseDays(value: string): number {
-  if (!/^\d+$/.test(value) || Number(value) > 3660) {
+  const days = wholeNumberIn(value, 0, 3660);
+  if (days === null) {
     throw new ConfigError(
       'invalid_flag',
       `--within must be a whole number of days (0..3660), got ${JSON.stringify(value)}`,
     );
   }
-  return Number(value);
+  return days;
 }
 
 function addChainCommands(program: Command): void {
