@@ -387,26 +387,37 @@ async function placeChains(bench: Bench, deps: WorkerDeps, n: number, concurrenc
   return orderIds;
 }
 
-/** The simplest honest version of the work: as many jobs, same data shape, nothing done. */
-async function timeNoopJobs(bench: Bench, n: number, concurrency: number): Promise<Phase> {
-  const queue = new Queue(NOOP_QUEUE, { connection: bench.workerRedis, prefix: QUEUE_PREFIX });
+/** Adds `jobs` to their own queue (untimed), then times a worker draining them with `processor`. */
+async function timeJobs(
+  bench: Bench,
+  queueName: string,
+  jobs: { name: string; data: RenewalJobData; opts: typeof defaultJobOptions }[],
+  processor: Processor,
+  concurrency: number,
+): Promise<Phase> {
+  const queue = new Queue(queueName, { connection: bench.workerRedis, prefix: QUEUE_PREFIX });
   try {
-    const jobs = Array.from({ length: n }, (_, i) => {
-      const data: RenewalJobData = {
-        chainId: `c${i}`,
-        order: `bench-${i}`,
-        customer: `cust-${i}`,
-        count: 2,
-        dueAt: 0,
-      };
-      return { name: `noop ${i}`, data, opts: { ...defaultJobOptions, jobId: `noop-${i}` } };
-    });
     await addInChunks(queue, jobs);
-    const worker = openWorker(bench, NOOP_QUEUE, async () => 'done', concurrency);
-    return await runWorker(worker, n, (run) => measure(bench.admin, n, run));
+    const worker = openWorker(bench, queueName, processor, concurrency);
+    return await runWorker(worker, jobs.length, (run) => measure(bench.admin, jobs.length, run));
   } finally {
     await queue.close();
   }
+}
+
+/** The simplest honest version of the work: as many jobs, same data shape, nothing done. */
+function timeNoopJobs(bench: Bench, n: number, concurrency: number): Promise<Phase> {
+  const jobs = Array.from({ length: n }, (_, i) => {
+    const data: RenewalJobData = {
+      chainId: `c${i}`,
+      order: `bench-${i}`,
+      customer: `cust-${i}`,
+      count: 2,
+      dueAt: 0,
+    };
+    return { name: `noop ${i}`, data, opts: { ...defaultJobOptions, jobId: `noop-${i}` } };
+  });
+  return timeJobs(bench, NOOP_QUEUE, jobs, async () => 'done', concurrency);
 }
 
 /**
@@ -420,7 +431,6 @@ async function timeSchedulingJobs(
   n: number,
   concurrency: number,
 ): Promise<Phase> {
-  const queue = new Queue(CEILING_QUEUE, { connection: bench.workerRedis, prefix: QUEUE_PREFIX });
   const next = new Queue(CEILING_NEXT_QUEUE, {
     connection: bench.storeRedis,
     prefix: QUEUE_PREFIX,
@@ -432,7 +442,6 @@ async function timeSchedulingJobs(
       data: job.data as RenewalJobData,
       opts: { ...defaultJobOptions, jobId: `schedule-${i}` },
     }));
-    await addInChunks(queue, jobs);
     const addNext = async (job: Job<RenewalJobData>) => {
       await next.add(`next ${job.id}`, job.data, {
         ...defaultJobOptions,
@@ -441,10 +450,9 @@ async function timeSchedulingJobs(
       });
       return 'scheduled';
     };
-    const worker = openWorker(bench, CEILING_QUEUE, addNext, concurrency);
-    return await runWorker(worker, n, (run) => measure(bench.admin, n, run));
+    return await timeJobs(bench, CEILING_QUEUE, jobs, addNext, concurrency);
   } finally {
-    await Promise.all([queue.close(), next.close()]);
+    await next.close();
   }
 }
 
