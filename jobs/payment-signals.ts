@@ -179,6 +179,11 @@ async function markPaid(deps: WorkerDeps, job: Job, held: Held, data: EventJobDa
   const { chain, token } = held;
   const cause = { webhookId: data.webhookId, jobId: job.id ?? '' };
   const suspension = await removeSuspensionJob(deps.queues['payment-signals'], chain);
+  // The orders a suspension half done may have suspended: null when it may be any in force.
+  const halfSuspended =
+    chain.status !== 'suspended' && chain.suspending !== null && !suspension.partly
+      ? chain.suspensionCalls
+      : null;
   const plan = planPaymentReceived({
     suspended: chain.status === 'suspended' || chain.suspending !== null || suspension.partly,
     variant: deps.provisioning.variant,
@@ -188,6 +193,7 @@ async function markPaid(deps: WorkerDeps, job: Job, held: Held, data: EventJobDa
     payment: 'ok' as const,
     suspendAt: null,
     suspending: null,
+    suspensionCalls: null,
     lastPaymentEventAt: data.occurredAt,
     ...handled(chain, data.webhookId),
     updatedAt: now,
@@ -240,8 +246,9 @@ async function markPaid(deps: WorkerDeps, job: Job, held: Held, data: EventJobDa
     return `unsuspended: ${done.orders} orders`;
   }
 
-  // Every order the suspension reached: the add-ons' first orders too, not only the main one.
-  const suspended = await familyOrderIds(deps, chain, now);
+  // Every order the suspension reached: the add-ons' first orders too, not only the main one;
+  // of a suspension half done, only those its job had begun to suspend.
+  const suspended = halfSuspended ?? (await familyOrderIds(deps, chain, now));
   const reason = `payment received, but the external variant has no unsuspendOrder: reactivate ${suspended.join(', ') || chain.order} by hand at the provider, then confirm with POST /ops/chains/${chain.order}/reactivated`;
   await deps.chains.save({
     chainId: chain.id,
@@ -390,6 +397,42 @@ async function applyPaymentEvent(
   });
 }
 
+/**
+ * Suspends each of `ids` at the provider, writing each order into the chain's record of the
+ * suspension in progress before its call (a save, which also renews the lock's lease): a job
+ * that dies between calls leaves a record of exactly the orders it may have suspended. An order
+ * recorded by an earlier attempt is suspended again (idempotent at the provider) without a save.
+ */
+async function suspendEachOrder(
+  deps: WorkerDeps,
+  held: { chain: Chain; token: string },
+  episode: number,
+  ids: readonly string[],
+  now: number,
+): Promise<Chain> {
+  const { token } = held;
+  let chain = held.chain;
+  for (const id of ids) {
+    // An older record's mark without its calls: any order may have been reached already.
+    const begun = chain.suspending === episode ? (chain.suspensionCalls ?? [...ids]) : [];
+    if (begun.includes(id)) {
+      await deps.chains.eachOrderUnderLock(chain.id, token, [id], (order) =>
+        deps.provisioning.suspendOrder(order),
+      );
+      continue;
+    }
+    chain = await deps.chains.save({
+      chainId: chain.id,
+      token,
+      previous: chain,
+      next: { ...chain, suspending: episode, suspensionCalls: [...begun, id], updatedAt: now },
+      release: false,
+    });
+    await deps.provisioning.suspendOrder({ id });
+  }
+  return chain;
+}
+
 /** The grace period ended: suspend every order of the chain in force, unless paid meanwhile. */
 async function suspendChain(deps: WorkerDeps, job: Job, jobToken: string | undefined) {
   const data = suspendData.parse(job.data);
@@ -415,24 +458,19 @@ async function suspendChain(deps: WorkerDeps, job: Job, jobToken: string | undef
     if (!familyHasOrdersInForce(chain, addOns, now) && chain.term.expiresAt <= now) {
       return 'skipped: nothing in force';
     }
-    const begun =
-      chain.suspending === data.episode || ids.length === 0
-        ? chain
-        : await deps.chains.save({
-            chainId: chain.id,
-            token,
-            previous: chain,
-            next: { ...chain, suspending: data.episode, updatedAt: now },
-            release: false,
-          });
-    await deps.chains.eachOrderUnderLock(chain.id, token, ids, (order) =>
-      deps.provisioning.suspendOrder(order),
-    );
+    const begun = await suspendEachOrder(deps, { chain, token }, data.episode, ids, now);
     await deps.chains.save({
       chainId: chain.id,
       token,
       previous: begun,
-      next: { ...begun, status: 'suspended', suspendAt: null, suspending: null, updatedAt: now },
+      next: {
+        ...begun,
+        status: 'suspended',
+        suspendAt: null,
+        suspending: null,
+        suspensionCalls: null,
+        updatedAt: now,
+      },
       history: [
         {
           at: now,

@@ -95,6 +95,13 @@ export const chainRecord = z.object({
    */
   suspending: z.int().min(1).nullable().default(null),
   /**
+   * The orders whose suspendOrder call has begun in the suspension in progress (`suspending`),
+   * each written before its call: a payment then asks to reactivate only those, not orders the
+   * job never reached. Null with `suspending` in a record from before it was kept: any order in
+   * force may be suspended.
+   */
+  suspensionCalls: z.array(z.string()).nullable().default(null),
+  /**
    * A payment received (marketplace) whose unsuspension has begun at the provider and is not
    * recorded yet: set, with the payment, before the first unsuspendOrder, so whoever holds the
    * chain next (the job's retry, a newer payment event) finishes it instead of leaving the

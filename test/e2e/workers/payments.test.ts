@@ -567,7 +567,8 @@ describe('the external variant, 3 days of grace', () => {
     await system.waitForChain('X-6', (c) => c.addOns.length === 1);
     await system.send('payment.overdue', { order: 'X-6' });
     await system.waitForChain('X-6', (c) => c.payment === 'overdue');
-    // The suspension suspended X-6 and died before X-6.a1.
+    // The suspension suspended X-6 and died before X-6.a1, in a record from before the calls
+    // begun were kept in it: any order in force may be suspended.
     await system.started.provisioning.suspendOrder({ id: 'X-6' });
     await leftByDeadJob(system, 'X-6', 'dead-suspension', () => ({ suspending: 1 }));
     await (
@@ -588,6 +589,39 @@ describe('the external variant, 3 days of grace', () => {
     expect(await providerStatus(system, 'X-6.a1')).toBe('suspended');
     const res = await system.ops('POST', '/ops/chains/X-6/reactivated');
     expect(res).toMatchObject({ status: 422, body: { error: 'payment_overdue' } });
+  });
+
+  it('asks to reactivate only the orders a suspension that died halfway had reached', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'X-8' }));
+    await system.waitForChain('X-8', () => true);
+    await system.send('seats.changed', { order: 'X-8', licenses: 7 });
+    await system.waitForChain('X-8', (c) => c.addOns.length === 1);
+    await system.send('payment.overdue', { order: 'X-8' });
+    await system.waitForChain('X-8', (c) => c.payment === 'overdue');
+    clock.advance(3 * DAY);
+    // The suspension job suspends X-8 and its worker dies before the next order.
+    const queue = system.queue('payment-signals');
+    const real = await queue.getJob(suspensionJobId(chainIdOf('X-8'), 1));
+    const { provisioning } = system.started;
+    const dying = Object.create(provisioning) as typeof provisioning;
+    dying.suspendOrder = async (params) => {
+      await provisioning.suspendOrder(params);
+      throw new TransientError('provisioning_unavailable', 'killed after the call');
+    };
+    const suspending = makePaymentProcessor(workerDepsOf(system, { provisioning: dying }));
+    await expect(suspending(real as Job)).rejects.toThrow('killed after the call');
+    await real?.remove();
+    expect(await providerStatus(system, 'X-8')).toBe('suspended');
+    expect(await providerStatus(system, 'X-8.a1')).toBe('active');
+
+    await system.send('payment.received', { order: 'X-8' });
+    const paid = await system.waitForChain('X-8', (c) => c.needsReactivation);
+    expect(paid).toMatchObject({ status: 'suspended', payment: 'ok' });
+    const reason = paid.history.at(-1)?.detail;
+    expect(reason).toContain('reactivate X-8 by hand');
+    expect(reason).not.toContain('X-8.a1');
+    const res = await system.ops('POST', '/ops/chains/X-8/reactivated');
+    expect(res.body).toMatchObject({ status: 'active', payment: 'ok', needsReactivation: false });
   });
 
   it('leaves a chain with nothing in force unsuspended, and renews it at once when paid', async () => {
