@@ -572,25 +572,57 @@ async function alignWithFamily(
   { maySuspended }: { maySuspended: boolean },
 ): Promise<void> {
   if (addOn.mainChain === null) return;
-  await withChainLock(deps.chains, job, jobToken, addOn.mainChain, async ({ chain: main }) => {
-    if (!main) return;
-    if (main.status === 'cancelled') {
-      await cancelWithMainChain(deps, job, addOn, orderId);
-      return;
-    }
-    const suspended = main.status === 'suspended' || main.suspending !== null;
-    try {
-      if (suspended && main.payment === 'overdue') {
-        await suspendRenewalOrder(deps, addOn, orderId);
-      } else if (maySuspended && deps.provisioning.variant === 'marketplace') {
-        // Active, paid, or in a grace period: a suspension to come lists this order itself.
-        await deps.provisioning.unsuspendOrder({ id: orderId });
+  await withChainLock(
+    deps.chains,
+    job,
+    jobToken,
+    addOn.mainChain,
+    async ({ chain: main, token }) => {
+      if (!main) return;
+      if (main.status === 'cancelled') {
+        await cancelWithMainChain(deps, job, addOn, orderId);
+        return;
       }
-    } catch (error) {
-      // Only a cancelled order refuses these: cancelled meanwhile, there is nothing to align.
-      if (!(error instanceof RefusalError)) throw error;
-      deps.log.warn({ order: orderId, err: error }, 'renewal order not aligned with its family');
-    }
+      const suspended = main.status === 'suspended' || main.suspending !== null;
+      try {
+        if (suspended && main.payment === 'overdue') {
+          await joinSuspensionInProgress(deps, { chain: main, token }, addOn, orderId);
+          await suspendRenewalOrder(deps, addOn, orderId);
+        } else if (maySuspended && deps.provisioning.variant === 'marketplace') {
+          // Active, paid, or in a grace period: a suspension to come lists this order itself.
+          await deps.provisioning.unsuspendOrder({ id: orderId });
+        }
+      } catch (error) {
+        // Only a cancelled order refuses these: cancelled meanwhile, there is nothing to align.
+        if (!(error instanceof RefusalError)) throw error;
+        deps.log.warn({ order: orderId, err: error }, 'renewal order not aligned with its family');
+      }
+    },
+  );
+}
+
+/**
+ * Writes an add-on's order into the record of its main chain's suspension in progress (half
+ * done: its job died or waits to retry) before it is suspended, so that a payment asks to
+ * reactivate it with the others (suspendEachOrder). Nothing to write for a suspension done, or
+ * one whose record predates the list (a payment then lists every order in force).
+ */
+async function joinSuspensionInProgress(
+  deps: WorkerDeps,
+  held: { chain: Chain; token: string },
+  addOn: Chain,
+  orderId: string,
+) {
+  const { chain: main, token } = held;
+  const calls = main.suspensionCalls;
+  const id = orderToChange(addOn, orderId, deps.provisioning.variant);
+  if (main.status === 'suspended' || calls === null || calls.includes(id)) return;
+  await deps.chains.save({
+    chainId: main.id,
+    token,
+    previous: main,
+    next: { ...main, suspensionCalls: [...calls, id], updatedAt: deps.clock.now() },
+    release: false,
   });
 }
 

@@ -10,6 +10,7 @@ import { renewalJobId } from '../../../jobs/renewals.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
 import type { ChainView } from '../../../src/chains/view.js';
 import { manualClock, systemClock } from '../../../src/clock.js';
+import { renewalOrderId } from '../../../src/domain/ids.js';
 import { TransientError } from '../../../src/errors.js';
 import { formatInstant } from '../../../src/format.js';
 import { webhookJobId } from '../../../src/intake/webhooks.js';
@@ -622,6 +623,44 @@ describe('the external variant, 3 days of grace', () => {
     expect(reason).not.toContain('X-8.a1');
     const res = await system.ops('POST', '/ops/chains/X-8/reactivated');
     expect(res.body).toMatchObject({ status: 'active', payment: 'ok', needsReactivation: false });
+  });
+
+  it('asks to reactivate an add-on renewal that joined a suspension left half done', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'X-9' }));
+    await system.waitForChain('X-9', () => true);
+    await system.send('seats.changed', { order: 'X-9', licenses: 7 });
+    const family = await system.waitForChain('X-9', (c) => c.addOns.length === 1);
+    const addOn = family.addOns[0]?.order ?? '';
+    await system.send('payment.overdue', { order: 'X-9' });
+    await system.waitForChain('X-9', (c) => c.payment === 'overdue');
+    // The suspension reached X-9 and died; an add-on renewal sent before it is replayed after.
+    const queue = system.queue('payment-signals');
+    await (await queue.getJob(suspensionJobId(chainIdOf('X-9'), 1)))?.remove();
+    await system.started.provisioning.suspendOrder({ id: 'X-9' });
+    await leftByDeadJob(system, 'X-9', 'dead-suspension', () => ({
+      suspending: 1,
+      suspensionCalls: ['X-9'],
+    }));
+    const renewalId = renewalOrderId(addOn, 2);
+    clock.advance(20 * DAY); // inside the provider's renewal window
+    await leftByDeadJob(system, addOn, 'dead-addon-renewal', () => ({
+      nextRenewalAt: clock.now(),
+      intent: {
+        kind: 'renewal',
+        method: 'createRenewalOrder',
+        orderId: renewalId,
+        params: { parent: addOn, id: renewalId },
+        jobId: 'dead',
+      },
+    }));
+    await system.queue('maintenance').add('reconcile now', {});
+    await system.waitForChain(addOn, (c) => c.term.count === 2);
+    // It joined the family's suspension, and the suspension's record says so.
+    await expect.poll(() => providerStatus(system, addOn), { timeout: 10_000 }).toBe('suspended');
+
+    await system.send('payment.received', { order: 'X-9' });
+    const paid = await system.waitForChain('X-9', (c) => c.needsReactivation);
+    expect(paid.history.at(-1)?.detail).toContain(`reactivate X-9, ${addOn} by hand`);
   });
 
   it('leaves a chain with nothing in force unsuspended, and renews it at once when paid', async () => {
