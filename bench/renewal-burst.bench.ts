@@ -35,6 +35,7 @@ import {
 } from '../src/queues.js';
 import { connectRedis } from '../src/redis/connection.js';
 import { describeRedisTarget, parseRedisTarget } from '../src/redis/target.js';
+import { retryBackoff } from '../src/retry-policy.js';
 import { closeQueues, openQueues, refusalsFailJobs } from '../src/workers.js';
 import { startTestRedis } from '../test/helpers/redis-server.js';
 
@@ -200,6 +201,7 @@ function openWorker(bench: Bench, queue: string, processor: Processor, concurren
     concurrency,
     stalledInterval: STALLED_INTERVAL_MS,
     maxStalledCount: MAX_STALLED_COUNT,
+    settings: { backoffStrategy: retryBackoff },
     // Started by hand once ready, so connecting is not timed.
     autorun: false,
   });

@@ -116,7 +116,15 @@ export const settingDefinitions = {
     describe: 'remote mode: {base_url} of a remote provisioning service (unset: embedded core)',
   },
   PROVISIONING_API_KEY: {
-    schema: z.string().min(1).optional(),
+    // A header value: a key copied with its line's CR (an env file with CRLF endings) would be
+    // refused by every request, not at start.
+    schema: z
+      .string()
+      .min(1)
+      .refine((key) => ![...key].some((c) => c < ' ' || c === '\x7f'), {
+        message: 'must not contain control characters (a CR or LF copied with it?)',
+      })
+      .optional(),
     describe: 'remote mode: the x-api-key for PROVISIONING_URL',
   },
   PROVISIONING_EXTENSIONS: {

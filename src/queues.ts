@@ -2,6 +2,7 @@
 import type { JobsOptions } from 'bullmq';
 import type { EventType } from './intake/events.js';
 import { QUEUE_KEY_PREFIX } from './redis/key-space.js';
+import { JOB_ATTEMPTS, RETRY_BACKOFF_TYPE } from './retry-policy.js';
 
 export const QUEUES = {
   orders: 'orders',
@@ -41,13 +42,14 @@ const DAY_SECONDS = 86_400;
 
 /**
  * Completed jobs stay a week (enough to see what happened, bounded so Redis does not grow);
- * failed jobs stay 90 days for inspection and retry from Bull Board. Transient failures retry with
- * exponential backoff with jitter: about 2 s, 4 s, 8 s ... doubling over 12 attempts, so at most
- * about 68 minutes in all (jitter can shorten each wait by up to half).
+ * failed jobs stay 90 days for inspection and retry from Bull Board. Failed attempts retry by the
+ * workers' policy (src/retry-policy.ts): waits doubling from 2 s up to 15 minutes, with jitter;
+ * for as long as a provider or Redis is away (an accepted event must not be lost to an outage),
+ * 12 attempts for anything unexpected.
  */
 export const defaultJobOptions: JobsOptions = {
-  attempts: 12,
-  backoff: { type: 'exponential', delay: 2_000, jitter: 0.5 },
+  attempts: JOB_ATTEMPTS,
+  backoff: { type: RETRY_BACKOFF_TYPE },
   removeOnComplete: { age: 7 * DAY_SECONDS, count: 100_000 },
   removeOnFail: { age: 90 * DAY_SECONDS },
 };

@@ -20,6 +20,7 @@ import {
   STALLED_INTERVAL_MS,
 } from './queues.js';
 import type { RedisClient } from './redis/connection.js';
+import { retryBackoff } from './retry-policy.js';
 import { settlesWithin } from './settles-within.js';
 
 export interface Workers {
@@ -117,12 +118,13 @@ export async function startWorkers(input: {
       concurrency: name === QUEUES.maintenance ? 1 : input.concurrency,
       stalledInterval: input.stalledIntervalMs ?? STALLED_INTERVAL_MS,
       maxStalledCount: MAX_STALLED_COUNT,
+      settings: { backoffStrategy: retryBackoff },
       ...(input.jobLockMs ? { lockDuration: input.jobLockMs } : {}),
     });
     worker.on('completed', () => deps.metrics.jobs.inc({ queue: name, outcome: 'completed' }));
     worker.on('failed', (job, error) => {
-      const final =
-        !job || job.attemptsMade >= (job.opts.attempts ?? 1) || error.name === 'UnrecoverableError';
+      // Moved to Failed (not to a retry): BullMQ has set when it finished.
+      const final = !job || (job.finishedOn ?? 0) > 0;
       deps.metrics.jobs.inc({ queue: name, outcome: final ? 'failed' : 'retried' });
       const log = deps.log.child({ queue: name, jobId: job?.id });
       if (final) log.error({ err: error }, 'job failed');

@@ -36,6 +36,21 @@ export function parseAnswer<T>(schema: z.ZodType<T>, method: string, answer: unk
 }
 
 /**
+ * An answer about the object the call named: its `remoteId` equals the sent `id` (spec, Customer
+ * and Order). Another object's answer (a gateway's cache, a mixed-up connection) would be recorded
+ * as this one's, with its terms: a renewal recorded with the term in force would be due again at
+ * once and buy that term twice. Retried like a malformed answer, never recorded.
+ */
+function answerFor<T extends { remoteId: string }>(id: unknown, method: string, answer: T): T {
+  if (answer.remoteId !== id) {
+    throw new Error(
+      `provisioning ${method} answered for ${JSON.stringify(answer.remoteId)}, not for the ${JSON.stringify(id)} it was sent`,
+    );
+  }
+  return answer;
+}
+
+/**
  * A ProvisioningClient over any transport. Params are picked field by field, so an input object
  * with extra properties never reaches the strict schemas of the service, and the extensions
  * (`parent` on createOrder, `licenses` on createRenewalOrder) are sent only when `extensions` is
@@ -49,7 +64,11 @@ export function clientOver(opts: {
 }): ProvisioningClient {
   const { send, extensions } = opts;
   const order = async (method: string, params: Record<string, unknown>): Promise<OrderResponse> =>
-    parseAnswer(orderResponse, method, await send(method, defined(params)));
+    answerFor(
+      params.id,
+      method,
+      parseAnswer(orderResponse, method, await send(method, defined(params))),
+    );
   const change = async (method: string, id: string): Promise<true> =>
     parseAnswer(done, method, await send(method, { id }));
 
@@ -66,7 +85,12 @@ export function clientOver(opts: {
           displayName: p.admin.displayName,
         }),
       };
-      return parseAnswer(customerResponse, 'createCustomer', await send('createCustomer', params));
+      const answer = await send('createCustomer', params);
+      return answerFor(
+        p.id,
+        'createCustomer',
+        parseAnswer(customerResponse, 'createCustomer', answer),
+      );
     },
     createOrder: (p) =>
       order('createOrder', {

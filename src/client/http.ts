@@ -21,29 +21,28 @@ export interface HttpClientOptions {
 }
 
 /**
- * Failures of the connection itself: the request may or may not have reached the service, so the
- * caller retries with the same params and the service's idempotent creation answers the stored
- * object (DESIGN §3).
+ * Failures of the connection's security: the service's certificate is not trusted here. Nothing
+ * a retry changes; an operator must fix the CA (NODE_EXTRA_CA_CERTS) or the URL.
  */
-const TRANSIENT_CODES = new Set([
-  'UND_ERR_CONNECT_TIMEOUT',
-  'UND_ERR_HEADERS_TIMEOUT',
-  'UND_ERR_BODY_TIMEOUT',
-  'UND_ERR_SOCKET',
-  'UND_ERR_RES_CONTENT_LENGTH_MISMATCH',
-  'ECONNREFUSED',
-  'ECONNRESET',
-  'ECONNABORTED',
-  'EPIPE',
-  'ETIMEDOUT',
-  'EHOSTUNREACH',
-  'ENETUNREACH',
-  'ENETDOWN',
-  'EAI_AGAIN',
-  'ENOTFOUND',
+const TLS_CODES = new Set([
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+  'UNABLE_TO_GET_ISSUER_CERT',
+  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
+  'SELF_SIGNED_CERT_IN_CHAIN',
+  'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'CERT_HAS_EXPIRED',
+  'CERT_NOT_YET_VALID',
+  'CERT_REVOKED',
+  'ERR_TLS_CERT_ALTNAME_INVALID',
 ]);
 
 const EXCERPT_CHARS = 500;
+
+/**
+ * The most of an answer read, in bytes: the interface's answers are small objects, so anything
+ * larger is not one of them (a proxy's page, a stuck stream) and must not fill the worker's memory.
+ */
+export const MAX_ANSWER_BYTES = 1024 * 1024;
 
 function excerpt(text: string): string {
   const trimmed = text.trim();
@@ -59,19 +58,49 @@ function errorCode(error: unknown): string | undefined {
   return undefined;
 }
 
-/** Error bodies of the interface are JSON strings; anything else (a proxy's page) is shown raw. */
+/**
+ * Error bodies of the interface are JSON strings; anything else (a proxy's page) is shown raw.
+ * Either way an excerpt: the text goes into job failures, logs and a chain's history.
+ */
 function errorText(body: string): string {
   try {
     const value: unknown = JSON.parse(body);
-    if (typeof value === 'string') return value;
+    if (typeof value === 'string') return excerpt(value);
   } catch {
     // not JSON: fall through to the raw text
   }
   return excerpt(body);
 }
 
-function classifyStatus(method: string, status: number, body: string): unknown {
+/** A body read up to MAX_ANSWER_BYTES; `whole` is false when the rest was dropped unread. */
+async function readAnswer(body: AsyncIterable<Buffer> & { destroy(): unknown }) {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of body) {
+    const room = MAX_ANSWER_BYTES - size;
+    if (chunk.length > room) {
+      chunks.push(chunk.subarray(0, room));
+      // The socket is closed with the body: the rest never reaches this process.
+      body.destroy();
+      return { text: Buffer.concat(chunks).toString('utf8'), whole: false };
+    }
+    chunks.push(chunk);
+    size += chunk.length;
+  }
+  return { text: Buffer.concat(chunks).toString('utf8'), whole: true };
+}
+
+function classifyStatus(
+  method: string,
+  status: number,
+  { text: body, whole }: { text: string; whole: boolean },
+): unknown {
   if (status === 200) {
+    if (!whole) {
+      throw new Error(
+        `provisioning ${method} answered 200 with a body larger than ${MAX_ANSWER_BYTES} bytes: not an answer of the interface`,
+      );
+    }
     try {
       return JSON.parse(body);
     } catch {
@@ -121,7 +150,7 @@ export function httpClient(opts: HttpClientOptions): ProvisioningClient {
 
   const send: Send = async (method, params) => {
     let status: number;
-    let body: string;
+    let body: { text: string; whole: boolean };
     try {
       const res = await pool.request({
         method: 'GET',
@@ -134,7 +163,7 @@ export function httpClient(opts: HttpClientOptions): ProvisioningClient {
       });
       status = res.statusCode;
       // Read every body, errors included: an unread body holds its keep-alive socket.
-      body = await res.body.text();
+      body = await readAnswer(res.body);
     } catch (error) {
       if (timedOut(error)) {
         throw new TransientError(
@@ -144,17 +173,36 @@ export function httpClient(opts: HttpClientOptions): ProvisioningClient {
           { cause: error },
         );
       }
-      const code = errorCode(error);
-      if (code !== undefined && TRANSIENT_CODES.has(code)) {
-        const reason = error instanceof Error && error.message !== '' ? error.message : code;
-        throw new TransientError(
-          'provisioning_unavailable',
-          `provisioning ${method} at ${target.origin}${path} failed: ${reason} (${code})`,
+      const code = errorCode(error) ?? (error instanceof Error ? error.name : 'UNKNOWN');
+      const reason = error instanceof Error && error.message !== '' ? error.message : code;
+      const failed = `provisioning ${method} at ${target.origin}${path} failed: ${reason} (${code})`;
+      if (TLS_CODES.has(code)) {
+        throw new ConfigError(
+          'provisioning_tls',
+          `${failed}: the service's certificate is not trusted here (check PROVISIONING_URL, or add its CA with NODE_EXTRA_CA_CERTS)`,
           { method, code },
           { cause: error },
         );
       }
-      throw error;
+      if (code === 'UND_ERR_INVALID_ARG') {
+        // The request could not be sent as configured (a header value undici refuses).
+        throw new ConfigError(
+          'provisioning_request_invalid',
+          failed,
+          { method, code },
+          { cause: error },
+        );
+      }
+      // Anything else broke the exchange itself (refused, reset, timed out, an answer that is
+      // not HTTP, headers too large): the request may or may not have reached the service, so
+      // the caller retries with the same params and the service's idempotent creation answers
+      // the stored object (DESIGN §3).
+      throw new TransientError(
+        'provisioning_unavailable',
+        failed,
+        { method, code },
+        { cause: error },
+      );
     }
     return classifyStatus(method, status, body);
   };

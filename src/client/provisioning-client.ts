@@ -63,11 +63,15 @@ export interface CreateRenewalOrderInput {
 /**
  * One provisioning service, as the workers see it. Every method either resolves with the
  * service's answer or throws one of three kinds (src/errors.ts):
- * - RefusalError (code `provisioning_refused`): the service answered 400 (or another 4xx but
- *   401, 408 and 429); `message` is its text.
- * - ConfigError (code `provisioning_unauthorized`): 401, the API key is wrong. Jobs still retry
- *   it with backoff, so a key fixed within the hour needs no retry by hand.
- * - TransientError: 5xx, 408, 429, a timeout, a connection reset or refused: retry later.
+ * - RefusalError (code `provisioning_refused`): the service answered 400, the interface's one
+ *   refusal; `message` is (an excerpt of) its text.
+ * - ConfigError: 401 or 403 (`provisioning_unauthorized`: the API key is wrong), a certificate
+ *   not trusted here (`provisioning_tls`), a request that cannot be sent as configured. Jobs
+ *   still retry it with backoff, so a setting fixed meanwhile needs no retry by hand.
+ * - TransientError: any other status (5xx, 408, 429, a gateway's 404), a timeout, a connection
+ *   reset or refused, an answer that is not HTTP: retry later.
+ * A 200 whose answer is not the interface's (not JSON, another shape, larger than the client
+ * reads, or about another object than the one sent) is a plain Error: retried, never recorded.
  */
 export interface ProvisioningClient {
   readonly variant: Variant;

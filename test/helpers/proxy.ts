@@ -50,12 +50,19 @@ export async function startProxy(targetOrigin: string) {
     released: Promise<void>;
   } | null = null;
   const closed = deferred();
+  let down = false;
   const server = await listen(async (req, res) => {
     const chunks: Buffer[] = [];
     for await (const chunk of req) chunks.push(chunk as Buffer);
     const raw = Buffer.concat(chunks).toString('utf8');
     const call = JSON.parse(raw) as Call;
     calls.push(call);
+    if (down) {
+      // A gateway whose service is away: nothing reaches it.
+      res.writeHead(503, { 'content-type': 'text/html' });
+      res.end('<h1>503 Service Temporarily Unavailable</h1>');
+      return;
+    }
     const upstream = await request(`${targetOrigin}${req.url}`, {
       method: 'GET',
       headers: {
@@ -98,6 +105,10 @@ export async function startProxy(targetOrigin: string) {
     url: server.url,
     calls,
     hold,
+    /** While on, every call is answered 503 by the proxy and never forwarded (an outage). */
+    outage: (on: boolean) => {
+      down = on;
+    },
     /** Holds the answer of the next `method` call until the proxy closes: a lost answer. */
     holdNext: (method: string, id?: string): Promise<string> => hold(method, id).answer,
     close: async () => {

@@ -18,6 +18,7 @@ import {
 import { createLogger } from '../../../src/logger.js';
 import { type QueueName, queueForEvent, queueNames } from '../../../src/queues.js';
 import { connectRedis, type RedisClient } from '../../../src/redis/connection.js';
+import { JOB_ATTEMPTS } from '../../../src/retry-policy.js';
 import { BODY_LIMIT_BYTES } from '../../../src/server.js';
 import { T0 } from '../../helpers/app.js';
 import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
@@ -181,7 +182,10 @@ describe('a valid, signed event', () => {
       expect(job?.name).toBe(
         type === 'order.placed' ? 'order.placed A-1 for customer cust-1' : `${type} A-1`,
       );
-      expect(job?.opts.attempts).toBe(12);
+      expect(job?.opts).toMatchObject({
+        attempts: JOB_ATTEMPTS,
+        backoff: { type: 'billing-retry' },
+      });
       expect(job?.data).toEqual({
         webhookId: id,
         type,

@@ -13,6 +13,7 @@ import {
   queueNames,
   STALLED_INTERVAL_MS,
 } from '../../../src/queues.js';
+import { JOB_ATTEMPTS } from '../../../src/retry-policy.js';
 import { DAY, OPS_TOKEN, orderPlaced, type System, startSystem } from '../../helpers/system.js';
 
 let system: System;
@@ -234,15 +235,15 @@ describe('signed webhooks only', () => {
 });
 
 describe('health and metrics', () => {
-  it('runs reconcile on a schedule, and keeps jobs for a bounded time, retrying with jitter', async () => {
+  it("runs reconcile on a schedule, and keeps jobs for a bounded time, retrying by the workers' policy", async () => {
     const schedulers = await system.queue('maintenance').getJobSchedulers();
     expect(schedulers).toEqual([
       expect.objectContaining({ key: 'reconcile', name: 'reconcile renewals', every: 3_600_000 }),
     ]);
     const renewal = await system.queue('renewals').getJob(`renew-${chainIdOf('OPS-2')}-3`);
     expect(renewal?.opts).toMatchObject({
-      attempts: 12,
-      backoff: { type: 'exponential', delay: 2_000, jitter: 0.5 },
+      attempts: JOB_ATTEMPTS,
+      backoff: { type: 'billing-retry' },
       removeOnComplete: { age: 7 * DAY, count: 100_000 },
       removeOnFail: { age: 90 * DAY },
     });

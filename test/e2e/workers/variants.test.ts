@@ -1,4 +1,5 @@
 // The external variant (test clock), and remote mode against the embedded core's HTTP API.
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -7,6 +8,7 @@ import { chainIdOf } from '../../../src/chains/keys.js';
 import { ChainStore } from '../../../src/chains/store.js';
 import { type Clock, manualClock, systemClock } from '../../../src/clock.js';
 import { addTerms } from '../../../src/domain/periods.js';
+import { webhookJobId } from '../../../src/intake/webhooks.js';
 import { partnerKeys } from '../../../src/provisioning/keys.js';
 import type { Partner } from '../../../src/provisioning/records.js';
 import { QUEUE_PREFIX } from '../../../src/queues.js';
@@ -189,6 +191,46 @@ describe('remote mode when the answer to a renewal order is lost', () => {
     const orders = await runtime.redis.hkeys(partnerKeys(partner.id).orders);
     expect(orders.sort()).toEqual(['LOSS-1', 'LOSS-1.r2']);
     expect((await runtime.store.getOrder(partner, 'LOSS-1.r2'))?.id).toBe(lostOrder.id);
+  });
+});
+
+describe('remote mode through an outage longer than the unexpected failures are retried', () => {
+  const remote = useRemote({ viaProxy: true });
+
+  /** Runs the job's retries at once instead of after their waits, until it has made `n` attempts. */
+  async function attemptsPass(queue: Queue, jobId: string, n: number) {
+    for (;;) {
+      const job = await queue.getJob(jobId);
+      const state = await job?.getState();
+      if (state === 'failed' || state === 'completed' || (job?.attemptsMade ?? 0) >= n) return job;
+      if (state === 'delayed') await job?.promote().catch(() => {});
+      await sleep(10);
+    }
+  }
+
+  it('keeps the events accepted meanwhile, and applies them once the service is back', async () => {
+    const { system } = remote;
+    const proxy = remote.proxy as NonNullable<typeof remote.proxy>;
+    await system.send('order.placed', orderPlaced({ order: 'OUT-2' }));
+    await system.waitForChain('OUT-2', () => true);
+
+    proxy.outage(true);
+    const placed = await system.send('order.placed', orderPlaced({ order: 'OUT-1' }));
+    const cancelled = await system.send('order.cancelled', { order: 'OUT-2' });
+    const orders = system.queue('orders');
+    const jobIds = [placed, cancelled].map((r) => webhookJobId((r.body as { id: string }).id));
+    for (const id of jobIds) {
+      const job = await attemptsPass(orders, id, 20);
+      // Still waiting for the service, well past the 12 attempts of an unexpected failure.
+      expect(await job?.getState()).toBe('delayed');
+      expect(job?.failedReason).toContain('answered 503');
+    }
+
+    proxy.outage(false);
+    for (const id of jobIds) await system.promote('orders', id);
+    await system.waitForChain('OUT-1', () => true);
+    const chain = await system.waitForChain('OUT-2', (c) => c.status === 'cancelled');
+    expect(chain.nextRenewalAt).toBeNull();
   });
 });
 

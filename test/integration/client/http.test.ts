@@ -1,7 +1,11 @@
 // The HTTP client against the real server over real HTTP: the shared contract, the
 // classification of every failure, and a lost answer retried through a proxy.
+import { once } from 'node:events';
+import { readFile } from 'node:fs/promises';
+import { createServer as createHttpsServer } from 'node:https';
+import { type AddressInfo, createServer, type Socket } from 'node:net';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { httpClient } from '../../../src/client/http.js';
+import { httpClient, MAX_ANSWER_BYTES } from '../../../src/client/http.js';
 import type { ProvisioningClient } from '../../../src/client/provisioning-client.js';
 import { ConfigError, RefusalError, TransientError } from '../../../src/errors.js';
 import { partnerKeys } from '../../../src/provisioning/keys.js';
@@ -143,6 +147,139 @@ describe('the HTTP client when the service fails', () => {
     const refusal = await refusalOf(client.cancelOrder({ id: 'A-1' }), 'cancelOrder');
     expect(refusal.message).toBe('<h1>Bad Request</h1>');
     expect(refusal.details.status).toBe(400);
+  });
+
+  it('throws a plain Error for an answer about another order than the one sent', async () => {
+    const server = await listen((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      // A gateway's cached answer for the chain's first order, not the renewal asked for.
+      res.end(
+        JSON.stringify({
+          id: 'o-1',
+          customer: 'C',
+          instance: null,
+          product: 'suite-std',
+          licenses: 1,
+          duration: 'monthly',
+          count: 1,
+          createdAt: T0,
+          startsAt: T0,
+          expiresAt: T0 + 30 * DAY,
+          remoteId: 'A-1',
+        }),
+      );
+    });
+    stops.push(server.close);
+    const client = track(httpClient({ url: server.url, apiKey: 'k', variant: 'marketplace' }));
+    const renewal = { customer: 'C', id: 'A-1.r2', product: 'suite-std', licenses: 1 };
+    const error = await client.createOrder(renewal).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(Error);
+    expect(error).not.toBeInstanceOf(TransientError);
+    expect((error as Error).message).toBe(
+      'provisioning createOrder answered for "A-1", not for the "A-1.r2" it was sent',
+    );
+  });
+
+  /** A server that streams `bytes` of `fill` after `head`, and counts what it got to write. */
+  async function streaming(status: number, head: string, bytes: number, fill = ' ') {
+    let written = 0;
+    const server = await listen((_req, res) => {
+      res.writeHead(status, { 'content-type': 'application/json' });
+      res.write(head);
+      const chunk = Buffer.alloc(64 * 1024, fill);
+      const more = () => {
+        while (written < bytes) {
+          written += chunk.length;
+          if (!res.write(chunk)) return void res.once('drain', more);
+        }
+        res.end();
+      };
+      res.on('close', () => {
+        bytes = 0;
+      });
+      more();
+    });
+    stops.push(server.close);
+    return { url: server.url, written: () => written };
+  }
+
+  it('reads at most MAX_ANSWER_BYTES of an error page, and drops the rest unread', async () => {
+    const server = await streaming(500, '<h1>Internal Server Error</h1>', 256 * 1024 * 1024);
+    const client = track(httpClient({ url: server.url, apiKey: 'k', variant: 'marketplace' }));
+    const error = await client.cancelOrder({ id: 'A-1' }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(TransientError);
+    expect((error as Error).message.length).toBeLessThan(600);
+    expect((error as Error).message).toContain('answered 500: <h1>Internal Server Error</h1>');
+    // The connection was closed long before the 256 MiB (socket buffers hold a few MiB).
+    expect(server.written()).toBeLessThan(32 * 1024 * 1024);
+  });
+
+  it('takes no 200 answer larger than MAX_ANSWER_BYTES, whatever it ends with', async () => {
+    const server = await streaming(200, '', 2 * MAX_ANSWER_BYTES);
+    const client = track(httpClient({ url: server.url, apiKey: 'k', variant: 'marketplace' }));
+    const error = await client.cancelOrder({ id: 'A-1' }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(Error);
+    expect((error as Error).message).toMatch(/answered 200 with a body larger than 1048576 bytes/);
+  });
+
+  it('keeps an excerpt of a long refusal: it goes into a job failure and a chain history', async () => {
+    const server = await listen((_req, res) => {
+      res.writeHead(400, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(`refused: ${'x'.repeat(100_000)}`));
+    });
+    stops.push(server.close);
+    const client = track(httpClient({ url: server.url, apiKey: 'k', variant: 'marketplace' }));
+    const refusal = await refusalOf(client.cancelOrder({ id: 'A-1' }), 'cancelOrder');
+    expect(refusal.message).toMatch(/^refused: x+\.\.\.$/);
+    expect(refusal.message.length).toBe(500);
+  });
+
+  it('retries an exchange broken in other ways: an answer that is not HTTP, headers too large', async () => {
+    const sockets = new Set<Socket>();
+    const notHttp = createServer((socket) => {
+      sockets.add(socket);
+      socket.on('error', () => {});
+      socket.end('-ERR unknown command\r\n');
+    });
+    notHttp.listen(0, '127.0.0.1');
+    await once(notHttp, 'listening');
+    stops.push(async () => {
+      for (const socket of sockets) socket.destroy();
+      await new Promise<void>((resolve) => notHttp.close(() => resolve()));
+    });
+    const hugeHeaders = await listen((_req, res) => {
+      res.writeHead(200, { 'x-padding': 'x'.repeat(64 * 1024) });
+      res.end('true');
+    });
+    stops.push(hugeHeaders.close);
+    const { port } = notHttp.address() as AddressInfo;
+    for (const url of [`http://127.0.0.1:${port}/provisioning`, hugeHeaders.url]) {
+      const client = track(httpClient({ url, apiKey: 'k', variant: 'marketplace' }));
+      const error = await client.cancelOrder({ id: 'A-1' }).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(TransientError);
+      expect(error).toMatchObject({ code: 'provisioning_unavailable' });
+    }
+  });
+
+  it('answers ConfigError for a certificate not trusted here, naming what to check', async () => {
+    const tlsDir = new URL('../../helpers/tls/', import.meta.url);
+    const server = createHttpsServer(
+      {
+        key: await readFile(new URL('localhost.key', tlsDir)),
+        cert: await readFile(new URL('localhost.pem', tlsDir)),
+      },
+      (_req, res) => res.end('true'),
+    );
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    stops.push(() => new Promise<void>((resolve) => server.close(() => resolve())));
+    const { port } = server.address() as AddressInfo;
+    const url = `https://localhost:${port}/provisioning`;
+    const client = track(httpClient({ url, apiKey: 'k', variant: 'marketplace' }));
+    const error = await client.cancelOrder({ id: 'A-1' }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ConfigError);
+    expect(error).toMatchObject({ code: 'provisioning_tls' });
+    expect((error as Error).message).toContain('NODE_EXTRA_CA_CERTS');
   });
 
   it.each([

@@ -1,10 +1,11 @@
 // Worker hygiene on a real BullMQ queue: a provider's refusal fails its job at once with the
-// provider's message; a transient failure is retried.
+// provider's message; a transient failure is retried; the product's retry policy in BullMQ.
 import { randomUUID } from 'node:crypto';
 import { type Job, Queue, Worker } from 'bullmq';
 import { describe, expect, it } from 'vitest';
 import { RefusalError, TransientError } from '../../../src/errors.js';
 import { defaultJobOptions } from '../../../src/queues.js';
+import { retryBackoff, UNEXPECTED_FAILURE_ATTEMPTS } from '../../../src/retry-policy.js';
 import { refusalsFailJobs } from '../../../src/workers.js';
 import { useTestRedisConnection } from '../../helpers/redis-server.js';
 
@@ -50,5 +51,45 @@ describe('a processor whose provider refuses', () => {
     );
     expect(job.attemptsMade).toBe(3);
     expect(job.failedReason).toBe('provider unreachable (3)');
+  });
+});
+
+describe('the retry policy, as BullMQ applies it', () => {
+  /** Runs one job with the product's options and policy, retries promoted at once, `n` attempts. */
+  async function attempts(fail: () => Error, n: number): Promise<{ state: string; job: Job }> {
+    const name = `policy-${randomUUID()}`;
+    const queue = new Queue(name, { connection: db.redis });
+    const worker = new Worker(
+      name,
+      refusalsFailJobs(async () => {
+        throw fail();
+      }),
+      { connection: db.redis, settings: { backoffStrategy: retryBackoff } },
+    );
+    try {
+      const added = await queue.add('work', {}, defaultJobOptions);
+      for (;;) {
+        const job = (await queue.getJob(added.id ?? '')) as Job;
+        const state = await job.getState();
+        if (state === 'failed' || job.attemptsMade >= n) return { state, job };
+        if (state === 'delayed') await job.promote().catch(() => {});
+        await new Promise((resolve) => setTimeout(resolve, 5));
+      }
+    } finally {
+      await worker.close();
+      await queue.close();
+    }
+  }
+
+  it('fails an unexpected error after 12 attempts', async () => {
+    const { state, job } = await attempts(() => new Error('not the interface'), 100);
+    expect(state).toBe('failed');
+    expect(job.attemptsMade).toBe(UNEXPECTED_FAILURE_ATTEMPTS);
+  });
+
+  it('keeps retrying a transient failure past that', async () => {
+    const { state, job } = await attempts(() => new TransientError('unavailable', 'away'), 30);
+    expect(state).toBe('delayed');
+    expect(job.attemptsMade).toBe(30);
   });
 });

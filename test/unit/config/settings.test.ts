@@ -103,6 +103,13 @@ describe('loadSettings', () => {
     );
   });
 
+  it('refuses a PROVISIONING_API_KEY with a CR: no x-api-key header could carry it', () => {
+    const env = { PROVISIONING_URL: 'http://remote:8080/provisioning' };
+    expect(() => loadSettings({ ...env, PROVISIONING_API_KEY: 'key-from-crlf-file\r' })).toThrow(
+      /PROVISIONING_API_KEY=\(hidden, 19 characters\): must not contain control characters/,
+    );
+  });
+
   it('names every invalid variable at once', () => {
     expect(() => loadSettings({ PORT: '-1', LOG_LEVEL: 'x' })).toThrow(/PORT=.*\n.*LOG_LEVEL=/s);
   });
