@@ -119,7 +119,7 @@ export function prepareRenewal(
   ) {
     return undefined;
   }
-  const validFrom = renewalDueAt(chain.term.expiresAt, deps.settings.leadDays);
+  const validFrom = renewalDueAt(chain.term, deps.settings.leadDays);
   const validUntil = chain.term.expiresAt;
   if (validFrom >= validUntil) return undefined;
   const count = chain.term.count + 1;

@@ -10,15 +10,22 @@ export interface RenewalView {
   /** Whether an operator must confirm a manual reactivation before anything renews. */
   readonly needsReactivation?: boolean | undefined;
   readonly nextLicenses: number;
-  readonly term: { readonly count: number; readonly expiresAt: number };
+  readonly term: { readonly count: number; readonly startsAt: number; readonly expiresAt: number };
 }
 
 /**
- * When the renewal of a term ending at `expiresAt` should fire: `leadDays` before the end
- * (epoch seconds). The lead is at most the partner's window, so this is never before it opens.
+ * When the renewal after `term` (the latest ordered) should fire: `leadDays` before its end
+ * (epoch seconds), but not before it starts. The lead may be as long as the partner's window,
+ * longer than a term (30 days before the end of a 28-day February): a term ordered ahead must be
+ * in force before the next is ordered, or the chain would hold three terms (one in force, two
+ * ahead) where cancels, suspensions and seat counts follow two. The lead is at most the window,
+ * so this is never before the window opens.
  */
-export function renewalDueAt(expiresAt: number, leadDays: number): number {
-  return expiresAt - leadDays * SECONDS_PER_DAY;
+export function renewalDueAt(
+  term: { readonly startsAt: number; readonly expiresAt: number },
+  leadDays: number,
+): number {
+  return Math.max(term.startsAt, term.expiresAt - leadDays * SECONDS_PER_DAY);
 }
 
 export type RenewalDecision =
@@ -64,7 +71,7 @@ export function decideRenewal(input: {
   if (chain.term.count >= forCount) return { kind: 'skip', reason: 'already_renewed' };
   if (chain.term.count !== forCount - 1) return { kind: 'skip', reason: 'stale_job' };
   if (chain.needsReactivation) return { kind: 'skip', reason: 'needs_reactivation' };
-  const dueAt = renewalDueAt(chain.term.expiresAt, input.leadDays);
+  const dueAt = renewalDueAt(chain.term, input.leadDays);
   if (now < dueAt) return { kind: 'wait', until: dueAt, reason: 'not_due' };
   if (chain.payment === 'overdue') {
     return { kind: 'wait', until: now + PAYMENT_RECHECK_SECONDS, reason: 'payment_overdue' };
@@ -90,7 +97,7 @@ export function nextRenewalAt(input: {
 }): number | null {
   const { chain } = input;
   if (!chain.autoRenew || chain.status === 'cancelled' || chain.needsReactivation) return null;
-  return Math.max(input.now, renewalDueAt(chain.term.expiresAt, input.leadDays));
+  return Math.max(input.now, renewalDueAt(chain.term, input.leadDays));
 }
 
 /** The chain with `nextRenewalAt` derived from its state (see nextRenewalAt). */

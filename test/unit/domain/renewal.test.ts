@@ -14,6 +14,7 @@ import {
 const DAY = SECONDS_PER_DAY;
 const LEAD = 7;
 const expiresAt = Date.UTC(2025, 2, 31) / 1000;
+const startsAt = Date.UTC(2025, 1, 28) / 1000;
 
 function chain(overrides: Partial<RenewalView> = {}): RenewalView {
   return {
@@ -22,7 +23,7 @@ function chain(overrides: Partial<RenewalView> = {}): RenewalView {
     payment: 'ok',
     needsReactivation: false,
     nextLicenses: 12,
-    term: { count: 3, expiresAt },
+    term: { count: 3, startsAt, expiresAt },
     ...overrides,
   };
 }
@@ -33,8 +34,35 @@ function decide(view: RenewalView, now: number, forCount = view.term.count + 1) 
 
 describe('renewalDueAt', () => {
   it('is lead days before the end of the term', () => {
-    expect(renewalDueAt(expiresAt, 7)).toBe(expiresAt - 7 * DAY);
-    expect(renewalDueAt(expiresAt, 1)).toBe(expiresAt - DAY);
+    expect(renewalDueAt({ startsAt, expiresAt }, 7)).toBe(expiresAt - 7 * DAY);
+    expect(renewalDueAt({ startsAt, expiresAt }, 1)).toBe(expiresAt - DAY);
+  });
+
+  it('is not before the term starts: a lead longer than a 28-day February waits for it', () => {
+    // Term 2 (Jan 31 - Feb 28) ordered ahead; a 30-day lead would order term 3 on Jan 29,
+    // while term 1 is still in force: three terms at once.
+    const february = {
+      startsAt: Date.UTC(2025, 0, 31) / 1000,
+      expiresAt: Date.UTC(2025, 1, 28) / 1000,
+    };
+    expect(renewalDueAt(february, 30)).toBe(february.startsAt);
+    expect(renewalDueAt(february, 27)).toBe(february.expiresAt - 27 * DAY);
+  });
+
+  it('never orders a term before the latest one has started, whatever the lead', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 0, max: Date.UTC(2100, 0, 1) / 1000 }),
+        fc.integer({ min: 1, max: 400 }),
+        fc.integer({ min: 1, max: 400 }),
+        (start, termDays, leadDays) => {
+          const term = { startsAt: start, expiresAt: start + termDays * DAY };
+          const due = renewalDueAt(term, leadDays);
+          expect(due).toBeGreaterThanOrEqual(term.startsAt);
+          expect(due).toBeGreaterThanOrEqual(term.expiresAt - leadDays * DAY);
+        },
+      ),
+    );
   });
 });
 
@@ -196,7 +224,9 @@ const viewArb: fc.Arbitrary<RenewalView> = fc.record({
   payment: fc.constantFrom<'ok' | 'overdue'>('ok', 'overdue'),
   needsReactivation: fc.boolean(),
   nextLicenses: fc.integer({ min: 1, max: 10_000 }),
-  term: fc.record({ count: fc.integer({ min: 1, max: 500 }), expiresAt: instantArb }),
+  term: fc
+    .record({ count: fc.integer({ min: 1, max: 500 }), expiresAt: instantArb })
+    .map((t) => ({ ...t, startsAt: t.expiresAt - 28 * DAY })),
 });
 const leadDaysArb = fc.integer({ min: 1, max: 60 });
 /** Mostly near the term's end, where the branches change, sometimes anywhere. */
@@ -280,9 +310,10 @@ describe('renewal properties', () => {
         viewArb,
         (end, [leadDays, windowDays], view) => {
           const opens = end - windowDays * DAY;
-          expect(renewalDueAt(end, leadDays)).toBeGreaterThanOrEqual(opens);
+          const term = { ...view.term, startsAt: end - 31 * DAY, expiresAt: end };
+          expect(renewalDueAt(term, leadDays)).toBeGreaterThanOrEqual(opens);
           const at = nextRenewalAt({
-            chain: { ...view, term: { ...view.term, expiresAt: end } },
+            chain: { ...view, term },
             now: opens - DAY,
             leadDays,
           });
