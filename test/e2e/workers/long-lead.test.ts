@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { renewalJobId } from '../../../jobs/renewals.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
 import { manualClock } from '../../../src/clock.js';
-import { DAY, orderPlaced, useSystem } from '../../helpers/system.js';
+import { orderPlaced, useSystem } from '../../helpers/system.js';
 
 const T0 = Date.UTC(2025, 11, 31, 9) / 1000; // Dec 31: terms end Jan 31, Feb 28, Mar 31
 const JAN_31 = Date.UTC(2026, 0, 31, 9) / 1000;
