@@ -44,40 +44,46 @@ function hasExpired(chain: Chain, now: number): boolean {
   );
 }
 
-export function makeProcessor(deps: WorkerDeps) {
-  /** An add-on's schedule, read with its main chain. */
-  async function governed(chain: Chain): Promise<Chain> {
-    if (chain.mainChain === null) return chain;
-    const main = await deps.chains.get(chain.mainChain);
-    return main ? governedBy(main, chain) : chain;
+/** What reconcile does with one chain: whether it marked it expired. */
+async function reconcileChain(deps: WorkerDeps, chain: Chain, jobId: string): Promise<boolean> {
+  const now = deps.clock.now();
+  // Read once for both: whether the add-on goes with a cancelled main chain, and its schedule as
+  // that main chain governs it (both decided again under the locks before anything is written).
+  const main = chain.mainChain === null ? null : await deps.chains.get(chain.mainChain);
+  if (await cancelledWithMainChain(deps, chain, main, now, jobId)) return false;
+  const schedule = main ? governedBy(main, chain) : chain;
+  if (hasExpired(schedule, now)) return markExpired(deps, chain, now, jobId);
+  if (schedulesRenewals(chain) || chain.pendingAddOn || chain.unsuspending) {
+    await ensureJobs(deps, chain, now, jobId);
   }
+  return false;
+}
 
-  return async function reconcile(job: Job): Promise<{ checked: number; expired: number }> {
+export function makeProcessor(deps: WorkerDeps) {
+  return async function reconcile(
+    job: Job,
+  ): Promise<{ checked: number; expired: number; failed: number }> {
     schema.parse(job.data);
     let checked = 0;
     let expired = 0;
+    let failed = 0;
     for (let offset = 0; ; offset += PAGE) {
       const ids = await deps.chains.pageOfChainIds(offset, PAGE);
       if (ids.length === 0) break;
       for (const chain of await deps.chains.getMany(ids)) {
         checked += 1;
-        const now = deps.clock.now();
-        // Read once for both: whether the add-on goes with a cancelled main chain, and its
-        // schedule as that main chain governs it.
-        const main = chain.mainChain === null ? null : await deps.chains.get(chain.mainChain);
-        if (await cancelledWithMainChain(deps, chain, main, now, job.id ?? '')) continue;
-        const schedule = main ? governedBy(main, chain) : chain;
-        if (hasExpired(schedule, now)) {
-          if (await markExpired(deps, chain, now, job.id ?? '', governed)) expired += 1;
-          continue;
-        }
-        if (schedulesRenewals(chain) || chain.pendingAddOn || chain.unsuspending) {
-          await ensureJobs(deps, chain, now, job.id ?? '', governed);
+        try {
+          if (await reconcileChain(deps, chain, job.id ?? '')) expired += 1;
+        } catch (error) {
+          // One chain that cannot be reconciled now (its provider away for an unsuspension)
+          // must not keep every chain after it, the same ones each round, from theirs.
+          failed += 1;
+          deps.log.warn({ chainId: chain.id, err: error }, 'chain not reconciled this round');
         }
       }
     }
-    deps.log.info({ checked, expired }, 'reconciled chains');
-    return { checked, expired };
+    deps.log.info({ checked, expired, failed }, 'reconciled chains');
+    return { checked, expired, failed };
   };
 }
 
@@ -117,42 +123,55 @@ async function cancelledWithMainChain(
  */
 async function underLock<T>(
   deps: WorkerDeps,
-  seen: Chain,
+  chainId: string,
   jobId: string,
   busy: T,
   work: (chain: Chain | null, token: string) => Promise<T>,
 ): Promise<T> {
-  const token = `reconcile/${jobId}/${seen.id}`;
-  const lock = await deps.chains.lock(seen.id, token);
+  const token = `reconcile/${jobId}/${chainId}`;
+  const lock = await deps.chains.lock(chainId, token);
   if (lock.kind === 'locked') return busy;
   try {
     return await work(lock.chain, token);
   } finally {
-    await deps.chains.unlock(seen.id, token);
+    await deps.chains.unlock(chainId, token);
   }
+}
+
+/**
+ * `work` with the chain's schedule as its main chain governs it, read under the main chain's lock
+ * (the add-on's is held already): an operator's switch of the main chain, which ensures the
+ * add-ons' jobs under that lock, is then wholly before or after. A main chain busy right now
+ * leaves the add-on for the next round.
+ */
+function withGovernedSchedule<T>(
+  deps: WorkerDeps,
+  chain: Chain,
+  jobId: string,
+  busy: T,
+  work: (schedule: Chain) => Promise<T>,
+): Promise<T> {
+  if (chain.mainChain === null) return work(chain);
+  return underLock(deps, chain.mainChain, jobId, busy, (main) =>
+    work(main ? governedBy(main, chain) : chain),
+  );
 }
 
 /**
  * The chain's renewal job, and its waiting add-on's job, as the chain is now; first, the
  * unsuspension of a payment whose job gave up halfway.
  */
-function ensureJobs(
-  deps: WorkerDeps,
-  seen: Chain,
-  now: number,
-  jobId: string,
-  governed: (chain: Chain) => Promise<Chain>,
-): Promise<void> {
-  return underLock(deps, seen, jobId, undefined, async (locked, token) => {
+function ensureJobs(deps: WorkerDeps, seen: Chain, now: number, jobId: string): Promise<void> {
+  return underLock(deps, seen.id, jobId, undefined, async (locked, token) => {
     if (!locked) return;
     // A payment whose job gave up halfway through its unsuspension (marketplace) is finished.
     const { chain } = await finishUnsuspension(deps, jobId, { chain: locked, token }, now);
     if (schedulesRenewals(chain)) {
       // A job still active is left as it is: it schedules the next term itself, and the next
       // round finds it finished.
-      await ensureRenewalJob(deps.queues.renewals, await governed(chain), now, {
-        waitForActive: false,
-      });
+      await withGovernedSchedule(deps, chain, jobId, undefined, (schedule) =>
+        ensureRenewalJob(deps.queues.renewals, schedule, now, { waitForActive: false }),
+      );
     }
     if (await ensureAddOnJob(deps, chain, now)) {
       deps.log.warn({ chainId: chain.id }, 'reconcile restored a waiting add-on job');
@@ -161,31 +180,28 @@ function ensureJobs(
 }
 
 /** Marks the chain `expired` if, as it is now, its term ended with nothing after it. */
-function markExpired(
-  deps: WorkerDeps,
-  seen: Chain,
-  now: number,
-  jobId: string,
-  governed: (chain: Chain) => Promise<Chain>,
-): Promise<boolean> {
-  return underLock(deps, seen, jobId, false, async (chain, token) => {
-    // Checked again under the lock, with the add-on's schedule as its main chain governs it.
-    if (!chain || !hasExpired(await governed(chain), now)) return false;
-    await deps.chains.save({
-      chainId: chain.id,
-      token,
-      previous: chain,
-      next: { ...chain, status: 'expired', updatedAt: now },
-      history: [
-        {
-          at: now,
-          event: 'chain.expired',
-          detail: `term ${chain.term.count} (${chain.term.orderId}) ended with no renewal`,
-          cause: { jobId },
-        },
-      ],
-      release: false,
+function markExpired(deps: WorkerDeps, seen: Chain, now: number, jobId: string): Promise<boolean> {
+  return underLock(deps, seen.id, jobId, false, async (chain, token) => {
+    if (!chain) return false;
+    // Checked again under the locks, with the add-on's schedule as its main chain governs it.
+    return withGovernedSchedule(deps, chain, jobId, false, async (schedule) => {
+      if (!hasExpired(schedule, now)) return false;
+      await deps.chains.save({
+        chainId: chain.id,
+        token,
+        previous: chain,
+        next: { ...chain, status: 'expired', updatedAt: now },
+        history: [
+          {
+            at: now,
+            event: 'chain.expired',
+            detail: `term ${chain.term.count} (${chain.term.orderId}) ended with no renewal`,
+            cause: { jobId },
+          },
+        ],
+        release: false,
+      });
+      return true;
     });
-    return true;
   });
 }

@@ -450,6 +450,31 @@ describe('reconcile while an operator switches auto-renew on', () => {
   });
 });
 
+describe('reconcile when one chain cannot be reconciled now', () => {
+  it('goes on with the chains after it: a missing renewal job is restored', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'REC-U', startsAt: now() - 2 * DAY }));
+    await system.waitForChain('REC-U', () => true);
+    await system.send('order.placed', orderPlaced({ order: 'REC-M', startsAt: now() - 2 * DAY }));
+    await system.waitForChain('REC-M', () => true);
+    // REC-U: a payment job gave up halfway through its unsuspension (reconcile finishes it),
+    // while the provider is unreachable.
+    await leftByDeadJob(system, 'REC-U', 'dead-payment-job', () => ({ unsuspending: true }));
+    // REC-M, placed after it: its renewal job was lost (a Redis restored from a backup).
+    const lost = await renewalJob('REC-M', 2);
+    await lost?.remove();
+    const { provisioning } = system.started;
+    const down = Object.create(provisioning) as typeof provisioning;
+    down.unsuspendOrder = async () => {
+      throw new TransientError('provisioning_unavailable', 'the provider is unreachable');
+    };
+
+    const reconcile = makeMaintenanceProcessor(workerDepsOf(system, { provisioning: down }));
+    const result = await reconcile({ id: 'reconcile-one-down', data: {} } as Job);
+    expect(result.failed).toBe(1);
+    expect(await (await renewalJob('REC-M', 2))?.getState()).toBe('delayed');
+  });
+});
+
 describe('a renewal intent replayed after its chain was suspended', () => {
   it('makes the order once and suspends it with the rest of the chain', async () => {
     const startsAt = now() - 25 * DAY;

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { Job } from 'bullmq';
 import { describe, expect, it } from 'vitest';
+import { makeProcessor as makeMaintenanceProcessor } from '../../../jobs/maintenance.js';
 import { renewalJobId } from '../../../jobs/renewals.js';
 import { makeProcessor as makeSeatProcessor } from '../../../jobs/seat-changes.js';
 import { addOnJobId } from '../../../jobs/waiting-add-ons.js';
@@ -634,6 +635,48 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     expect(chain.addOns.map((a) => a.nextLicenses)).toEqual([0, 0, 3, 2]);
     const ordered = chain.history.filter((h) => h.event === 'seats.addon_ordered');
     expect(ordered.at(-2)?.detail).toContain('the rest of the event is bought next');
+  });
+
+  it("keeps an add-on's renewal job when the operator switches its main chain on during reconcile", async () => {
+    await place(system, 'A-21', 5);
+    await seats(system, 'A-21', 8, { effectiveAt: clock.now() + DAY });
+    await system.waitForChain('A-21', (c) => c.addOns.length === 1);
+    const addOnJob = renewalJobId(chainIdOf('A-21.a1'), 2);
+    const renewals = system.queue('renewals');
+    const off = await system.ops('PUT', '/ops/chains/A-21/auto-renew', { enabled: false });
+    expect(off.status).toBe(200);
+    expect(await renewals.getJob(addOnJob)).toBeUndefined();
+
+    // The operator's switch lands after reconcile, at the add-on, first read its main chain
+    // (off): before reconcile acts on the add-on's job. Where reconcile reads the main chain
+    // again, or takes its lock to read it, the switch comes right after that.
+    const deps = workerDepsOf(system);
+    const { chains } = deps;
+    const mainId = chainIdOf('A-21');
+    let switched: Promise<{ status: number }> | undefined;
+    const switchOn = () => {
+      switched ??= system.ops('PUT', '/ops/chains/A-21/auto-renew', { enabled: true });
+      return switched;
+    };
+    const get = chains.get.bind(chains);
+    let reads = 0;
+    chains.get = async (id) => {
+      const chain = await get(id);
+      if (id === mainId && ++reads === 2) await switchOn();
+      return chain;
+    };
+    const lock = chains.lock.bind(chains);
+    chains.lock = async (id, token) => {
+      const held = await lock(id, token);
+      // Waits for reconcile to let go of the main chain.
+      if (id === mainId && held.kind === 'held') void switchOn();
+      return held;
+    };
+    await makeMaintenanceProcessor(deps)({ id: 'reconcile-a21', data: {} } as Job);
+
+    expect((await switched)?.status).toBe(200);
+    expect((await system.chain('A-21')).autoRenew).toBe(true);
+    expect(await (await renewals.getJob(addOnJob))?.getState()).toBe('delayed');
   });
 
   it('cancels an add-on renewal recorded while its main chain was being cancelled', async () => {
