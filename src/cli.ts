@@ -224,6 +224,15 @@ async function withChainOperations<T>(run: (ops: ChainOperations) => Promise<T>)
           leadDays: settings.RENEWAL_LEAD_DAYS,
         }),
       );
+    } catch (error) {
+      // The variant is this command's setting, not the service's: say which one it read.
+      if (error instanceof RefusalError && error.code === 'not_external') {
+        throw new RefusalError(
+          error.code,
+          `${error.message} (this command read PARTNER_VARIANT=${settings.PARTNER_VARIANT}: run it with the service's settings)`,
+        );
+      }
+      throw error;
     } finally {
       await Promise.all([renewals.close(), paymentSignals.close()]);
     }

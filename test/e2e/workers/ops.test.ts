@@ -14,7 +14,14 @@ import {
   STALLED_INTERVAL_MS,
 } from '../../../src/queues.js';
 import { JOB_ATTEMPTS } from '../../../src/retry-policy.js';
-import { DAY, OPS_TOKEN, orderPlaced, type System, startSystem } from '../../helpers/system.js';
+import {
+  DAY,
+  leftByDeadJob,
+  OPS_TOKEN,
+  orderPlaced,
+  type System,
+  startSystem,
+} from '../../helpers/system.js';
 
 let system: System;
 
@@ -339,5 +346,22 @@ describe('the CLI', () => {
     }).catch((e) => e);
     expect(bad.code).not.toBe(0);
     expect(bad.stderr).toContain("value 'maybe' is invalid for argument 'state'");
+  });
+
+  it('names the variant it read when it refuses a reactivation for a marketplace chain', async () => {
+    // As an external service's chain awaiting its reactivation would look to this marketplace one.
+    await system.send('order.placed', orderPlaced({ order: 'OPS-X' }));
+    await system.waitForChain('OPS-X', () => true);
+    await leftByDeadJob(system, 'OPS-X', 'test', () => ({
+      status: 'suspended',
+      needsReactivation: true,
+    }));
+    const refused = await run(process.execPath, [BIN, 'chains', 'reactivated', 'OPS-X'], {
+      env: env(),
+    }).catch((e) => e);
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toContain(
+      "(this command read PARTNER_VARIANT=marketplace: run it with the service's settings)",
+    );
   });
 });
