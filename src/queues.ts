@@ -2,7 +2,7 @@
 import type { JobsOptions } from 'bullmq';
 import type { EventType } from './intake/events.js';
 import { QUEUE_KEY_PREFIX } from './redis/key-space.js';
-import { JOB_ATTEMPTS, RETRY_BACKOFF_TYPE } from './retry-policy.js';
+import { JOB_ATTEMPTS, KEPT_FAILURES, RETRY_BACKOFF_TYPE } from './retry-policy.js';
 
 export const QUEUES = {
   orders: 'orders',
@@ -45,11 +45,12 @@ const DAY_SECONDS = 86_400;
  * failed jobs stay 90 days for inspection and retry from Bull Board. Failed attempts retry by the
  * workers' policy (src/retry-policy.ts): waits doubling from 2 s up to 15 minutes, with jitter;
  * for as long as a provider or Redis is away (an accepted event must not be lost to an outage),
- * 12 attempts for anything unexpected.
+ * 12 failures in a row for anything unexpected. The last 12 failures' stack traces are kept.
  */
 export const defaultJobOptions: JobsOptions = {
   attempts: JOB_ATTEMPTS,
   backoff: { type: RETRY_BACKOFF_TYPE },
+  stackTraceLimit: KEPT_FAILURES,
   removeOnComplete: { age: 7 * DAY_SECONDS, count: 100_000 },
   removeOnFail: { age: 90 * DAY_SECONDS },
 };

@@ -9,7 +9,7 @@ import { makeProcessor as makeOrdersProcessor } from '../jobs/orders.js';
 import { makeProcessor as makePaymentProcessor } from '../jobs/payment-signals.js';
 import { makeRenewalProcessor } from '../jobs/renewals.js';
 import { makeProcessor as makeSeatProcessor } from '../jobs/seat-changes.js';
-import { RefusalError } from './errors.js';
+import { RefusalError, TransientError } from './errors.js';
 import type { Logger } from './logger.js';
 import {
   MAX_STALLED_COUNT,
@@ -19,7 +19,7 @@ import {
   queueNames,
   STALLED_INTERVAL_MS,
 } from './queues.js';
-import type { RedisClient } from './redis/connection.js';
+import { isRedisUnavailable, type RedisClient } from './redis/connection.js';
 import { retryBackoff } from './retry-policy.js';
 import { settlesWithin } from './settles-within.js';
 
@@ -66,7 +66,8 @@ async function jobsFinishWithin(running: ReadonlySet<Promise<unknown>>, timeoutM
 /**
  * A provider's refusal that no processor handled fails its job at once, with the provider's
  * message as the job's failed reason: the same request would be refused the same way on every
- * retry. Transient failures still retry with backoff.
+ * retry. A Redis failure is thrown as the TransientError it is, so the retry policy (and the
+ * job's kept stack traces) know it for a failure that only waiting fixes.
  */
 export function refusalsFailJobs(processor: Processor): Processor {
   return async (job, token, signal) => {
@@ -74,6 +75,14 @@ export function refusalsFailJobs(processor: Processor): Processor {
       return await processor(job, token, signal);
     } catch (error) {
       if (error instanceof RefusalError) throw new UnrecoverableError(error.message);
+      if (!(error instanceof TransientError) && isRedisUnavailable(error)) {
+        throw new TransientError(
+          'redis_unavailable',
+          (error as Error).message,
+          {},
+          { cause: error },
+        );
+      }
       throw error;
     }
   };

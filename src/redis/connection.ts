@@ -202,12 +202,19 @@ function onceConnectedRetryForever(connected: () => boolean) {
 /** How long a request-path command may wait for Redis's answer (ms). */
 export const REQUEST_COMMAND_TIMEOUT_MS = 5_000;
 
+/**
+ * How ioredis and Redis word "cannot be reached or cannot write now", at the start of the
+ * message: anchored, so an error that only quotes such a word (a provider's page saying
+ * "Loading...") is not taken for one.
+ */
 const UNAVAILABLE =
-  /Connection is closed|Stream isn't writeable|ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|max retries per request|LOADING|READONLY|CLUSTERDOWN|TRYAGAIN|Cluster isn't ready|Cluster is ended|Too many Cluster redirections|None of startup nodes|Failed to refresh slots|MISCONF|NOREPLICAS/i;
+  /^(Connection is closed|Stream isn't writeable|(connect |read |write )?(ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE)\b|Reached the max retries per request|LOADING |READONLY |CLUSTERDOWN |TRYAGAIN |MASTERDOWN |Cluster isn't ready|Cluster is ended|Too many Cluster redirections|None of startup nodes|Failed to refresh slots|MISCONF |NOREPLICAS )/;
+/** A socket's own failure (a Node system error's code), whatever its message. */
+const UNAVAILABLE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE']);
 
 /** Whether a command gave up waiting for Redis's answer: Redis may have run it all the same. */
 export function isRedisTimeout(error: unknown): boolean {
-  return error instanceof Error && /Command timed out/.test(error.message);
+  return error instanceof Error && /^Command timed out/.test(error.message);
 }
 
 /** Whether an error means "Redis cannot be reached or cannot write now" (retry later: 503). */
@@ -217,7 +224,8 @@ export function isRedisUnavailable(error: unknown): boolean {
   return (
     error.name === 'MaxRetriesPerRequestError' ||
     isRedisTimeout(error) ||
-    UNAVAILABLE.test(`${code} ${error.message}`)
+    UNAVAILABLE_CODES.has(code) ||
+    UNAVAILABLE.test(error.message)
   );
 }
 

@@ -55,14 +55,20 @@ describe('a processor whose provider refuses', () => {
 });
 
 describe('the retry policy, as BullMQ applies it', () => {
-  /** Runs one job with the product's options and policy, retries promoted at once, `n` attempts. */
-  async function attempts(fail: () => Error, n: number): Promise<{ state: string; job: Job }> {
+  /**
+   * Runs one job with the product's options, wrapper and policy, retries promoted at once, until
+   * it fails for good or has made `n` attempts. `fail` gets the attempt's number (1-based).
+   */
+  async function attempts(
+    fail: (attempt: number) => Error,
+    n: number,
+  ): Promise<{ state: string; job: Job }> {
     const name = `policy-${randomUUID()}`;
     const queue = new Queue(name, { connection: db.redis });
     const worker = new Worker(
       name,
-      refusalsFailJobs(async () => {
-        throw fail();
+      refusalsFailJobs(async (job) => {
+        throw fail(job.attemptsMade + 1);
       }),
       { connection: db.redis, settings: { backoffStrategy: retryBackoff } },
     );
@@ -87,9 +93,28 @@ describe('the retry policy, as BullMQ applies it', () => {
     expect(job.attemptsMade).toBe(UNEXPECTED_FAILURE_ATTEMPTS);
   });
 
-  it('keeps retrying a transient failure past that', async () => {
+  it('keeps retrying a transient failure past that, and keeps only the last 12 failures', async () => {
     const { state, job } = await attempts(() => new TransientError('unavailable', 'away'), 30);
     expect(state).toBe('delayed');
     expect(job.attemptsMade).toBe(30);
+    expect(job.stacktrace).toHaveLength(12);
+  });
+
+  it('takes a Redis failure for a transient one', async () => {
+    const redisAway = () =>
+      Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:6390'), { code: 'ECONNREFUSED' });
+    const { state, job } = await attempts(redisAway, 20);
+    expect(state).toBe('delayed');
+    expect(job.stacktrace?.at(-1)).toMatch(/^TransientError: connect ECONNREFUSED/);
+  });
+
+  it('gives an unexpected failure after an outage its own 12 attempts in a row', async () => {
+    const outageThenBadAnswers = (attempt: number) =>
+      attempt <= 20
+        ? new TransientError('provisioning_unavailable', 'answered 503')
+        : new Error('provisioning createOrder answered 200 with a body that is not JSON');
+    const { state, job } = await attempts(outageThenBadAnswers, 100);
+    expect(state).toBe('failed');
+    expect(job.attemptsMade).toBe(20 + UNEXPECTED_FAILURE_ATTEMPTS);
   });
 });

@@ -1,8 +1,9 @@
 // The retry policy: waits that double up to a cap, forever for the world's failures, a bounded
-// number of times for unexpected ones.
+// number of times in a row for unexpected ones.
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, TransientError } from '../../../src/errors.js';
+import { isRedisUnavailable } from '../../../src/redis/connection.js';
 import {
   JOB_ATTEMPTS,
   MAX_RETRY_DELAY_MS,
@@ -12,17 +13,19 @@ import {
 
 const unavailable = new TransientError('provisioning_unavailable', 'answered 503');
 const wrongKey = new ConfigError('provisioning_unauthorized', 'refused the API key (401)');
-const redisAway = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:6379'), {
-  code: 'ECONNREFUSED',
-});
+const redisAway = new TransientError('redis_unavailable', 'connect ECONNREFUSED 127.0.0.1:6379');
 const bug = new TypeError("Cannot read properties of undefined (reading 'id')");
+const notAnAnswer = new Error('provisioning createOrder answered 200 with a body that is not JSON');
+
+const traces = (errors: Error[]) => errors.map((e) => e.stack ?? '');
+const never = () => 0;
 
 describe('retryDelayMs', () => {
   it('doubles from 2 s, each wait shortened by up to half', () => {
-    expect([1, 2, 3, 4].map((n) => retryDelayMs(n, unavailable, () => 0))).toEqual([
+    expect([1, 2, 3, 4].map((n) => retryDelayMs(n, unavailable, [], never))).toEqual([
       2_000, 4_000, 8_000, 16_000,
     ]);
-    expect(retryDelayMs(1, unavailable, () => 0.999_999)).toBe(1_000);
+    expect(retryDelayMs(1, unavailable, [], () => 0.999_999)).toBe(1_000);
   });
 
   it('never waits more than 15 minutes, nor gives up, while a provider or Redis is away', () => {
@@ -32,7 +35,8 @@ describe('retryDelayMs', () => {
         fc.constantFrom(unavailable, wrongKey, redisAway),
         fc.double({ min: 0, max: 1, maxExcluded: true, noNaN: true }),
         (attempts, error, random) => {
-          const wait = retryDelayMs(attempts, error, () => random);
+          const earlier = traces(Array(11).fill(bug));
+          const wait = retryDelayMs(attempts, error, earlier, () => random);
           expect(wait).toBeGreaterThan(0);
           expect(wait).toBeLessThanOrEqual(MAX_RETRY_DELAY_MS);
         },
@@ -42,9 +46,37 @@ describe('retryDelayMs', () => {
     expect((JOB_ATTEMPTS * MAX_RETRY_DELAY_MS) / 2 / 86_400_000).toBeGreaterThan(50);
   });
 
-  it('fails an unexpected error after 12 attempts', () => {
-    expect(retryDelayMs(UNEXPECTED_FAILURE_ATTEMPTS - 1, bug, () => 0)).toBeGreaterThan(0);
-    expect(retryDelayMs(UNEXPECTED_FAILURE_ATTEMPTS, bug)).toBe(-1);
-    expect(retryDelayMs(UNEXPECTED_FAILURE_ATTEMPTS, new Error('answered for "A-1"'))).toBe(-1);
+  it('fails after 12 unexpected failures in a row', () => {
+    const eleven = traces(Array(UNEXPECTED_FAILURE_ATTEMPTS - 1).fill(bug));
+    expect(retryDelayMs(11, bug, eleven.slice(1), never)).toBeGreaterThan(0);
+    expect(retryDelayMs(12, bug, eleven)).toBe(-1);
+    expect(retryDelayMs(12, notAnAnswer, eleven)).toBe(-1);
+  });
+
+  it('counts only the unexpected failures since the last outage one', () => {
+    // An outage of 20 attempts, then the provider's first answer is not the interface's.
+    const outage = traces(Array(20).fill(unavailable));
+    expect(retryDelayMs(21, notAnAnswer, outage.slice(-12))).toBeGreaterThan(0);
+    const then = [...outage, ...traces(Array(10).fill(notAnAnswer))].slice(-12);
+    expect(retryDelayMs(31, notAnAnswer, then)).toBeGreaterThan(0);
+    const more = [...then, ...traces([notAnAnswer])].slice(-12);
+    expect(retryDelayMs(32, notAnAnswer, more)).toBe(-1);
+  });
+});
+
+describe('isRedisUnavailable', () => {
+  it("takes Redis's own words, not a provider's page that quotes them", () => {
+    expect(isRedisUnavailable(new Error('LOADING Redis is loading the dataset in memory'))).toBe(
+      true,
+    );
+    expect(isRedisUnavailable(new Error('connect ECONNREFUSED 127.0.0.1:6379'))).toBe(true);
+    expect(isRedisUnavailable(new Error('Connection is closed.'))).toBe(true);
+    const page = new Error(
+      'provisioning createOrder answered 200 with a body that is not JSON: "<p>Loading...</p>"',
+    );
+    expect(isRedisUnavailable(page)).toBe(false);
+    expect(isRedisUnavailable(new Error('answered 500: upstream READONLY mode, ECONNRESET'))).toBe(
+      false,
+    );
   });
 });
