@@ -494,12 +494,16 @@ async function finishRenewal(
   // the same job id is ignored; a next-term job that fires before the record skips. Only a
   // record already written goes with the job (prepareRenewal's `stored`).
   const prepared = prepareRenewal(deps, { ...next, version }, { stored: recorded });
-  await Promise.all([
+  const [record, add] = await Promise.allSettled([
     recorded ? undefined : deps.chains.save(save),
     addNextRenewalJob(deps.queues.renewals, next, at, prepared),
   ]);
+  if (record.status === 'rejected') throw record.reason;
+  // Counted once recorded, even if the next job's add failed: its retry finds the term recorded
+  // (already_renewed) and only makes sure of that job.
   deps.metrics.renewals.inc({ variant: deps.provisioning.variant });
   deps.metrics.orders.inc({ kind: 'renewal' });
+  if (add.status === 'rejected') throw add.reason;
   log.info({ ...about, order: intent.orderId, expiresAt: next.term.expiresAt }, 'renewal ordered');
   return `renewed: ${intent.orderId}`;
 }

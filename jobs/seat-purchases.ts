@@ -588,7 +588,6 @@ export async function finishSeatIntent(
   const now = deps.clock.now();
   const addOns = await deps.chains.getMany(chain.addOns);
   if (intent.kind === 'partial') {
-    deps.metrics.orders.inc({ kind: 'partial' });
     const recorded = await recordPurchase(deps, held, {
       event,
       startsAt: order.startsAt,
@@ -613,6 +612,8 @@ export async function finishSeatIntent(
       },
       orderIds: [intent.orderId],
     });
+    // Counted once recorded: a retry after a failed record finds the intent again.
+    deps.metrics.orders.inc({ kind: 'partial' });
     // A step of an event bought in several: the rest is planned now, under the same lock.
     if (recorded.unfinishedSeatEvent === null) return recorded;
     return finishUnfinishedSeatEvent(deps, job, { chain: recorded, token }, options);

@@ -25,6 +25,7 @@ import { settlesWithin } from './settles-within.js';
 
 export interface Workers {
   workers: Worker[];
+  /** Whether every worker takes jobs: false once one stopped, and while a shutdown drains. */
   isRunning(): boolean;
   /** Waits up to `timeoutMs` for active jobs, then closes anyway (they are retried later). */
   close(timeoutMs: number): Promise<void>;
@@ -153,7 +154,8 @@ export async function startWorkers(input: {
 
   return {
     workers,
-    isRunning: () => workers.every((w) => w.isRunning()),
+    // A shutdown pauses them first: a draining process says so to whoever routes work to it.
+    isRunning: () => workers.every((w) => w.isRunning() && !w.isPaused()),
     async close(timeoutMs) {
       // No new jobs, then a bounded wait for the running ones. Not BullMQ's own waits: once
       // close() has begun, a later close(true) only returns the first call's promise, and

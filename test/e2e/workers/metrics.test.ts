@@ -1,0 +1,116 @@
+// What operators read: counters, one per order made even when a job records it on a retry, and
+// readiness while a shutdown drains.
+import { Queue } from 'bullmq';
+import { request } from 'undici';
+import { describe, expect, it, vi } from 'vitest';
+import { renewalJobId } from '../../../jobs/renewals.js';
+import { chainIdOf } from '../../../src/chains/keys.js';
+import { ChainStore } from '../../../src/chains/store.js';
+import { DAY, orderPlaced, startSystem, useSystem } from '../../helpers/system.js';
+
+const system = useSystem();
+
+async function counters(name: RegExp): Promise<string[]> {
+  const res = await request(`${system.baseUrl}/metrics`);
+  return (await res.body.text()).split('\n').filter((line) => name.test(line));
+}
+
+const redisBlip = () => Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' });
+
+describe('billing_orders_total', () => {
+  it('counts a partial once when recording it failed once and its job recorded it on a retry', async () => {
+    const startsAt = system.started.runtime.clock.now() - 10 * DAY;
+    await system.send('order.placed', orderPlaced({ order: 'MET-P', licenses: 5, startsAt }));
+    await system.waitForChain('MET-P', () => true);
+    const save = ChainStore.prototype.save;
+    let failed = 0;
+    const spy = vi.spyOn(ChainStore.prototype, 'save').mockImplementation(async function (
+      this: ChainStore,
+      input,
+    ) {
+      if (failed === 0 && input.history?.some((h) => h.event === 'seats.partial_ordered')) {
+        failed += 1;
+        throw redisBlip();
+      }
+      return save.call(this, input);
+    });
+    try {
+      await system.send('seats.changed', { order: 'MET-P', licenses: 8 });
+      await system.waitForChain('MET-P', (c) => c.partials.length === 1, 30_000);
+    } finally {
+      spy.mockRestore();
+    }
+    expect(failed).toBe(1);
+    expect(await counters(/^billing_orders_total\{kind="partial"\}/)).toEqual([
+      'billing_orders_total{kind="partial"} 1',
+    ]);
+  });
+});
+
+describe('billing_renewals_total', () => {
+  it("counts a renewal made once when the next term's job failed to be added once", async () => {
+    const startsAt = system.started.runtime.clock.now() - 25 * DAY;
+    const add = Queue.prototype.add;
+    let failed = 0;
+    const next = renewalJobId(chainIdOf('MET-R'), 3);
+    const spy = vi.spyOn(Queue.prototype, 'add').mockImplementation(async function (
+      this: Queue,
+      name,
+      data,
+      opts,
+    ) {
+      if (failed === 0 && opts?.jobId === next) {
+        failed += 1;
+        throw redisBlip();
+      }
+      return add.call(this, name, data, opts);
+    });
+    try {
+      await system.send('order.placed', orderPlaced({ order: 'MET-R', startsAt }));
+      await system.waitForChain('MET-R', (c) => c.term.count === 2, 30_000);
+      // The retry finds the term recorded and adds the job the first attempt could not.
+      await expect
+        .poll(async () => (await system.queue('renewals').getJob(next))?.getState(), {
+          timeout: 20_000,
+        })
+        .toBe('delayed');
+    } finally {
+      spy.mockRestore();
+    }
+    expect(failed).toBe(1);
+    expect(await counters(/^billing_renewals_total/)).toEqual([
+      'billing_renewals_total{variant="marketplace"} 1',
+    ]);
+  });
+});
+
+describe('/readyz while a shutdown waits for active jobs', () => {
+  it('answers 503: the workers take no more jobs', async () => {
+    const draining = await startSystem({ env: { SHUTDOWN_TIMEOUT_SECONDS: '2' } });
+    const save = ChainStore.prototype.save;
+    let hung = 0;
+    const spy = vi.spyOn(ChainStore.prototype, 'save').mockImplementation(async function (
+      this: ChainStore,
+      input,
+    ) {
+      // The order.placed job's first save never returns: an active job to wait for.
+      if (input.previous === null) {
+        hung += 1;
+        return new Promise(() => {});
+      }
+      return save.call(this, input);
+    });
+    try {
+      await draining.send('order.placed', orderPlaced({ order: 'MET-S' }));
+      await vi.waitFor(() => expect(hung).toBe(1), { timeout: 10_000 });
+      const stopping = draining.started.stop();
+      const ready = await request(`${draining.baseUrl}/readyz`);
+      expect(ready.statusCode).toBe(503);
+      expect(await ready.body.json()).toMatchObject({ status: 'not ready', workers: false });
+      await stopping;
+    } finally {
+      spy.mockRestore();
+      await draining.close();
+    }
+  });
+});
