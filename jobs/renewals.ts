@@ -332,6 +332,9 @@ async function stopAddOn(
   held: { chain: Chain; token: string },
   now: number,
 ) {
+  const skipped = 'skipped: no licenses for the next term';
+  // Stopped already: this job is run again after its save (its worker died before reporting).
+  if (held.chain.nextLicenses === 0 && held.chain.nextRenewalAt === null) return skipped;
   await deps.chains.save({
     chainId: held.chain.id,
     token: held.token,
@@ -347,7 +350,7 @@ async function stopAddOn(
     ],
     release: false,
   });
-  return 'skipped: no licenses for the next term';
+  return skipped;
 }
 
 /** The params of the renewal order, per variant; extensions only when the service has them. */

@@ -44,7 +44,7 @@ function firstNewerSource(builtAt) {
  * Mirrors the Lua scripts into dist/: copies new and changed ones and removes those whose source
  * is gone, since scripts are loaded by folder and a stale one would shadow its renamed successor.
  */
-function copyLuaScripts() {
+export function copyLuaScripts() {
   const sources = LUA_DIRS.flatMap((dir) => listFiles(dir, /\.lua$/));
   const wanted = new Set(sources.map((source) => path.relative(projectRoot, source)));
   for (const built of LUA_DIRS.flatMap((dir) => listFiles(path.join('dist', dir), /\.lua$/))) {

@@ -223,7 +223,8 @@ export async function runAgain(queue: Queue, jobId: string): Promise<void> {
   if (!job) throw new Error(`no job ${jobId}`);
   const { name, data, opts } = job;
   await job.remove();
-  await queue.add(name, data, { ...opts, jobId });
+  // At once, as the stalled check gives it back: not after the delay it was first added with.
+  await queue.add(name, data, { ...opts, jobId, delay: 0 });
   await expect.poll(finished, { timeout: 10_000 }).toMatch(/^(completed|failed)$/);
 }
 

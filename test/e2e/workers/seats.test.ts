@@ -584,6 +584,10 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     // At its renewal the emptied add-on stops instead of ordering zero licenses.
     const ended = await stopFirstAddOn(system, clock, 'A-1', addOn?.term.expiresAt ?? 0);
     expect(ended.addOns[0]?.history.at(-1)?.event).toBe('addon.stopped');
+    // Its job run again (its worker died before reporting it done) writes nothing twice.
+    await runAgain(system.queue('renewals'), addOnJob);
+    const again = await system.chain('A-1.a1');
+    expect(again.history.filter((h) => h.event === 'addon.stopped')).toHaveLength(1);
   });
 
   it('replaces an add-on that stopped and ends before the main term does, from its end', async () => {
