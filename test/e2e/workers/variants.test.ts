@@ -200,8 +200,9 @@ describe('remote mode through an outage longer than the unexpected failures are 
   /** Runs the job's retries at once instead of after their waits, until it has made `n` attempts. */
   async function attemptsPass(queue: Queue, jobId: string, n: number) {
     for (;;) {
+      // The state first: a job read after it is at least as new.
+      const state = await queue.getJobState(jobId);
       const job = await queue.getJob(jobId);
-      const state = await job?.getState();
       if (state === 'failed' || state === 'completed' || (job?.attemptsMade ?? 0) >= n) return job;
       if (state === 'delayed') await job?.promote().catch(() => {});
       await sleep(10);

@@ -31,8 +31,10 @@ async function attempts(
   try {
     const added = await queue.add('work', {}, defaultJobOptions);
     for (;;) {
+      // The state first: a job read after it is at least as new (read before, it could still
+      // show the attempt in flight of a job that failed since).
+      const state = await queue.getJobState(added.id ?? '');
       const job = (await queue.getJob(added.id ?? '')) as Job;
-      const state = await job.getState();
       if (state === 'failed' || job.attemptsMade >= n) return { state, job };
       if (state === 'delayed') await job.promote().catch(() => {});
       await new Promise((resolve) => setTimeout(resolve, 5));
