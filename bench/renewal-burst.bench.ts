@@ -36,7 +36,7 @@ import {
 import { connectRedis } from '../src/redis/connection.js';
 import { describeRedisTarget, parseRedisTarget } from '../src/redis/target.js';
 import { retryBackoff } from '../src/retry-policy.js';
-import { closeQueues, openQueues, refusalsFailJobs } from '../src/workers.js';
+import { classifyFailures, closeQueues, openQueues } from '../src/workers.js';
 import { startTestRedis } from '../test/helpers/redis-server.js';
 
 const WARMUP_CHAINS = 500;
@@ -191,7 +191,7 @@ async function freshDeps(bench: Bench): Promise<{ deps: WorkerDeps; partner: Par
 
 /**
  * A worker with the options startWorkers gives the orders and renewals queues (src/workers.ts);
- * the product's processors come wrapped in refusalsFailJobs as startWorkers wraps them (its
+ * the product's processors come wrapped in classifyFailures as startWorkers wraps them (its
  * shutdown bookkeeping, a Set add and delete per job, is left out).
  */
 function openWorker(bench: Bench, queue: string, processor: Processor, concurrency: number) {
@@ -379,7 +379,7 @@ async function placeChains(bench: Bench, deps: WorkerDeps, n: number, concurrenc
     deps.queues.orders,
     orderIds.map((id) => orderPlaced(id, product, startsAt, now)),
   );
-  const orders = refusalsFailJobs(makeOrdersProcessor(deps));
+  const orders = classifyFailures(makeOrdersProcessor(deps));
   const worker = openWorker(bench, QUEUES.orders, orders, concurrency);
   await runWorker(worker, n, (run) => run());
   const waiting = await deps.queues.renewals.getWaitingCount();
@@ -465,7 +465,7 @@ async function timeRenewals(
   concurrency: number,
   profileTo: string | undefined,
 ) {
-  const renewals = refusalsFailJobs(makeRenewalProcessor(deps));
+  const renewals = classifyFailures(makeRenewalProcessor(deps));
   const worker = openWorker(bench, QUEUES.renewals, renewals, concurrency);
   // startWorkers counts every completed job; keep that cost in the measured path.
   worker.on('completed', () =>

@@ -15,13 +15,13 @@ export const JOB_ATTEMPTS = 10_000;
  * Failures in a row that waiting did not fix (a bug, an answer that is not the interface's)
  * after which a job fails, whatever outage came before them.
  */
-export const UNEXPECTED_FAILURE_ATTEMPTS = 12;
+export const UNEXPECTED_FAILURES_IN_A_ROW = 12;
 
 /**
  * The failures a job keeps (BullMQ's stack traces): enough to count the unexpected ones in a
  * row, and bounded, since a job may fail thousands of times in an outage.
  */
-export const KEPT_FAILURES = UNEXPECTED_FAILURE_ATTEMPTS;
+export const KEPT_FAILURES = UNEXPECTED_FAILURES_IN_A_ROW;
 
 const FIRST_RETRY_DELAY_MS = 2_000;
 export const MAX_RETRY_DELAY_MS = 15 * 60_000;
@@ -35,7 +35,7 @@ const JITTER = 0.5;
 const WORLD_FAILURES = /^(TransientError|ConfigError)\b/;
 
 /** Whether retrying can only wait for something outside the job: it must never give up early. */
-export function waitsForTheWorld(error: unknown): boolean {
+function waitsForTheWorld(error: unknown): boolean {
   return error instanceof Error && WORLD_FAILURES.test(error.name);
 }
 
@@ -61,7 +61,7 @@ export function retryDelayMs(
   earlierTraces: readonly string[] = [],
   random = Math.random,
 ): number {
-  if (unexpectedInARow(error, earlierTraces) >= UNEXPECTED_FAILURE_ATTEMPTS) return -1;
+  if (unexpectedInARow(error, earlierTraces) >= UNEXPECTED_FAILURES_IN_A_ROW) return -1;
   const ceiling = Math.min(MAX_RETRY_DELAY_MS, FIRST_RETRY_DELAY_MS * 2 ** (attemptsMade - 1));
   return Math.floor(ceiling * (1 - JITTER * random()));
 }

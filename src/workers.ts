@@ -65,12 +65,13 @@ async function jobsFinishWithin(running: ReadonlySet<Promise<unknown>>, timeoutM
 }
 
 /**
- * A provider's refusal that no processor handled fails its job at once, with the provider's
+ * Gives a processor's failures the kind the retry policy reads. A provider's refusal that no
+ * processor handled fails its job at once, with the provider's
  * message as the job's failed reason: the same request would be refused the same way on every
  * retry. A Redis failure is thrown as the TransientError it is, so the retry policy (and the
  * job's kept stack traces) know it for a failure that only waiting fixes.
  */
-export function refusalsFailJobs(processor: Processor): Processor {
+export function classifyFailures(processor: Processor): Processor {
   return async (job, token, signal) => {
     try {
       return await processor(job, token, signal);
@@ -122,7 +123,7 @@ export async function startWorkers(input: {
       return run;
     };
   const workers = Object.entries(processors).map(([name, processor]) => {
-    const worker = new Worker(name, tracked(refusalsFailJobs(processor)), {
+    const worker = new Worker(name, tracked(classifyFailures(processor)), {
       connection: input.connection,
       prefix: QUEUE_PREFIX,
       concurrency: name === QUEUES.maintenance ? 1 : input.concurrency,

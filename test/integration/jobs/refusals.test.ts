@@ -5,8 +5,8 @@ import { type Job, Queue, Worker } from 'bullmq';
 import { describe, expect, it } from 'vitest';
 import { RefusalError, TransientError } from '../../../src/errors.js';
 import { defaultJobOptions } from '../../../src/queues.js';
-import { retryBackoff, UNEXPECTED_FAILURE_ATTEMPTS } from '../../../src/retry-policy.js';
-import { refusalsFailJobs } from '../../../src/workers.js';
+import { retryBackoff, UNEXPECTED_FAILURES_IN_A_ROW } from '../../../src/retry-policy.js';
+import { classifyFailures } from '../../../src/workers.js';
 import { useTestRedisConnection } from '../../helpers/redis-server.js';
 
 const db = useTestRedisConnection();
@@ -23,7 +23,7 @@ async function attempts(
   const queue = new Queue(name, { connection: db.redis });
   const worker = new Worker(
     name,
-    refusalsFailJobs(async (job) => {
+    classifyFailures(async (job) => {
       throw fail(job.attemptsMade + 1);
     }),
     { connection: db.redis, settings: { backoffStrategy: retryBackoff } },
@@ -60,7 +60,7 @@ describe('the retry policy, as BullMQ applies it', () => {
   it('fails an unexpected error after 12 attempts', async () => {
     const { state, job } = await attempts(() => new Error('not the interface'), 100);
     expect(state).toBe('failed');
-    expect(job.attemptsMade).toBe(UNEXPECTED_FAILURE_ATTEMPTS);
+    expect(job.attemptsMade).toBe(UNEXPECTED_FAILURES_IN_A_ROW);
   });
 
   it('keeps retrying a transient failure past that, and keeps only the last 12 failures', async () => {
@@ -85,6 +85,6 @@ describe('the retry policy, as BullMQ applies it', () => {
         : new Error('provisioning createOrder answered 200 with a body that is not JSON');
     const { state, job } = await attempts(outageThenBadAnswers, 100);
     expect(state).toBe('failed');
-    expect(job.attemptsMade).toBe(20 + UNEXPECTED_FAILURE_ATTEMPTS);
+    expect(job.attemptsMade).toBe(20 + UNEXPECTED_FAILURES_IN_A_ROW);
   });
 });

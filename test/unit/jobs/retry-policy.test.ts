@@ -8,7 +8,7 @@ import {
   JOB_ATTEMPTS,
   MAX_RETRY_DELAY_MS,
   retryDelayMs,
-  UNEXPECTED_FAILURE_ATTEMPTS,
+  UNEXPECTED_FAILURES_IN_A_ROW,
 } from '../../../src/retry-policy.js';
 
 const unavailable = new TransientError('provisioning_unavailable', 'answered 503');
@@ -47,7 +47,7 @@ describe('retryDelayMs', () => {
   });
 
   it('fails after 12 unexpected failures in a row', () => {
-    const eleven = traces(Array(UNEXPECTED_FAILURE_ATTEMPTS - 1).fill(bug));
+    const eleven = traces(Array(UNEXPECTED_FAILURES_IN_A_ROW - 1).fill(bug));
     expect(retryDelayMs(11, bug, eleven.slice(1), never)).toBeGreaterThan(0);
     expect(retryDelayMs(12, bug, eleven)).toBe(-1);
     expect(retryDelayMs(12, notAnAnswer, eleven)).toBe(-1);
