@@ -52,7 +52,8 @@ export function firstTerm(input: { startsAt: number; duration: Duration }): Plan
  * The next term of a chain, or why it is refused. The renewal window applies to every renewal
  * (it is what stops accidental repeats). A renewal continues at the end of the latest term, or
  * starts now when that term has expired; an explicit `requestedStartsAt` (marketplace
- * controlled start) may leave a gap but never overlap. A term that does not continue the chain
+ * controlled start) may leave a gap but never overlap, and never starts an expired chain's term
+ * before now. A term that does not continue the chain
  * without a gap starts a new anchor.
  */
 export function planRenewalTerm(input: {
@@ -66,11 +67,19 @@ export function planRenewalTerm(input: {
   if (window.kind === 'refused') {
     return { ...window, reason: 'window' };
   }
-  const startsAt =
-    input.requestedStartsAt ?? renewalStart({ now, expiresAt: chain.expiresAt }).startsAt;
-  if (startsAt < chain.expiresAt) {
-    return { kind: 'refused', reason: 'overlap', startsAt, currentExpiresAt: chain.expiresAt };
+  const start = renewalStart({ now, expiresAt: chain.expiresAt });
+  const requested = input.requestedStartsAt ?? start.startsAt;
+  if (requested < chain.expiresAt) {
+    return {
+      kind: 'refused',
+      reason: 'overlap',
+      startsAt: requested,
+      currentExpiresAt: chain.expiresAt,
+    };
   }
+  // An expired chain's term starts now (DESIGN §3), also when the requested start has passed (a
+  // renewal decided before the term ended, sent after it): the days it lay expired are not sold.
+  const startsAt = start.expired ? Math.max(requested, now) : requested;
   const count = chain.count + 1;
   if (startsAt === chain.expiresAt) {
     return {

@@ -315,6 +315,19 @@ describe('renewals linked by parent', () => {
       });
     });
 
+    it('starts now a renewal that asks for the old end, long past (sent late, after an outage)', async () => {
+      const first = await placeOrder({ ...simple, id: 'O-1' });
+      const now = utc(2026, 5, 10, 9);
+      app.clock.set(now);
+      const renewal = await placeOrder({
+        ...simple,
+        id: 'O-2',
+        parent: 'O-1',
+        startsAt: first.expiresAt,
+      });
+      expect(renewal).toMatchObject({ count: 2, startsAt: now, expiresAt: utc(2026, 6, 10, 9) });
+    });
+
     it('anchors later renewals on the new start', async () => {
       await placeOrder({ ...simple, id: 'O-1' });
       app.clock.set(utc(2026, 3, 31));

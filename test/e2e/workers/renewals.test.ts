@@ -287,6 +287,45 @@ describe('a renewal whose job ran out of attempts after sending its order', () =
   });
 });
 
+describe('a renewal intent decided before its term ended and sent after', () => {
+  it('starts the term when it is sent, not at the old end: the days it lay expired are not sold', async () => {
+    await system.send(
+      'order.placed',
+      orderPlaced({ order: 'LATE-1', startsAt: now() - 40 * DAY, autoRenew: false }),
+    );
+    const placed = await system.waitForChain('LATE-1', () => true);
+    expect(placed.term.expiresAt).toBeLessThan(now() - 5 * DAY);
+    // Its job wrote the intent in the renewal lead and died; the provider stayed away past the end.
+    const params = {
+      customer: placed.customer,
+      id: 'LATE-1.r2',
+      product: placed.product,
+      licenses: 5,
+      duration: placed.duration,
+      startsAt: placed.term.expiresAt,
+      parent: 'LATE-1',
+    };
+    await leftByDeadJob(system, 'LATE-1', 'dead-renewal-job', () => ({
+      autoRenew: true,
+      nextRenewalAt: placed.term.expiresAt - 7 * DAY,
+      intent: {
+        kind: 'renewal',
+        method: 'createOrder',
+        orderId: 'LATE-1.r2',
+        params,
+        jobId: 'dead',
+      },
+    }));
+    const sentAfter = now();
+
+    const reconcile = await system.queue('maintenance').add('reconcile now', {});
+    await expect.poll(async () => reconcile.getState(), { timeout: 10_000 }).toBe('completed');
+    const chain = await system.waitForChain('LATE-1', (c) => c.term.count === 2);
+    expect(chain.term.startsAt).toBeGreaterThanOrEqual(sentAfter);
+    expect((await system.providerOrder('LATE-1.r2'))?.startsAt).toBe(chain.term.startsAt);
+  });
+});
+
 describe('a renewal in flight when auto-renew is switched off', () => {
   /**
    * A chain whose renewal job sent its order (made at the provider), lost the answer (a

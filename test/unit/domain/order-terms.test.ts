@@ -129,6 +129,23 @@ describe('planRenewalTerm', () => {
       });
     });
 
+    it('starts an expired chain now when the requested start (its old end) has passed', () => {
+      const now = utc(2025, 5, 10, 12);
+      expect(renew(chain, now, first.expiresAt)).toEqual({
+        count: 2,
+        startsAt: now,
+        expiresAt: utc(2025, 6, 10, 12),
+        anchor: now,
+        anchorTerm: 2,
+      });
+    });
+
+    it('keeps a requested start after the gap that is still ahead', () => {
+      const now = utc(2025, 3, 3, 12);
+      const startsAt = utc(2025, 3, 10);
+      expect(renew(chain, now, startsAt)).toMatchObject({ startsAt, anchor: startsAt });
+    });
+
     it('anchors a requested later start and keeps that anchor for the terms after it', () => {
       const startsAt = utc(2025, 3, 31);
       const second = renew(chain, first.expiresAt - DAY, startsAt);
