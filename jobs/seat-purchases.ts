@@ -43,9 +43,10 @@ export function paidInForce(chain: Chain, addOns: readonly Chain[], now: number)
 
 /** paidInForce, and the orders in force for part of what is left of the latest term only. */
 function paidInLatestTerm(chain: Chain, addOns: readonly Chain[], now: number): PaidDuring {
-  // The latest term's stretch starts when the term in force (if any) ends.
+  // The latest term's stretch starts when the term in force (if any) ends, or when a first term
+  // ordered to start later starts.
   const stretch = {
-    from: Math.max(now, chain.previousTerm?.expiresAt ?? now),
+    from: Math.max(now, chain.previousTerm?.expiresAt ?? chain.term.startsAt),
     until: chain.term.expiresAt,
   };
   const partials = chain.partials.filter((p) => p.expiresAt > now && p.expiresAt >= stretch.until);
@@ -89,6 +90,8 @@ export function paidAhead(chain: Chain, addOns: readonly Chain[], now: number, s
     termInForce: paidInTermInForce(chain, addOns, now),
     termEnd: chain.term.expiresAt,
     now,
+    // With no term before it, the chain's licenses start with its latest term.
+    servedFrom: chain.previousTerm === null ? chain.term.startsAt : now,
     style,
     runsOn: (startsAt: number) =>
       style === 'coterm' ||

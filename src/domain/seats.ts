@@ -55,6 +55,11 @@ export interface SeatChangeInput {
   /** When the new total is needed (epoch seconds). */
   readonly neededAt: number;
   readonly now: number;
+  /**
+   * When the chain's licenses start: the start of a first term ordered to begin later. Nothing
+   * is bought for the days before it (default: now).
+   */
+  readonly servedFrom?: number | undefined;
   /** End of the latest ordered term of the chain (epoch seconds). */
   readonly termEnd: number;
   /**
@@ -170,7 +175,7 @@ export function planSeatChange(input: SeatChangeInput): SeatDecision {
   if (input.lastAppliedAt !== null && input.occurredAt < input.lastAppliedAt) {
     return { kind: 'stale', lastAppliedAt: input.lastAppliedAt };
   }
-  const startsAt = Math.max(input.neededAt, input.now);
+  const startsAt = Math.max(input.neededAt, input.now, input.servedFrom ?? input.now);
   if (startsAt >= input.termEnd) {
     return { kind: 'next_renewal_only', total: input.total, reason: 'after_term' };
   }

@@ -253,6 +253,21 @@ describe('marketplace, co-terminated partial orders (the default)', () => {
     expect(later.partials).toHaveLength(1);
   });
 
+  it('buys nothing for the days before a first term ordered to start later', async () => {
+    const placed = await place(system, 'S-10', 5, -19);
+    expect(placed.term.startsAt).toBe(clock.now() + 19 * DAY);
+    await seats(system, 'S-10', 8);
+    const chain = await system.waitForChain('S-10', (c) => c.partials.length === 1);
+    expect(chain.partials).toEqual([
+      {
+        orderId: 'S-10.p1',
+        licenses: 3,
+        startsAt: placed.term.startsAt,
+        expiresAt: placed.term.expiresAt,
+      },
+    ]);
+  });
+
   it('ignores an event older than the last applied one, and a repeat of the same total', async () => {
     await place(system, 'S-4', 5);
     const t = clock.now();
@@ -1029,6 +1044,16 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     expect((await chains.get(addOn))?.status).toBe('cancelled');
     expect((await chains.history(addOn)).at(-1)?.detail).toContain('recorded by reconcile');
     expect((await system.providerOrder('A-15.a1'))?.status).toBe('cancelled');
+  });
+
+  it('starts an add-on for a first term ordered to start later with that term', async () => {
+    const placed = await place(system, 'A-22', 5, -19);
+    await seats(system, 'A-22', 8);
+    const chain = await system.waitForChain('A-22', (c) => c.addOns.length === 1);
+    expect(chain.addOns[0]?.term).toMatchObject({
+      startsAt: placed.term.startsAt,
+      expiresAt: placed.term.expiresAt,
+    });
   });
 });
 

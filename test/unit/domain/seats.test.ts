@@ -69,6 +69,17 @@ describe('planSeatChange', () => {
     });
   });
 
+  describe('for a first term ordered to start later', () => {
+    it('buys from the day the term starts, not from now or an earlier date needed', () => {
+      const servedFrom = now + 19 * DAY;
+      expect(plan({ servedFrom })).toEqual(buy(12, 2, servedFrom, termEnd));
+      expect(plan({ servedFrom, neededAt: now + DAY })).toEqual(buy(12, 2, servedFrom, termEnd));
+      expect(plan({ servedFrom, neededAt: servedFrom + DAY })).toEqual(
+        buy(12, 2, servedFrom + DAY, termEnd),
+      );
+    });
+  });
+
   describe('when the total is needed at or after the end of the latest ordered term', () => {
     it('only sets the next renewal count when needed exactly at the end of the term', () => {
       expect(plan({ total: 40, neededAt: termEnd })).toEqual({
