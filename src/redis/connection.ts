@@ -85,7 +85,28 @@ async function connectOnce(
   } finally {
     waiting.abort();
   }
+  await requireDatabase(redis);
   return redis;
+}
+
+/**
+ * Fails unless the connection is on the database its URL names. ioredis selects it after
+ * connecting and, when the server has no such database, reports the refusal as an error event
+ * and goes on in database 0: every key would land beside another deployment's.
+ */
+async function requireDatabase(redis: RedisClient): Promise<void> {
+  if (!(redis instanceof Redis)) return;
+  const db = Number(redis.options.db ?? 0);
+  if (db === 0) return;
+  try {
+    await redis.select(db);
+  } catch (error) {
+    redis.disconnect();
+    const reason = error instanceof Error ? error.message : String(error);
+    throw new Error(
+      `REDIS_URL names database ${db}, which this Redis does not have (${reason}): see its 'databases' setting`,
+    );
+  }
 }
 
 /** Rejects once a TLS check finds the reason a Cluster's first connect waits; never otherwise. */
@@ -203,12 +224,12 @@ function onceConnectedRetryForever(connected: () => boolean) {
 export const REQUEST_COMMAND_TIMEOUT_MS = 5_000;
 
 /**
- * How ioredis and Redis word "cannot be reached or cannot write now", at the start of the
+ * How ioredis and Redis word "cannot be reached or cannot write now" (out of memory too), at the start of the
  * message: anchored, so an error that only quotes such a word (a provider's page saying
  * "Loading...") is not taken for one.
  */
 const UNAVAILABLE =
-  /^(Connection is closed|Stream isn't writeable|(connect |read |write )?(ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE)\b|Reached the max retries per request|LOADING |READONLY |CLUSTERDOWN |TRYAGAIN |MASTERDOWN |Cluster isn't ready|Cluster is ended|Too many Cluster redirections|None of startup nodes|Failed to refresh slots|MISCONF |NOREPLICAS )/;
+  /^(Connection is closed|Stream isn't writeable|(connect |read |write )?(ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE)\b|Reached the max retries per request|LOADING |READONLY |CLUSTERDOWN |TRYAGAIN |MASTERDOWN |Cluster isn't ready|Cluster is ended|Too many Cluster redirections|None of startup nodes|Failed to refresh slots|MISCONF |NOREPLICAS |OOM )/;
 /** A socket's own failure (a Node system error's code), whatever its message. */
 const UNAVAILABLE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE']);
 

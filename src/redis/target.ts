@@ -75,6 +75,14 @@ interface Credentials {
 
 const URL_FORMS = 'a redis://, rediss://, redis+sentinel://, redis+cluster:// URL (or rediss+...)';
 
+/** Checks a server URL's database (`/N` or `?db=N`); '' is database 0. */
+function databaseNumber(text: string, where: string): void {
+  if (text === '') return;
+  if (!/^\d+$/.test(text) || Number(text) > MAX_DB) {
+    throw new Error(`${where} must be a database number (0, 1, ...), got '${text}'`);
+  }
+}
+
 /** Parses a Redis URL; the error says what is wrong with it, and never repeats a password. */
 export function parseRedisTarget(url: string): RedisTarget {
   if (url.startsWith('redis+sentinel:') || url.startsWith('rediss+sentinel:')) {
@@ -94,6 +102,10 @@ export function parseRedisTarget(url: string): RedisTarget {
   }
   // ioredis decodes them when it connects, where a stray % would fail without saying where.
   credentials(parsed.username, parsed.password);
+  // ioredis would send SELECT NaN for a path that is not a number, and fail the start with it.
+  databaseNumber(percentDecoded(parsed.pathname.slice(1), 'the path'), 'the path');
+  const dbParam = parsed.searchParams.get('db');
+  if (dbParam !== null) databaseNumber(dbParam, 'db');
   // ioredis takes the URL's other parameters as its options (they win over the options the
   // client passes); the TLS files are ours, and TLS itself follows the scheme alone. ioredis
   // only sees a lower-case `rediss://`, so TLS is set here for any spelling of it.

@@ -476,6 +476,18 @@ describe('when Redis or the queue fails', () => {
     expect(await redis.exists(webhookDedupKey('evt-dead'))).toBe(0);
   });
 
+  it('answers 503 while Redis refuses writes for want of memory (noeviction)', async () => {
+    await redis.config('SET', 'maxmemory', '1');
+    let answer: Answer;
+    try {
+      answer = await deliver({ type: 'payment.received', data: { order: 'A-1' } });
+    } finally {
+      await redis.config('SET', 'maxmemory', '0');
+    }
+    expect(answer).toMatchObject({ status: 503, body: { error: 'unavailable' } });
+    expect(await totalJobs()).toBe(0);
+  });
+
   it('answers 503 if Redis is unreachable when claiming the webhook id', async () => {
     const downRedis = await connectRedis(server.url, 'request');
     downRedis.disconnect();

@@ -102,4 +102,21 @@ describe('connectRedis', () => {
     const redis = await open('worker');
     expect(await writesForBurst(redis)).toBeGreaterThan(BURST / 2);
   });
+
+  it("works in the URL's database", async () => {
+    const redis = (await connectRedis(`${server.url}/3`, 'request')) as Redis;
+    try {
+      await redis.set('in-db-3', '1');
+      expect(await admin.get('in-db-3')).toBeNull();
+    } finally {
+      await redis.del('in-db-3');
+      redis.disconnect();
+    }
+  });
+
+  it('refuses a database the server does not have, instead of writing to database 0', async () => {
+    await expect(connectRedis(`${server.url}/99999`, 'request')).rejects.toThrow(
+      "REDIS_URL names database 99999, which this Redis does not have (ERR DB index is out of range): see its 'databases' setting",
+    );
+  });
 });
