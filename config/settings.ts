@@ -1,4 +1,5 @@
 // The settings schema: every environment variable the product reads, with its default and meaning.
+import { isIP } from 'node:net';
 import { z } from 'zod';
 import { ConfigError } from '../src/errors.js';
 import { describeHost, hideUrlPasswords, parseRedisTarget } from '../src/redis/target.js';
@@ -17,6 +18,9 @@ const intIn = (min: number, max: number) =>
       .max(max, `must be at most ${max}`),
   );
 const port = intIn(0, 65535);
+/** A DNS name: dot-separated labels of letters, digits and inner hyphens. */
+const HOSTNAME =
+  /^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/;
 /** true/false, 1/0, yes/no, on/off (any case). */
 const flag = z
   .string()
@@ -56,7 +60,13 @@ export const settingDefinitions = {
     describe: 'port of the private redis-server when REDIS_URL is unset (0: any free port)',
   },
   HOST: {
-    schema: z.string().min(1).default('127.0.0.1'),
+    schema: z
+      .string()
+      .refine(
+        (host) => isIP(host) !== 0 || HOSTNAME.test(host),
+        'must be an IP address or a host name (127.0.0.1, 0.0.0.0, ::, localhost)',
+      )
+      .default('127.0.0.1'),
     describe: 'address the HTTP server binds',
   },
   PORT: { schema: port.default(3000), describe: 'port the HTTP server listens on' },

@@ -185,7 +185,13 @@ export async function start(
           }
         : {}),
     });
-    await app.listen({ host: settings.HOST, port: settings.PORT });
+    await app.listen({ host: settings.HOST, port: settings.PORT }).catch((error: unknown) => {
+      // Node's reason (EADDRINUSE, ENOTFOUND...) without the settings that chose the address.
+      const reason = error instanceof Error ? error.message : String(error);
+      throw new Error(`cannot listen on HOST=${settings.HOST} PORT=${settings.PORT}: ${reason}`, {
+        cause: error,
+      });
+    });
   } catch (error) {
     await stop().catch((failure: unknown) =>
       log.warn({ err: failure }, 'closing after a failed start failed'),

@@ -12,6 +12,7 @@ import { Webhook } from 'standardwebhooks';
 import { type Clock, type EpochSeconds, queueTimeMs } from '../clock.js';
 import { ConfigError } from '../errors.js';
 import { sendError } from '../http-errors.js';
+import { utf8Header } from '../http-headers.js';
 import { defaultJobOptions, type QueueName, queueForEvent } from '../queues.js';
 import { isRedisTimeout, isRedisUnavailable, type RedisClient } from '../redis/connection.js';
 import { WORKER_KEY_ROOT } from '../redis/key-space.js';
@@ -91,21 +92,6 @@ function headerValue(request: FastifyRequest, name: string): string | undefined 
 
 function quote(value: string): string {
   return JSON.stringify(value.length > 40 ? `${value.slice(0, 37)}...` : value);
-}
-
-/**
- * A header value as the producer wrote it: Node reads header bytes as Latin-1, and producers
- * (and their Standard Webhooks libraries, which sign the id as UTF-8) send UTF-8. Bytes that
- * are not UTF-8 stay as read.
- */
-function utf8Header(value: string | undefined): string | undefined {
-  if (value === undefined || [...value].every((char) => char.charCodeAt(0) < 0x80)) return value;
-  const bytes = Buffer.from(value, 'latin1');
-  try {
-    return new TextDecoder('utf-8', { fatal: true }).decode(bytes);
-  } catch {
-    return value;
-  }
 }
 
 // standardwebhooks' verify() reads Date.now for the tolerance; only the injected Clock may say

@@ -2,6 +2,7 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { sendError } from '../http-errors.js';
+import { utf8Header } from '../http-headers.js';
 
 const sha256 = (value: string) => createHash('sha256').update(value).digest();
 
@@ -15,7 +16,7 @@ export function presentedToken(header: string | undefined): string | null {
   const match = /^(\S+)\s+(\S.*)$/.exec(header?.trim() ?? '');
   if (!match) return null;
   const [, scheme, value] = match as unknown as [string, string, string];
-  if (scheme.toLowerCase() === 'bearer') return value;
+  if (scheme.toLowerCase() === 'bearer') return utf8Header(value) ?? value;
   if (scheme.toLowerCase() === 'basic') {
     const decoded = Buffer.from(value, 'base64').toString('utf8');
     const colon = decoded.indexOf(':');

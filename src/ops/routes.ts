@@ -4,6 +4,7 @@ import { z } from 'zod';
 import type { Cause } from '../chains/records.js';
 import { ConfigError, NotFoundError, RefusalError, TransientError } from '../errors.js';
 import { sendError } from '../http-errors.js';
+import { utf8Header } from '../http-headers.js';
 import { isRedisUnavailable } from '../redis/connection.js';
 import { decimalDigits, describeIssues } from '../validation.js';
 import { requireOpsToken } from './auth.js';
@@ -15,6 +16,8 @@ export interface OpsDeps extends ChainOperationsDeps {
 
 const orderParam = z.object({ order: z.string().min(1).max(128) });
 const customerParam = z.object({ customer: z.string().min(1).max(128) });
+/** Actions that take no input: a body, if sent at all, is `{}` (a typo'd option is refused). */
+const noBody = z.strictObject({}).optional();
 const autoRenewBody = z.strictObject(
   { enabled: z.boolean('must be a boolean') },
   'must be {"enabled": true|false}',
@@ -42,7 +45,9 @@ export function opsRoutes(deps: OpsDeps) {
   const operations = makeChainOperations(deps);
 
   function causeOf(request: FastifyRequest): Cause {
-    return { operator: parse(operatorHeader, request.headers['x-operator'], 'x-operator') };
+    const operator = request.headers['x-operator'];
+    const written = typeof operator === 'string' ? utf8Header(operator) : operator;
+    return { operator: parse(operatorHeader, written, 'x-operator') };
   }
 
   return async function plugin(app: FastifyInstance) {
@@ -82,11 +87,13 @@ export function opsRoutes(deps: OpsDeps) {
 
     app.post('/ops/chains/:order/cancel', async (request) => {
       const { order } = parse(orderParam, request.params, 'params');
+      parse(noBody, request.body, 'body');
       return operations.cancel(order, causeOf(request));
     });
 
     app.post('/ops/chains/:order/reactivated', async (request) => {
       const { order } = parse(orderParam, request.params, 'params');
+      parse(noBody, request.body, 'body');
       return operations.reactivated(order, causeOf(request));
     });
 

@@ -249,7 +249,13 @@ describe('billing start on a port in use', () => {
         ...cleanEnv({ DATA_DIR: ownDataDir, PORT: new URL(taken.url).port }),
       });
       expect(out.code).toBe(1);
-      expect(out.stderr).toMatch(/^billing: listen EADDRINUSE[^\n]*$/m);
+      const port = new URL(taken.url).port;
+      expect(out.stderr).toMatch(
+        new RegExp(
+          `^billing: cannot listen on HOST=127\\.0\\.0\\.1 PORT=${port}: listen EADDRINUSE[^\n]*$`,
+          'm',
+        ),
+      );
       expect(out.stderr).not.toMatch(/^\s+at /m);
       const record = await readFile(join(ownDataDir, 'redis', 'redis.json'), 'utf8').catch(
         () => null,

@@ -145,6 +145,38 @@ describe('the ops API', () => {
     expect(renewals[0]?.dueAt).toBeLessThanOrEqual(renewals[1]?.dueAt ?? 0);
   });
 
+  it.each(['cancel', 'reactivated'])(
+    'refuses a body on %s (it takes none), changing nothing',
+    async (action) => {
+      const before = await system.chain('OPS-1');
+      const res = await system.ops('POST', `/ops/chains/OPS-1/${action}`, { immediately: true });
+      expect(res).toEqual({
+        status: 400,
+        body: { error: 'invalid_request', message: 'body: unknown field "immediately"' },
+      });
+      expect(await system.chain('OPS-1')).toEqual(before);
+    },
+  );
+
+  it('records the operator as written, in UTF-8', async () => {
+    const switchAutoRenew = async (enabled: boolean) => {
+      const res = await request(`${system.baseUrl}/ops/chains/OPS-2/auto-renew`, {
+        method: 'PUT',
+        headers: {
+          authorization: `Bearer ${OPS_TOKEN}`,
+          'content-type': 'application/json',
+          // The header's UTF-8 bytes, as curl sends them (undici writes each char as one byte).
+          'x-operator': Buffer.from('Zoë Ødegård', 'utf8').toString('latin1'),
+        },
+        body: JSON.stringify({ enabled }),
+      });
+      return (await res.body.json()) as { history: { cause: object }[] };
+    };
+    const off = await switchAutoRenew(false);
+    await switchAutoRenew(true);
+    expect(off.history.at(-1)?.cause).toEqual({ operator: 'Zoë Ødegård' });
+  });
+
   it('confirming a reactivation of an active chain changes nothing', async () => {
     const before = await system.chain('OPS-1');
     const res = await system.ops('POST', '/ops/chains/OPS-1/reactivated');

@@ -40,6 +40,11 @@ describe('loadSettings', () => {
     ['REDIS_URL', 'redis+sentinel://127.0.0.1/mymaster'],
     ['PRODUCT_BRAND', 'Suite!'],
     ['PUBLIC_URL', 'not a url'],
+    ['HOST', 'not a host'],
+    ['HOST', ' '],
+    ['HOST', 'http://example.com'],
+    ['HOST', '[::1]'],
+    ['REDIS_URL', 'redis://127.0.0.1:6379/abc'],
   ])('refuses %s=%s with a message naming the variable and its value', (name, value) => {
     let error: unknown;
     try {
@@ -92,6 +97,13 @@ describe('loadSettings', () => {
     expect(refusal).toThrow(/must be percent-encoded/);
     expect(refusal).not.toThrow(/Zq7x/);
   });
+
+  it.each(['127.0.0.1', '0.0.0.0', '::', '::1', 'localhost', 'billing-api', 'api.example.com'])(
+    'takes HOST=%s',
+    (host) => {
+      expect(loadSettings({ HOST: host }).HOST).toBe(host);
+    },
+  );
 
   it('makes the default PUBLIC_URL a URL for an IPv6 HOST', () => {
     expect(loadSettings({ HOST: '::1', PORT: '3000' }).PUBLIC_URL).toBe('http://[::1]:3000');

@@ -12,6 +12,9 @@ describe('presentedToken', () => {
     ['Bearer tok-123  ', 'tok-123'],
     [basic('ops:tok-123'), 'tok-123'],
     [basic(':tok-123'), 'tok-123'],
+    // UTF-8 bytes, which Node reads as Latin-1.
+    [`Bearer ${Buffer.from('tok-€', 'utf8').toString('latin1')}`, 'tok-€'],
+    [basic(':tok-€'), 'tok-€'],
   ])('reads %j as %j', (header, token) => {
     expect(presentedToken(header)).toBe(token);
   });
