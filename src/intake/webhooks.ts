@@ -1,5 +1,6 @@
 // Webhook intake (DESIGN §5): verify the signature, parse, claim the webhook id, enqueue, 202.
 import { createHash, randomUUID, timingSafeEqual } from 'node:crypto';
+import { isDeepStrictEqual } from 'node:util';
 import { Job, type Queue } from 'bullmq';
 import type {
   FastifyError,
@@ -20,6 +21,7 @@ import { describeIssues } from '../validation.js';
 import {
   type EventJobData,
   type EventType,
+  eventJobData,
   eventJobName,
   eventSchemas,
   webhookBody,
@@ -170,24 +172,41 @@ function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
+/** A webhook id sent again after the dedup window while its earlier event is still handled. */
+class WebhookIdInUse extends Error {}
+
+/** Whether a kept job carries this event (its type and data; the timestamps may differ). */
+function carriesEvent(job: Job, event: Pick<EventJobData, 'type' | 'data'>): boolean {
+  const kept = eventJobData.safeParse(job.data);
+  return (
+    kept.success && kept.data.type === event.type && isDeepStrictEqual(kept.data.data, event.data)
+  );
+}
+
 /**
- * Adds the event's job. A job of this id that finished before the dedup window began is an
- * earlier delivery whose id was forgotten since: this one is a new event, and BullMQ would
- * silently keep the old job, so it goes first. A more recent one is this same event, enqueued
- * by a delivery that timed out, and stays.
+ * Adds the event's job, whose id is the webhook id's. A job of that id may be kept already:
+ * - this same event, enqueued by a delivery whose intake died or timed out before it marked the
+ *   id done: it stays, and the add is a no-op (BullMQ keeps the first job of an id);
+ * - an earlier event of an id sent again after the dedup window: finished, it goes, so that this
+ *   new event is added (its effects stay in the chains' history); still unfinished, it cannot
+ *   give up its id, and the new event is refused (WebhookIdInUse) rather than silently dropped.
+ * A finished job of this same event that ended before the window began goes too.
  */
 async function enqueueOnce(
   queue: Queue,
   jobId: string,
+  event: Pick<EventJobData, 'type' | 'data'>,
   dedupSeconds: number,
   add: () => Promise<unknown>,
 ): Promise<void> {
   const earlier = await Job.fromId(queue, jobId);
-  if (
-    earlier?.finishedOn !== undefined &&
-    earlier.finishedOn < queueTimeMs() - dedupSeconds * 1000
-  ) {
-    await earlier.remove();
+  if (earlier) {
+    const same = carriesEvent(earlier, event);
+    if (earlier.finishedOn === undefined) {
+      if (!same) throw new WebhookIdInUse(`job ${jobId} still handles an earlier event`);
+    } else if (!same || earlier.finishedOn < queueTimeMs() - dedupSeconds * 1000) {
+      await earlier.remove();
+    }
   }
   await add();
 }
@@ -319,7 +338,7 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
       const queue = deps.queues[queueName];
       try {
         await withTimeout(
-          enqueueOnce(queue, jobId, ttlSeconds, () =>
+          enqueueOnce(queue, jobId, jobData, ttlSeconds, () =>
             queue.add(eventJobName(event.type, event.data), jobData, {
               ...defaultJobOptions,
               jobId,
@@ -336,6 +355,15 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
             'webhook id stays claimed after a failed enqueue: delete the key so retries get in',
           );
         });
+        if (error instanceof WebhookIdInUse) {
+          log.warn({ type: event.type, jobId }, 'webhook id reused while its earlier event runs');
+          return sendError(
+            reply,
+            409,
+            'webhook_id_in_use',
+            'this webhook id names an earlier event still being handled; send this event with a new webhook id',
+          );
+        }
         log.warn({ err: error, queue: queueName }, 'webhook intake unavailable: enqueue');
         return sendError(reply, 503, 'unavailable', 'could not enqueue the event, retry later');
       }

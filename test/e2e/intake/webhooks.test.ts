@@ -234,6 +234,52 @@ describe('a valid, signed event', () => {
     expect(await job?.getState()).toBe('waiting');
   });
 
+  it('enqueues another event under an id forgotten since, also when its earlier job finished lately', async () => {
+    const id = 'evt-reused-finished';
+    await deliver({ type: 'payment.received', data: { order: 'A-1' } }, { id });
+    const queue = queues['payment-signals'];
+    const worker = new Worker(queue.name, async () => 'done', {
+      connection: { host: '127.0.0.1', port: server.port },
+      prefix: PREFIX,
+    });
+    cleanups.push(() => worker.close());
+    const jobId = webhookJobId(id);
+    await expect.poll(async () => (await queue.getJob(jobId))?.finishedOn).toBeDefined();
+    await worker.close();
+    // The id's claim lapsed (a job finishes after its claim began, so within the window).
+    await redis.del(webhookDedupKey(id));
+
+    const again = await deliver({ type: 'payment.received', data: { order: 'B-3' } }, { id });
+    expect(again).toEqual({ status: 202, body: { id } });
+    const job = await queue.getJob(jobId);
+    expect(job?.data.data).toEqual({ order: 'B-3' });
+    expect(await job?.getState()).toBe('waiting');
+  });
+
+  it('refuses 409 another event under an id forgotten since while its earlier job runs, changing nothing', async () => {
+    const id = 'evt-reused-running';
+    const first = { type: 'payment.overdue', data: { order: 'A-1' } };
+    await deliver(first, { id });
+    await redis.del(webhookDedupKey(id));
+    const jobs = await totalJobs();
+
+    const other = await deliver({ type: 'payment.overdue', data: { order: 'B-4' } }, { id });
+    expect(other).toEqual({
+      status: 409,
+      body: {
+        error: 'webhook_id_in_use',
+        message:
+          'this webhook id names an earlier event still being handled; send this event with a new webhook id',
+      },
+    });
+    const job = await queues['payment-signals'].getJob(webhookJobId(id));
+    expect(job?.data.data).toEqual({ order: 'A-1' });
+    expect(await redis.exists(webhookDedupKey(id))).toBe(0);
+    // The same event again is the earlier one's: accepted, nothing added.
+    expect(await deliver(first, { id })).toEqual({ status: 202, body: { id } });
+    expect(await totalJobs()).toBe(jobs);
+  });
+
   it('takes any Content-Type, also one that does not parse', async () => {
     for (const [n, type] of [
       ['1', 'json'],
