@@ -1,5 +1,7 @@
 // Assembles the HTTP server: provisioning endpoint, webhooks, ops API, Bull Board, metrics and
 // health. It does not listen; main does.
+
+import type { Socket } from 'node:net';
 import { createBullBoard } from '@bull-board/api';
 import { BullMQAdapter } from '@bull-board/api/bullMQAdapter';
 import { FastifyAdapter } from '@bull-board/fastify';
@@ -39,6 +41,47 @@ export interface AppDeps {
   readiness?: Readiness;
 }
 
+/** What Node's HTTP parser refuses before Fastify sees a request: status, reason, message. */
+function unparsedAnswer(code: string | undefined): [number, string, string, string] {
+  if (code === 'HPE_HEADER_OVERFLOW') {
+    return [
+      431,
+      'Request Header Fields Too Large',
+      'headers_too_large',
+      'request headers too large',
+    ];
+  }
+  if (code === 'ERR_HTTP_REQUEST_TIMEOUT') {
+    return [408, 'Request Timeout', 'request_timeout', 'the request did not arrive in time'];
+  }
+  return [400, 'Bad Request', 'invalid_request', 'malformed HTTP request'];
+}
+
+/**
+ * A request Node could not parse (headers over 16 KiB, a broken request line) gets its error in
+ * the shape of the API it was sent to, as far as its first bytes tell: a JSON string below
+ * /provisioning (the spec's error bodies), `{error, message}` elsewhere. Fastify's default
+ * answers an object everywhere.
+ */
+function answerUnparsedRequest(
+  error: Error & { code?: string; rawPacket?: unknown },
+  socket: Socket,
+) {
+  if (error.code === 'ECONNRESET' || socket.destroyed) return;
+  const [status, reason, code, message] = unparsedAnswer(error.code);
+  const raw = error.rawPacket;
+  const line = Buffer.isBuffer(raw) ? raw.subarray(0, 512).toString('latin1') : '';
+  const provisioning = /^[A-Z]+ (?:https?:\/\/[^/\s]*)?\/provisioning(?:[/?\s]|$)/.test(line);
+  const body = JSON.stringify(provisioning ? message : { error: code, message });
+  if (socket.writable) {
+    socket.write(
+      `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json; charset=utf-8\r\n` +
+        `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    );
+  }
+  socket.destroy(error);
+}
+
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const app = Fastify({
     loggerInstance: deps.log as FastifyBaseLogger,
@@ -55,6 +98,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       }
       return sendError(reply, 400, 'invalid_request', error.message);
     },
+    clientErrorHandler: answerUnparsedRequest,
   });
   // The spec's calls are GETs with a JSON body; Fastify ignores GET bodies unless told.
   app.addHttpMethod('GET', { hasBody: true, overrideExisting: true });

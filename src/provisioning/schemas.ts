@@ -23,7 +23,15 @@ export const callerId = z
   .regex(/^[^\p{Cc}]+$/u, 'must not contain control characters')
   .regex(...WELL_FORMED);
 
-export const email = z.email('must be an email address').max(254, 'must be at most 254 characters');
+/**
+ * The spec only says "string <EMAIL>": any address with one @ and no spaces, as mail systems
+ * take them (`a!b@example.com`, `user@localhost`, `ü@bücher.de`), not a narrower pattern.
+ */
+export const email = z
+  .email({ pattern: z.regexes.unicodeEmail, error: 'must be an email address' })
+  .max(254, 'must be at most 254 characters')
+  .regex(/^[^\p{Cc}]+$/u, 'must not contain control characters')
+  .regex(...WELL_FORMED);
 const password = z
   .string()
   .min(8, 'must be at least 8 characters')
@@ -51,10 +59,10 @@ function instanceOf(variant: Variant) {
   return variant === 'marketplace'
     ? z
         .string('must be a string (marketplace instance id)')
-        .min(1)
-        .max(128)
+        .min(1, 'must not be empty')
+        .max(128, 'must be at most 128 characters')
         .regex(...WELL_FORMED)
-    : z.int('must be an integer (external instance id)').min(1);
+    : z.int('must be an integer (external instance id)').min(1, 'must be at least 1');
 }
 
 function commonSchemas(variant: Variant) {

@@ -344,6 +344,20 @@ describe('the provisioning address', () => {
       expectJson(res);
     });
 
+    it('refuses headers over 16 KiB with 431 and a JSON string body, elsewhere an object', async () => {
+      const headers = { 'x-api-key': 'k'.repeat(20_000), 'content-type': 'application/json' };
+      const provisioning = await request(app.url, { method: 'GET', headers, body: '{}' });
+      expect(provisioning.statusCode).toBe(431);
+      expect(provisioning.headers['content-type']).toMatch(/^application\/json/);
+      expect(await provisioning.body.json()).toBe('request headers too large');
+      const ops = await request(`${app.baseUrl}/ops/chains/X`, { headers });
+      expect(ops.statusCode).toBe(431);
+      expect(await ops.body.json()).toEqual({
+        error: 'headers_too_large',
+        message: 'request headers too large',
+      });
+    });
+
     it('accepts a body just under 1 MiB up to validation', async () => {
       const name = 'n'.repeat(1024 * 1024 - 200);
       const res = await send(

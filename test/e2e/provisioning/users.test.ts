@@ -202,6 +202,26 @@ describe.each<Variant>(['marketplace', 'external'])('users in the %s variant', (
       expect(user.id).toBe(created.id);
     });
 
+    it.each(['a!b@example.com', 'a#b@example.com', 'ü@bücher.de', 'ops@localhost'])(
+      'takes any address mail systems take: %s',
+      async (address) => {
+        const email = address.replace('@', `.${freshEmail().split('@')[0]}@`);
+        ok(await createUser({ email, displayName: 'Ida' }));
+        const user = ok<UserBody>(await client.call('getUserByEmail', { email }));
+        expect(user.email).toBe(email);
+      },
+    );
+
+    it.each([
+      ['no-at-sign', 'must be an email address'],
+      ['a b@example.com', 'must be an email address'],
+      ['a@b@example.com', 'must be an email address'],
+      ['a\u0001b@example.com', 'must not contain control characters'],
+    ])('refuses %j naming the field', async (email, message) => {
+      const text = refusal(await client.call('getUserByEmail', { email }));
+      expect(text).toContain(`params.email: ${message}`);
+    });
+
     it('refuses an unknown email with 400 naming it', async () => {
       const text = refusal(await client.call('getUserByEmail', { email: 'nobody@example.com' }));
       expect(text).toContain('nobody@example.com');
@@ -344,6 +364,15 @@ describe.each<Variant>(['marketplace', 'external'])('users in the %s variant', (
         await createUser({ email: freshEmail(), displayName: 'R', instance: wrong }),
       );
       expect(text).toContain('params.instance');
+    });
+
+    it('refuses an instance out of range with what is wrong with it', async () => {
+      const [bad, message] =
+        variant === 'marketplace' ? ['', 'must not be empty'] : [0, 'must be at least 1'];
+      const text = refusal(
+        await createUser({ email: freshEmail(), displayName: 'R2', instance: bad }),
+      );
+      expect(text).toContain(`params.instance: ${message}`);
     });
 
     it('refuses a missing instance, naming params.instance', async () => {
