@@ -93,7 +93,10 @@ async function applySeatEvent(
       return 'stale';
     }
     if (decision.kind === 'next_renewal_only') {
-      const counts = allocation(deps, chain, addOns, decision.total);
+      // A total needed later leaves the chains that renew before then as they are.
+      const counts = allocation(deps, chain, addOns, decision.total, {
+        from: Math.max(ev.effectiveAt ?? now, now),
+      });
       if (chain.pendingAddOn) await removeAddOnJob(deps, chain, job);
       const reason = {
         decrease: 'a decrease refunds nothing',

@@ -189,13 +189,14 @@ function lastSeenAt(chain: Chain, event: { occurredAt: number }): number {
  * licenses of an add-on to be bought later (the external variant buys it on the day it is
  * needed), which will renew as the newest add-on: the others' counts leave room for it now, so
  * a renewal in between does not carry a count that the add-on's purchase then corrects.
+ * `from`: when the total is needed, if later than now (allocateNextLicenses, `dated`).
  */
 export function allocation(
   deps: WorkerDeps,
   chain: Chain,
   addOns: readonly Chain[],
   total: number,
-  waiting?: number,
+  { waiting, from }: { waiting?: number; from?: number } = {},
 ) {
   // Only add-ons that will renew share the next counts; a stopped, expired or cancelled one gets 0.
   const renewing = addOns.filter((a) => a.status === 'active' && a.nextRenewalAt !== null);
@@ -205,6 +206,9 @@ export function allocation(
     main: chain.licenses,
     addOns: sharing,
     style: sharing.length > 0 ? 'addon' : deps.settings.seatIncrease,
+    ...(from !== undefined && waiting === undefined
+      ? { dated: { from, renewsAt: [chain, ...renewing].map((c) => c.term.expiresAt) } }
+      : {}),
   });
   const shares = new Map(renewing.map((a, i) => [a.id, split.addOns[i] ?? 0]));
   return {
@@ -470,7 +474,9 @@ export async function buyPlanned(
   ) {
     // The job comes first: one that fires without a waiting add-on on the chain does nothing.
     await scheduleAddOnJob(deps, chain, decision.startsAt, now, job);
-    const counts = allocation(deps, chain, plan.addOns, decision.total, decision.licenses);
+    const counts = allocation(deps, chain, plan.addOns, decision.total, {
+      waiting: decision.licenses,
+    });
     return save(
       {
         ...chain,

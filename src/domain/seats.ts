@@ -238,6 +238,12 @@ export interface Allocation {
  * Splits a total over the next renewals: the main chain keeps its own licenses first, then each
  * add-on in the order it was bought, so a decrease shrinks the newest add-ons first (DESIGN §4).
  * With co-terminated partials there are no add-ons and the main chain carries the whole total.
+ *
+ * A total needed from a later date (`dated`) is split by time as well: a chain whose next term
+ * starts before that date keeps its licenses (they are needed until then), the others share the
+ * rest, and any excess goes to the one whose next term starts first, so the total is in force
+ * from the date needed, not from some add-on's renewal after it. When every chain renews before
+ * that date, the split is as undated (the next renewals carry it).
  */
 export function allocateNextLicenses(input: {
   total: number;
@@ -246,19 +252,36 @@ export function allocateNextLicenses(input: {
   /** Each add-on's licenses now, oldest first. */
   addOns: readonly number[];
   style: 'coterm' | 'addon';
+  dated?: {
+    /** When the total is needed (epoch seconds). */
+    from: number;
+    /** When each next term starts: the main chain's first, then each add-on's. */
+    renewsAt: readonly number[];
+  };
 }): Allocation {
   if (input.style === 'coterm' || input.addOns.length === 0) {
     return { main: input.total, addOns: input.addOns.map(() => 0) };
   }
-  let left = input.total;
-  const main = Math.min(left, input.main);
-  left -= main;
-  const addOns = input.addOns.map((licenses, i) => {
-    const last = i === input.addOns.length - 1;
-    // The newest add-on takes any excess, so a total above what is paid renews in full.
-    const share = last ? left : Math.min(left, licenses);
+  const licenses = [input.main, ...input.addOns];
+  const renewsAt = (i: number) => input.dated?.renewsAt[i] ?? Number.POSITIVE_INFINITY;
+  const from = input.dated?.from ?? Number.NEGATIVE_INFINITY;
+  const before = licenses.map((_, i) => renewsAt(i) < from);
+  const timed = !before.every(Boolean);
+  const keeps = (i: number) => timed && (before[i] ?? false);
+  const shares = licenses.map((n, i) => (keeps(i) ? n : 0));
+  let left = Math.max(0, input.total - shares.reduce((sum, n) => sum + n, 0));
+  const sharing = licenses.map((_, i) => i).filter((i) => !keeps(i));
+  for (const i of sharing) {
+    const share = Math.min(left, licenses[i] ?? 0);
+    shares[i] = share;
     left -= share;
-    return share;
-  });
+  }
+  // The excess: dated, to the chain renewing first from the date; else to the newest add-on.
+  const taker =
+    input.dated && timed
+      ? sharing.reduce((best, i) => (renewsAt(i) < renewsAt(best) ? i : best))
+      : licenses.length - 1;
+  shares[taker] = (shares[taker] ?? 0) + left;
+  const [main = 0, ...addOns] = shares;
   return { main, addOns };
 }

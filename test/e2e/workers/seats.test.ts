@@ -1375,3 +1375,64 @@ describe('the external variant (add-ons only)', () => {
     expect(chain.addOns.map((a) => a.nextLicenses)).toEqual([0, 0, 3, 2]);
   });
 });
+
+describe('the external variant: totals needed from a later date, with an add-on', () => {
+  const clock = manualClock(systemClock.now());
+  const system = useSystem({ clock, env: { PARTNER_VARIANT: 'external' } });
+
+  /** A chain of 5 with an add-on of 3 bought 10 days into its term (so it ends 10 days later). */
+  async function withAddOn(order: string) {
+    await system.send('order.placed', orderPlaced({ order, licenses: 5 }));
+    const placed = await system.waitForChain(order, () => true);
+    clock.advance(10 * DAY);
+    await seats(system, order, 8);
+    const bought = await system.waitForChain(order, (c) => c.addOns.length === 1);
+    clock.advance(60);
+    return { placed, addOn: bought.addOns[0] as ChainView };
+  }
+
+  it('has an increase needed from the term end in force then: the main renewal carries it', async () => {
+    const { placed, addOn } = await withAddOn('E-20');
+    await seats(system, 'E-20', 10, { effectiveAt: placed.term.expiresAt });
+    const set = await system.waitForChain(
+      'E-20',
+      (c) => c.history.at(-1)?.event === 'seats.changed',
+    );
+    expect(set.nextLicenses).toBe(7);
+    expect(set.addOns[0]?.nextLicenses).toBe(3);
+
+    const renewed = await renewAt(system, clock, 'E-20', {
+      count: 2,
+      expiresAt: placed.term.expiresAt,
+    });
+    expect(renewed.licenses).toBe(7);
+    // The add-on's 3 run on past the main term's end: 10 from the day they are needed.
+    expect(addOn.term.expiresAt).toBeGreaterThan(placed.term.expiresAt);
+  });
+
+  it('keeps an add-on that renews before a decrease takes effect', async () => {
+    const { placed, addOn } = await withAddOn('E-21');
+    const renewed = await renewAt(system, clock, 'E-21', {
+      count: 2,
+      expiresAt: placed.term.expiresAt,
+    });
+    // 5 suffice only from 20 days into term 2, after the add-on's own term ended.
+    const lowerFrom = renewed.term.startsAt + 20 * DAY;
+    expect(lowerFrom).toBeGreaterThan(addOn.term.expiresAt);
+    clock.advance(60);
+    await seats(system, 'E-21', 5, { effectiveAt: lowerFrom });
+    const set = await system.waitForChain(
+      'E-21',
+      (c) => c.history.at(-1)?.event === 'seats.changed',
+    );
+    expect(set.addOns[0]?.nextLicenses).toBe(3);
+    expect(set.nextLicenses).toBe(2);
+
+    const addOnRenewed = await renewAt(system, clock, 'E-21.a1', {
+      count: 2,
+      expiresAt: addOn.term.expiresAt,
+    });
+    expect(addOnRenewed.licenses).toBe(3);
+    expect(await system.providerOrder('E-21.a1.r2')).not.toBeNull();
+  });
+});

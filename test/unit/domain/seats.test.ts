@@ -919,6 +919,66 @@ describe('allocateNextLicenses', () => {
     });
   });
 
+  describe('for a total needed from a later date', () => {
+    const current = { main: 10, addOns: [5, 3], style: 'addon' as const };
+    // The main chain renews on day 30, the add-ons on days 40 and 20.
+    const renewsAt = [30, 40, 20];
+
+    it('gives an increase to the chain renewing first from that date', () => {
+      const dated = { from: 30, renewsAt };
+      expect(allocateNextLicenses({ ...current, total: 20, dated })).toEqual({
+        main: 12,
+        addOns: [5, 3],
+      });
+    });
+
+    it('leaves a chain renewing before that date as it is, and takes a decrease from the others', () => {
+      const dated = { from: 25, renewsAt };
+      expect(allocateNextLicenses({ ...current, total: 12, dated })).toEqual({
+        main: 9,
+        addOns: [0, 3],
+      });
+    });
+
+    it('splits as undated when every chain renews before that date', () => {
+      const dated = { from: 50, renewsAt };
+      expect(allocateNextLicenses({ ...current, total: 25, dated })).toEqual(
+        allocateNextLicenses({ ...current, total: 25 }),
+      );
+    });
+
+    it('keeps every chain renewing before the date, and splits the rest exactly', () => {
+      fc.assert(
+        fc.property(
+          fc.integer({ min: 0, max: 3000 }),
+          fc.array(
+            fc.record({ licenses: fc.integer({ min: 1, max: 500 }), renewsAt: fc.nat(100) }),
+            {
+              minLength: 2,
+              maxLength: 7,
+            },
+          ),
+          fc.nat(100),
+          (total, chains, from) => {
+            const [main, ...addOns] = chains.map((c) => c.licenses) as [number, ...number[]];
+            const dated = { from, renewsAt: chains.map((c) => c.renewsAt) };
+            const split = allocateNextLicenses({ total, main, addOns, style: 'addon', dated });
+            const shares = [split.main, ...split.addOns];
+            const early = chains.map((c) => c.renewsAt < from);
+            if (early.every(Boolean)) return;
+            const kept = chains.reduce((sum, c, i) => sum + (early[i] ? c.licenses : 0), 0);
+            for (const [i, c] of chains.entries()) {
+              if (early[i]) expect(shares[i]).toBe(c.licenses);
+              expect(shares[i]).toBeGreaterThanOrEqual(0);
+            }
+            const later = shares.reduce((sum, n, i) => sum + (early[i] ? 0 : n), 0);
+            expect(later).toBe(Math.max(0, total - kept));
+          },
+        ),
+      );
+    });
+  });
+
   const allocationArb = fc.record({
     total: fc.integer({ min: 0, max: 3000 }),
     main: fc.integer({ min: 1, max: 500 }),
