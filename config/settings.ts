@@ -228,31 +228,55 @@ export function loadSettings(env: Readonly<Record<string, string | undefined>>):
       const name = String(issue.path[0]);
       return `${name}=${shownValue(name, env[name] ?? '')}: ${issue.message}`;
     });
-    throw new ConfigError('invalid_settings', `invalid settings:\n  ${lines.join('\n  ')}`, {
-      variables: parsed.error.issues.map((i) => String(i.path[0])),
+    // The rules across settings whose variables are valid are broken or not all the same:
+    // every broken rule is named at once, not one start after another.
+    const invalid = new Set(parsed.error.issues.map((issue) => String(issue.path[0])));
+    // Each valid setting as parsed alone (with its default), the invalid ones left out.
+    const valid = Object.fromEntries(
+      Object.entries(settingsSchema.shape)
+        .filter(([name]) => !invalid.has(name))
+        .map(([name, schema]) => [name, schema.parse(relevant[name])]),
+    ) as Partial<Parsed>;
+    const problems = [...lines, ...acrossSettings(valid, invalid)];
+    throw new ConfigError('invalid_settings', `invalid settings:\n  ${problems.join('\n  ')}`, {
+      variables: problems.map((p) => p.split(/[=:]/)[0]),
     });
   }
   return resolveDependentSettings(parsed.data);
 }
 
-/** Defaults that depend on other settings, and rules across settings. */
-function resolveDependentSettings(s: Parsed): Settings {
+/** The rules across settings that `s` breaks, but those about an `invalid` setting. */
+function acrossSettings(s: Partial<Parsed>, invalid: ReadonlySet<string> = new Set()): string[] {
   const problems: string[] = [];
-  const remote = s.PROVISIONING_URL !== undefined;
-  if (remote && !s.PROVISIONING_API_KEY) {
+  if (
+    s.PROVISIONING_URL !== undefined &&
+    !invalid.has('PROVISIONING_API_KEY') &&
+    !s.PROVISIONING_API_KEY
+  ) {
     problems.push('PROVISIONING_API_KEY: is required when PROVISIONING_URL is set');
   }
-  if (s.RENEWAL_LEAD_DAYS > s.PARTNER_RENEWAL_WINDOW_DAYS) {
+  if (
+    s.RENEWAL_LEAD_DAYS !== undefined &&
+    s.PARTNER_RENEWAL_WINDOW_DAYS !== undefined &&
+    s.RENEWAL_LEAD_DAYS > s.PARTNER_RENEWAL_WINDOW_DAYS
+  ) {
     problems.push(
       `RENEWAL_LEAD_DAYS=${s.RENEWAL_LEAD_DAYS}: must be at most PARTNER_RENEWAL_WINDOW_DAYS (${s.PARTNER_RENEWAL_WINDOW_DAYS}), or renewals would fire before the window opens`,
     );
   }
-  const seatIncrease = s.SEAT_INCREASE ?? (s.PARTNER_VARIANT === 'external' ? 'addon' : 'coterm');
-  if (seatIncrease === 'coterm' && s.PARTNER_VARIANT === 'external') {
+  if (s.SEAT_INCREASE === 'coterm' && s.PARTNER_VARIANT === 'external') {
     problems.push(
       'SEAT_INCREASE=coterm: the external variant has no partial orders; use addon (the default there)',
     );
   }
+  return problems;
+}
+
+/** Defaults that depend on other settings, and rules across settings. */
+function resolveDependentSettings(s: Parsed): Settings {
+  const problems = acrossSettings(s);
+  const remote = s.PROVISIONING_URL !== undefined;
+  const seatIncrease = s.SEAT_INCREASE ?? (s.PARTNER_VARIANT === 'external' ? 'addon' : 'coterm');
   if (problems.length > 0) {
     throw new ConfigError('invalid_settings', `invalid settings:\n  ${problems.join('\n  ')}`, {
       variables: problems.map((p) => p.split(/[=:]/)[0]),

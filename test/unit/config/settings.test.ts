@@ -105,6 +105,19 @@ describe('loadSettings', () => {
     },
   );
 
+  it('names the broken rules across settings with the invalid settings, all at once', () => {
+    expect(() =>
+      loadSettings({
+        PORT: 'abc',
+        RENEWAL_LEAD_DAYS: '20',
+        PARTNER_VARIANT: 'external',
+        SEAT_INCREASE: 'coterm',
+      }),
+    ).toThrow(
+      /^invalid settings:\n {2}PORT="abc": [^\n]*\n {2}RENEWAL_LEAD_DAYS=20: must be at most PARTNER_RENEWAL_WINDOW_DAYS \(15\)[^\n]*\n {2}SEAT_INCREASE=coterm: /,
+    );
+  });
+
   it('makes the default PUBLIC_URL a URL for an IPv6 HOST', () => {
     expect(loadSettings({ HOST: '::1', PORT: '3000' }).PUBLIC_URL).toBe('http://[::1]:3000');
   });
