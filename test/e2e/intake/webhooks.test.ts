@@ -211,8 +211,8 @@ describe('a valid, signed event', () => {
     expect(job?.data.data).toEqual({ order: 'A-1' });
   });
 
-  it('is enqueued again when its webhook-id comes back after the dedup window', async () => {
-    const id = 'evt-forgotten';
+  /** Delivers a payment event under `id` and has a worker finish its job; answers its job id. */
+  async function deliveredAndFinished(id: string) {
     await deliver({ type: 'payment.received', data: { order: 'A-1' } }, { id });
     const queue = queues['payment-signals'];
     const worker = new Worker(queue.name, async () => 'done', {
@@ -223,37 +223,37 @@ describe('a valid, signed event', () => {
     const jobId = webhookJobId(id);
     await expect.poll(async () => (await queue.getJob(jobId))?.finishedOn).toBeDefined();
     await worker.close();
-    // Eight days later (WEBHOOK_DEDUP_DAYS is 7): the id is forgotten, the job still kept.
-    await redis.hset(`${PREFIX}:${queue.name}:${jobId}`, 'finishedOn', Date.now() - 8 * 86_400_000);
-    await redis.del(webhookDedupKey(id));
+    return jobId;
+  }
 
-    const again = await deliver({ type: 'payment.received', data: { order: 'B-2' } }, { id });
+  /** Another event under `id`: accepted, and its job waits in place of the earlier one. */
+  async function expectEnqueuedAgain(id: string, jobId: string, order: string) {
+    const again = await deliver({ type: 'payment.received', data: { order } }, { id });
     expect(again).toEqual({ status: 202, body: { id } });
-    const job = await queue.getJob(jobId);
-    expect(job?.data.data).toEqual({ order: 'B-2' });
+    const job = await queues['payment-signals'].getJob(jobId);
+    expect(job?.data.data).toEqual({ order });
     expect(await job?.getState()).toBe('waiting');
+  }
+
+  it('is enqueued again when its webhook-id comes back after the dedup window', async () => {
+    const id = 'evt-forgotten';
+    const jobId = await deliveredAndFinished(id);
+    // Eight days later (WEBHOOK_DEDUP_DAYS is 7): the id is forgotten, the job still kept.
+    await redis.hset(
+      `${PREFIX}:payment-signals:${jobId}`,
+      'finishedOn',
+      Date.now() - 8 * 86_400_000,
+    );
+    await redis.del(webhookDedupKey(id));
+    await expectEnqueuedAgain(id, jobId, 'B-2');
   });
 
   it('enqueues another event under an id forgotten since, also when its earlier job finished lately', async () => {
     const id = 'evt-reused-finished';
-    await deliver({ type: 'payment.received', data: { order: 'A-1' } }, { id });
-    const queue = queues['payment-signals'];
-    const worker = new Worker(queue.name, async () => 'done', {
-      connection: { host: '127.0.0.1', port: server.port },
-      prefix: PREFIX,
-    });
-    cleanups.push(() => worker.close());
-    const jobId = webhookJobId(id);
-    await expect.poll(async () => (await queue.getJob(jobId))?.finishedOn).toBeDefined();
-    await worker.close();
+    const jobId = await deliveredAndFinished(id);
     // The id's claim lapsed (a job finishes after its claim began, so within the window).
     await redis.del(webhookDedupKey(id));
-
-    const again = await deliver({ type: 'payment.received', data: { order: 'B-3' } }, { id });
-    expect(again).toEqual({ status: 202, body: { id } });
-    const job = await queue.getJob(jobId);
-    expect(job?.data.data).toEqual({ order: 'B-3' });
-    expect(await job?.getState()).toBe('waiting');
+    await expectEnqueuedAgain(id, jobId, 'B-3');
   });
 
   it('refuses 409 another event under an id forgotten since while its earlier job runs, changing nothing', async () => {
