@@ -18,9 +18,11 @@ const intIn = (min: number, max: number) =>
       .max(max, `must be at most ${max}`),
   );
 const port = intIn(0, 65535);
-/** A DNS name: dot-separated labels of letters, digits and inner hyphens. */
-const HOSTNAME =
-  /^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/;
+/**
+ * A host name: dot-separated labels of letters, digits, inner hyphens and underscores (Docker's
+ * service names may hold one), with an optional final dot.
+ */
+const HOSTNAME = /^(?=.{1,254}$)\w([\w-]{0,61}\w)?(\.\w([\w-]{0,61}\w)?)*\.?$/;
 /** true/false, 1/0, yes/no, on/off (any case). */
 const flag = z
   .string()

@@ -93,9 +93,10 @@ async function applySeatEvent(
       return 'stale';
     }
     if (decision.kind === 'next_renewal_only') {
-      // A total needed later leaves the chains that renew before then as they are.
+      // A total needed later is carried by the first renewal from that date.
+      const later = ev.effectiveAt !== undefined && ev.effectiveAt > now;
       const counts = allocation(deps, chain, addOns, decision.total, {
-        from: Math.max(ev.effectiveAt ?? now, now),
+        ...(later ? { from: ev.effectiveAt } : {}),
       });
       if (chain.pendingAddOn) await removeAddOnJob(deps, chain, job);
       const reason = {

@@ -189,7 +189,8 @@ function lastSeenAt(chain: Chain, event: { occurredAt: number }): number {
  * licenses of an add-on to be bought later (the external variant buys it on the day it is
  * needed), which will renew as the newest add-on: the others' counts leave room for it now, so
  * a renewal in between does not carry a count that the add-on's purchase then corrects.
- * `from`: when the total is needed, if later than now (allocateNextLicenses, `dated`).
+ * `from`: when the total is needed, if later than now: the first renewal from then carries any
+ * excess (allocateNextLicenses, `dated`).
  */
 export function allocation(
   deps: WorkerDeps,

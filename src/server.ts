@@ -59,9 +59,9 @@ function unparsedAnswer(code: string | undefined): [number, string, string, stri
 
 /**
  * A request Node could not parse (headers over 16 KiB, a broken request line) gets its error in
- * the shape of the API it was sent to, as far as its first bytes tell: a JSON string below
- * /provisioning (the spec's error bodies), `{error, message}` elsewhere. Fastify's default
- * answers an object everywhere.
+ * the shape of the API it was sent to, as far as its bytes tell: `{error, message}` for a
+ * request line naming a path outside /provisioning, else a JSON string (the spec's error bodies
+ * there). Fastify's default answers an object everywhere.
  */
 function answerUnparsedRequest(
   error: Error & { code?: string; rawPacket?: unknown },
@@ -71,8 +71,11 @@ function answerUnparsedRequest(
   const [status, reason, code, message] = unparsedAnswer(error.code);
   const raw = error.rawPacket;
   const line = Buffer.isBuffer(raw) ? raw.subarray(0, 512).toString('latin1') : '';
-  const provisioning = /^[A-Z]+ (?:https?:\/\/[^/\s]*)?\/provisioning(?:[/?\s]|$)/.test(line);
-  const body = JSON.stringify(provisioning ? message : { error: code, message });
+  // The packet holds the request line only when it came in the same read as the error; without
+  // it, the JSON string (the spec's shape) is still JSON with the message for any client.
+  const target = /^[A-Z]+ (?:https?:\/\/[^/\s]*)?(\/\S*) HTTP\//.exec(line)?.[1];
+  const elsewhere = target !== undefined && !isProvisioningPath(target);
+  const body = JSON.stringify(elsewhere ? { error: code, message } : message);
   if (socket.writable) {
     socket.write(
       `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json; charset=utf-8\r\n` +

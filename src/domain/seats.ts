@@ -237,13 +237,11 @@ export interface Allocation {
 /**
  * Splits a total over the next renewals: the main chain keeps its own licenses first, then each
  * add-on in the order it was bought, so a decrease shrinks the newest add-ons first (DESIGN §4).
- * With co-terminated partials there are no add-ons and the main chain carries the whole total.
- *
- * A total needed from a later date (`dated`) is split by time as well: a chain whose next term
- * starts before that date keeps its licenses (they are needed until then), the others share the
- * rest, and any excess goes to the one whose next term starts first, so the total is in force
- * from the date needed, not from some add-on's renewal after it. When every chain renews before
- * that date, the split is as undated (the next renewals carry it).
+ * Any excess (a total above what is paid) goes to the newest add-on, or, for a total needed from
+ * a later date (`dated`), to the chain whose next term starts first from that date: the new
+ * total is then in force on the date needed, not from an add-on's renewal after it (or paid
+ * from one before it). With co-terminated partials there are no add-ons and the main chain
+ * carries the whole total.
  */
 export function allocateNextLicenses(input: {
   total: number;
@@ -253,7 +251,7 @@ export function allocateNextLicenses(input: {
   addOns: readonly number[];
   style: 'coterm' | 'addon';
   dated?: {
-    /** When the total is needed (epoch seconds). */
+    /** When the total is needed (epoch seconds), later than now. */
     from: number;
     /** When each next term starts: the main chain's first, then each add-on's. */
     renewsAt: readonly number[];
@@ -263,25 +261,29 @@ export function allocateNextLicenses(input: {
     return { main: input.total, addOns: input.addOns.map(() => 0) };
   }
   const licenses = [input.main, ...input.addOns];
-  const renewsAt = (i: number) => input.dated?.renewsAt[i] ?? Number.POSITIVE_INFINITY;
-  const from = input.dated?.from ?? Number.NEGATIVE_INFINITY;
-  const before = licenses.map((_, i) => renewsAt(i) < from);
-  const timed = !before.every(Boolean);
-  const keeps = (i: number) => timed && (before[i] ?? false);
-  const shares = licenses.map((n, i) => (keeps(i) ? n : 0));
-  let left = Math.max(0, input.total - shares.reduce((sum, n) => sum + n, 0));
-  const sharing = licenses.map((_, i) => i).filter((i) => !keeps(i));
-  for (const i of sharing) {
-    const share = Math.min(left, licenses[i] ?? 0);
-    shares[i] = share;
+  let left = input.total;
+  const shares = licenses.map((held) => {
+    const share = Math.min(left, held);
     left -= share;
-  }
-  // The excess: dated, to the chain renewing first from the date; else to the newest add-on.
-  const taker =
-    input.dated && timed
-      ? sharing.reduce((best, i) => (renewsAt(i) < renewsAt(best) ? i : best))
-      : licenses.length - 1;
+    return share;
+  });
+  const taker = excessTaker(licenses.length, input.dated);
   shares[taker] = (shares[taker] ?? 0) + left;
   const [main = 0, ...addOns] = shares;
   return { main, addOns };
+}
+
+/** Which chain carries an excess: the first to renew from the date needed, else the newest. */
+function excessTaker(
+  count: number,
+  dated: { from: number; renewsAt: readonly number[] } | undefined,
+) {
+  const newest = count - 1;
+  if (dated === undefined) return newest;
+  let taker = -1;
+  for (let i = 0; i < count; i += 1) {
+    const at = dated.renewsAt[i] ?? Number.NEGATIVE_INFINITY;
+    if (at >= dated.from && (taker === -1 || at < (dated.renewsAt[taker] ?? 0))) taker = i;
+  }
+  return taker === -1 ? newest : taker;
 }

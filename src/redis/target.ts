@@ -102,8 +102,9 @@ export function parseRedisTarget(url: string): RedisTarget {
   }
   // ioredis decodes them when it connects, where a stray % would fail without saying where.
   credentials(parsed.username, parsed.password);
-  // ioredis would send SELECT NaN for a path that is not a number, and fail the start with it.
-  databaseNumber(percentDecoded(parsed.pathname.slice(1), 'the path'), 'the path');
+  // ioredis would send SELECT NaN for a path that is not a number (it reads the path as it is,
+  // %32 included), and fail the start with it.
+  databaseNumber(parsed.pathname.slice(1), 'the path');
   const dbParam = parsed.searchParams.get('db');
   if (dbParam !== null) databaseNumber(dbParam, 'db');
   // ioredis takes the URL's other parameters as its options (they win over the options the

@@ -1,5 +1,8 @@
 // The transport envelope over real HTTP: GET with a JSON body (and POST), the API key, the
 // {method, params} body, the body limit, health, and the shape of every error response.
+import { once } from 'node:events';
+import { connect } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { request } from 'undici';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startTestApp, T0, type TestApp, useTestApp } from '../../helpers/app.js';
@@ -356,6 +359,24 @@ describe('the provisioning address', () => {
         error: 'headers_too_large',
         message: 'request headers too large',
       });
+    });
+
+    it('answers headers that overflow in a later read than the request line with a JSON string', async () => {
+      const url = new URL(app.baseUrl);
+      const socket = connect(Number(url.port), url.hostname);
+      socket.on('error', () => {});
+      await once(socket, 'connect');
+      let answer = '';
+      socket.on('data', (data: Buffer) => {
+        answer += data.toString('latin1');
+      });
+      const closed = once(socket, 'close');
+      socket.write('GET /provisioning HTTP/1.1\r\nHost: x\r\n');
+      await sleep(50);
+      socket.write(`x-api-key: ${'k'.repeat(20_000)}\r\n\r\n`);
+      await closed;
+      expect(answer).toMatch(/^HTTP\/1\.1 431 /);
+      expect(answer.split('\r\n\r\n')[1]).toBe('"request headers too large"');
     });
 
     it('accepts a body just under 1 MiB up to validation', async () => {

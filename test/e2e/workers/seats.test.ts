@@ -1376,7 +1376,7 @@ describe('the external variant (add-ons only)', () => {
   });
 });
 
-describe('the external variant: totals needed from a later date, with an add-on', () => {
+describe('the external variant: an increase needed from a later date, with an add-on', () => {
   const clock = manualClock(systemClock.now());
   const system = useSystem({ clock, env: { PARTNER_VARIANT: 'external' } });
 
@@ -1408,31 +1408,5 @@ describe('the external variant: totals needed from a later date, with an add-on'
     expect(renewed.licenses).toBe(7);
     // The add-on's 3 run on past the main term's end: 10 from the day they are needed.
     expect(addOn.term.expiresAt).toBeGreaterThan(placed.term.expiresAt);
-  });
-
-  it('keeps an add-on that renews before a decrease takes effect', async () => {
-    const { placed, addOn } = await withAddOn('E-21');
-    const renewed = await renewAt(system, clock, 'E-21', {
-      count: 2,
-      expiresAt: placed.term.expiresAt,
-    });
-    // 5 suffice only from 20 days into term 2, after the add-on's own term ended.
-    const lowerFrom = renewed.term.startsAt + 20 * DAY;
-    expect(lowerFrom).toBeGreaterThan(addOn.term.expiresAt);
-    clock.advance(60);
-    await seats(system, 'E-21', 5, { effectiveAt: lowerFrom });
-    const set = await system.waitForChain(
-      'E-21',
-      (c) => c.history.at(-1)?.event === 'seats.changed',
-    );
-    expect(set.addOns[0]?.nextLicenses).toBe(3);
-    expect(set.nextLicenses).toBe(2);
-
-    const addOnRenewed = await renewAt(system, clock, 'E-21.a1', {
-      count: 2,
-      expiresAt: addOn.term.expiresAt,
-    });
-    expect(addOnRenewed.licenses).toBe(3);
-    expect(await system.providerOrder('E-21.a1.r2')).not.toBeNull();
   });
 });

@@ -98,12 +98,18 @@ describe('loadSettings', () => {
     expect(refusal).not.toThrow(/Zq7x/);
   });
 
-  it.each(['127.0.0.1', '0.0.0.0', '::', '::1', 'localhost', 'billing-api', 'api.example.com'])(
-    'takes HOST=%s',
-    (host) => {
-      expect(loadSettings({ HOST: host }).HOST).toBe(host);
-    },
-  );
+  it.each([
+    '127.0.0.1',
+    '0.0.0.0',
+    '::',
+    '::1',
+    'localhost',
+    'billing-api',
+    'billing_api',
+    'api.example.com.',
+  ])('takes HOST=%s', (host) => {
+    expect(loadSettings({ HOST: host }).HOST).toBe(host);
+  });
 
   it('names the broken rules across settings with the invalid settings, all at once', () => {
     expect(() =>

@@ -925,57 +925,27 @@ describe('allocateNextLicenses', () => {
     const renewsAt = [30, 40, 20];
 
     it('gives an increase to the chain renewing first from that date', () => {
-      const dated = { from: 30, renewsAt };
-      expect(allocateNextLicenses({ ...current, total: 20, dated })).toEqual({
-        main: 12,
-        addOns: [5, 3],
-      });
+      expect(
+        allocateNextLicenses({ ...current, total: 20, dated: { from: 30, renewsAt } }),
+      ).toEqual({ main: 12, addOns: [5, 3] });
+      expect(
+        allocateNextLicenses({ ...current, total: 20, dated: { from: 35, renewsAt } }),
+      ).toEqual({ main: 10, addOns: [7, 3] });
     });
 
-    it('leaves a chain renewing before that date as it is, and takes a decrease from the others', () => {
-      const dated = { from: 25, renewsAt };
-      expect(allocateNextLicenses({ ...current, total: 12, dated })).toEqual({
-        main: 9,
-        addOns: [0, 3],
-      });
-    });
-
-    it('splits as undated when every chain renews before that date', () => {
+    it('gives it to the newest add-on when no chain renews from that date', () => {
       const dated = { from: 50, renewsAt };
       expect(allocateNextLicenses({ ...current, total: 25, dated })).toEqual(
         allocateNextLicenses({ ...current, total: 25 }),
       );
     });
 
-    it('keeps every chain renewing before the date, and splits the rest exactly', () => {
-      fc.assert(
-        fc.property(
-          fc.integer({ min: 0, max: 3000 }),
-          fc.array(
-            fc.record({ licenses: fc.integer({ min: 1, max: 500 }), renewsAt: fc.nat(100) }),
-            {
-              minLength: 2,
-              maxLength: 7,
-            },
-          ),
-          fc.nat(100),
-          (total, chains, from) => {
-            const [main, ...addOns] = chains.map((c) => c.licenses) as [number, ...number[]];
-            const dated = { from, renewsAt: chains.map((c) => c.renewsAt) };
-            const split = allocateNextLicenses({ total, main, addOns, style: 'addon', dated });
-            const shares = [split.main, ...split.addOns];
-            const early = chains.map((c) => c.renewsAt < from);
-            if (early.every(Boolean)) return;
-            const kept = chains.reduce((sum, c, i) => sum + (early[i] ? c.licenses : 0), 0);
-            for (const [i, c] of chains.entries()) {
-              if (early[i]) expect(shares[i]).toBe(c.licenses);
-              expect(shares[i]).toBeGreaterThanOrEqual(0);
-            }
-            const later = shares.reduce((sum, n, i) => sum + (early[i] ? 0 : n), 0);
-            expect(later).toBe(Math.max(0, total - kept));
-          },
-        ),
-      );
+    it('shrinks as undated on a decrease: the newest add-ons first, never the main chain first', () => {
+      for (const total of [0, 7, 12, 16, 18]) {
+        expect(allocateNextLicenses({ ...current, total, dated: { from: 25, renewsAt } })).toEqual(
+          allocateNextLicenses({ ...current, total }),
+        );
+      }
     });
   });
 
@@ -984,6 +954,10 @@ describe('allocateNextLicenses', () => {
     main: fc.integer({ min: 1, max: 500 }),
     addOns: fc.array(fc.integer({ min: 1, max: 500 }), { minLength: 0, maxLength: 6 }),
     style: fc.constantFrom<'coterm' | 'addon'>('coterm', 'addon'),
+    dated: fc.option(
+      fc.record({ from: fc.nat(100), renewsAt: fc.array(fc.nat(100), { maxLength: 7 }) }),
+      { nil: undefined },
+    ),
   });
 
   it('always splits exactly the total, with no negative share', () => {
@@ -1001,7 +975,7 @@ describe('allocateNextLicenses', () => {
     fc.assert(
       fc.property(
         allocationArb.filter((i) => i.addOns.length > 0),
-        (input) => {
+        ({ dated: _dated, ...input }) => {
           const split = allocateNextLicenses({ ...input, style: 'addon' });
           expect(split.main).toBeLessThanOrEqual(input.main);
           for (const [i, share] of split.addOns.slice(0, -1).entries()) {
@@ -1009,6 +983,17 @@ describe('allocateNextLicenses', () => {
           }
         },
       ),
+    );
+  });
+
+  it('never cuts the main chain below the total it can carry, dated or not', () => {
+    fc.assert(
+      fc.property(allocationArb, (input) => {
+        const split = allocateNextLicenses(input);
+        const floor =
+          input.style === 'coterm' || input.addOns.length === 0 ? input.total : input.main;
+        expect(split.main).toBeGreaterThanOrEqual(Math.min(input.total, floor));
+      }),
     );
   });
 

@@ -168,6 +168,7 @@ describe('parseRedisTarget', () => {
     ['redis://h:6379/1/2', "the path must be a database number (0, 1, ...), got '1/2'"],
     ['redis://h:6379/-1', "the path must be a database number (0, 1, ...), got '-1'"],
     ['redis://h:6379?db=x', "db must be a database number (0, 1, ...), got 'x'"],
+    ['redis://h:6379/%32', "the path must be a database number (0, 1, ...), got '%32'"],
     ['redis://h:6379/99999999999', "got '99999999999'"],
     ['redis+cluster://', 'must be redis+cluster://[[user]:password@]host:port[,host:port...]'],
     ['redis+cluster://n1:7000/3', 'must be redis+cluster://'],
