@@ -46,6 +46,18 @@ afterAll(async () => {
 
 const now = () => systemClock.now();
 
+/**
+ * Places `order`, its first term started `daysAgo` days ago, with auto-renew off (so nothing
+ * renews on its own), and answers its chain.
+ */
+async function placedWithAutoRenewOff(order: string, daysAgo: number) {
+  await system.send(
+    'order.placed',
+    orderPlaced({ order, startsAt: now() - daysAgo * DAY, autoRenew: false }),
+  );
+  return system.waitForChain(order, () => true);
+}
+
 async function renewalJob(order: string, count: number) {
   return renewals.getJob(`renew-${chainIdOf(order)}-${count}`);
 }
@@ -169,9 +181,7 @@ describe('a chain far from its end', () => {
 
 describe('auto-renewal switched off', () => {
   it('means no renewal; switching it on renews a due chain', async () => {
-    const startsAt = now() - 26 * DAY;
-    await system.send('order.placed', orderPlaced({ order: 'OFF-1', startsAt, autoRenew: false }));
-    const placed = await system.waitForChain('OFF-1', () => true);
+    const placed = await placedWithAutoRenewOff('OFF-1', 26);
     expect(placed).toMatchObject({ autoRenew: false, nextRenewalAt: null });
     expect(placed.term.count).toBe(1);
     expect(await renewalJob('OFF-1', 2)).toBeUndefined();
@@ -251,9 +261,7 @@ describe('order.cancelled', () => {
 
 describe('a renewal whose job ran out of attempts after sending its order', () => {
   it('is restored by reconcile, which replays the stored intent: one order, recorded once', async () => {
-    const startsAt = now() - 25 * DAY;
-    await system.send('order.placed', orderPlaced({ order: 'LOST-1', startsAt, autoRenew: false }));
-    const placed = await system.waitForChain('LOST-1', () => true);
+    const placed = await placedWithAutoRenewOff('LOST-1', 25);
 
     // What the failed job left: auto-renew on, its intent written, the order made at the provider.
     const params = {
@@ -289,11 +297,7 @@ describe('a renewal whose job ran out of attempts after sending its order', () =
 
 describe('a renewal intent decided before its term ended and sent after', () => {
   it('starts the term when it is sent, not at the old end: the days it lay expired are not sold', async () => {
-    await system.send(
-      'order.placed',
-      orderPlaced({ order: 'LATE-1', startsAt: now() - 40 * DAY, autoRenew: false }),
-    );
-    const placed = await system.waitForChain('LATE-1', () => true);
+    const placed = await placedWithAutoRenewOff('LATE-1', 40);
     expect(placed.term.expiresAt).toBeLessThan(now() - 5 * DAY);
     // Its job wrote the intent in the renewal lead and died; the provider stayed away past the end.
     const params = {
@@ -332,9 +336,7 @@ describe('a renewal in flight when auto-renew is switched off', () => {
    * timeout) and waits to retry, its intent on the chain; `chain` changes the record besides.
    */
   async function renewalInFlight(order: string, chain: Partial<Chain>) {
-    const startsAt = now() - 25 * DAY;
-    await system.send('order.placed', orderPlaced({ order, startsAt, autoRenew: false }));
-    const placed = await system.waitForChain(order, () => true);
+    const placed = await placedWithAutoRenewOff(order, 25);
     const params = {
       customer: placed.customer,
       id: `${order}.r2`,
@@ -437,11 +439,7 @@ describe('an order.placed job retried after its first order failed', () => {
 
 describe('an order.placed delivered again for a flagged chain', () => {
   it('leaves the chain to its operator: no renewal job comes back', async () => {
-    await system.send(
-      'order.placed',
-      orderPlaced({ order: 'FLAG-R', startsAt: now() - 2 * DAY, autoRenew: false }),
-    );
-    await system.waitForChain('FLAG-R', () => true);
+    await placedWithAutoRenewOff('FLAG-R', 2);
     await leftByDeadJob(system, 'FLAG-R', 'flagging-job', () => ({
       autoRenew: true,
       nextRenewalAt: now() + 20 * DAY,
@@ -464,11 +462,7 @@ describe('an order.placed delivered again for a flagged chain', () => {
 
 describe('reconcile while an operator switches auto-renew on', () => {
   it("keeps the job the operator's switch scheduled, though its page showed auto-renew off", async () => {
-    await system.send(
-      'order.placed',
-      orderPlaced({ order: 'REC-1', startsAt: now() - 2 * DAY, autoRenew: false }),
-    );
-    await system.waitForChain('REC-1', () => true);
+    await placedWithAutoRenewOff('REC-1', 2);
     const deps = workerDepsOf(system);
     const { chains } = deps;
     // The operator's switch lands right after reconcile read the page holding the chain.
@@ -516,9 +510,7 @@ describe('reconcile when one chain cannot be reconciled now', () => {
 
 describe('a renewal intent replayed after its chain was suspended', () => {
   it('makes the order once and suspends it with the rest of the chain', async () => {
-    const startsAt = now() - 25 * DAY;
-    await system.send('order.placed', orderPlaced({ order: 'SUSP-R', startsAt, autoRenew: false }));
-    const placed = await system.waitForChain('SUSP-R', () => true);
+    const placed = await placedWithAutoRenewOff('SUSP-R', 25);
     // A renewal job sent nothing yet when it died; the payment went overdue and the chain was
     // suspended meanwhile (the suspension skips a pending intent's order).
     await system.started.provisioning.suspendOrder({ id: 'SUSP-R' });
@@ -567,11 +559,7 @@ describe('a renewal job carrying the intent prepared when it was scheduled', () 
 
   /** A due chain with no renewal job yet, at the version `change` leaves it. */
   async function dueChain(order: string, change: (chain: Chain) => Partial<Chain> = () => ({})) {
-    await system.send(
-      'order.placed',
-      orderPlaced({ order, startsAt: now() - 25 * DAY, autoRenew: false }),
-    );
-    await system.waitForChain(order, () => true);
+    await placedWithAutoRenewOff(order, 25);
     const token = `test-${order}`;
     const lock = await chains().lock(chainIdOf(order), token);
     if (lock.kind !== 'held' || !lock.chain) throw new Error(`no chain ${order}`);
