@@ -95,9 +95,13 @@ async function applySeatEvent(
     if (decision.kind === 'next_renewal_only') {
       // A total needed later is carried by the first renewal from that date.
       const later = ev.effectiveAt !== undefined && ev.effectiveAt > now;
-      const counts = allocation(deps, chain, addOns, decision.total, {
-        ...(later ? { from: ev.effectiveAt } : {}),
-      });
+      const counts = allocation(
+        deps,
+        chain,
+        addOns,
+        decision.total,
+        later ? { from: ev.effectiveAt } : {},
+      );
       if (chain.pendingAddOn) await removeAddOnJob(deps, chain, job);
       const reason = {
         decrease: 'a decrease refunds nothing',

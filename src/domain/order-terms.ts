@@ -53,8 +53,7 @@ export function firstTerm(input: { startsAt: number; duration: Duration }): Plan
  * (it is what stops accidental repeats). A renewal continues at the end of the latest term, or
  * starts now when that term has expired; an explicit `requestedStartsAt` (marketplace
  * controlled start) may leave a gap but never overlap, and never starts an expired chain's term
- * before now. A term that does not continue the chain
- * without a gap starts a new anchor.
+ * before now. A term that does not continue the chain without a gap starts a new anchor.
  */
 export function planRenewalTerm(input: {
   chain: ChainTerms;

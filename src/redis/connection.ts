@@ -224,9 +224,9 @@ function onceConnectedRetryForever(connected: () => boolean) {
 export const REQUEST_COMMAND_TIMEOUT_MS = 5_000;
 
 /**
- * How ioredis and Redis word "cannot be reached or cannot write now" (out of memory too), at the start of the
- * message: anchored, so an error that only quotes such a word (a provider's page saying
- * "Loading...") is not taken for one.
+ * How ioredis and Redis word "cannot be reached or cannot write now" (out of memory too), at
+ * the start of the message: anchored, so an error that only quotes such a word (a provider's
+ * page saying "Loading...") is not taken for one.
  */
 const UNAVAILABLE =
   /^(Connection is closed|Stream isn't writeable|(connect |read |write )?(ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE)\b|Reached the max retries per request|LOADING |READONLY |CLUSTERDOWN |TRYAGAIN |MASTERDOWN |Cluster isn't ready|Cluster is ended|Too many Cluster redirections|None of startup nodes|Failed to refresh slots|MISCONF |NOREPLICAS |OOM )/;
