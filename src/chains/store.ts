@@ -302,14 +302,17 @@ export class ChainStore {
     return chains.sort((a, b) => a.createdAt - b.createdAt || a.order.localeCompare(b.order));
   }
 
-  /** Chains whose renewal fires at or before `until` (epoch seconds), earliest first. */
-  async dueUntil(until: number, limit = 1000): Promise<Chain[]> {
+  /**
+   * Chains whose renewal fires at or before `until` (epoch seconds), earliest first: the
+   * `limit` of them after skipping `offset`.
+   */
+  async dueUntil(until: number, limit = 1000, offset = 0): Promise<Chain[]> {
     const ids = await this.redis.zrangebyscore(
       indexKeys.due,
       '-inf',
       String(until),
       'LIMIT',
-      '0',
+      String(offset),
       String(limit),
     );
     return this.getMany(ids);

@@ -55,8 +55,30 @@ function asGovernedBy(main: Chain, addOn: Chain): Chain {
   };
 }
 
+/** `GET /ops/renewals` answers at most this many. */
+const UPCOMING_LIMIT = 1000;
+
+function upcomingRenewal(chain: Chain): UpcomingRenewal {
+  return {
+    order: chain.order,
+    customer: chain.customer,
+    dueAt: chain.nextRenewalAt as number,
+    expiresAt: chain.term.expiresAt,
+  };
+}
+
 export function makeChainOperations(deps: ChainOperationsDeps) {
   const { chains, clock } = deps;
+
+  /** The due chains that still renew: an add-on renews only while its main chain renews it. */
+  async function stillRenewing(due: Chain[]): Promise<Chain[]> {
+    const mainIds = [...new Set(due.flatMap((c) => (c.mainChain ? [c.mainChain] : [])))];
+    const mains = new Map((await chains.getMany(mainIds)).map((m) => [m.id, m]));
+    return due.filter((c) => {
+      const main = c.mainChain ? mains.get(c.mainChain) : undefined;
+      return (main ? governedNextRenewalAt(main, c) : c.nextRenewalAt) !== null;
+    });
+  }
 
   /** The chain as it is now, with its add-ons, each read together with its history. */
   async function view(chain: Chain): Promise<ChainView> {
@@ -234,24 +256,22 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
       return Promise.all(all.filter((c) => c.mainChain === null).map(view));
     },
 
-    /** Renewals that fire within `days`, earliest first. */
+    /**
+     * The first `UPCOMING_LIMIT` renewals that fire within `days`, earliest first. The due
+     * index also holds add-ons whose main chain no longer renews them, so it is read page by
+     * page until the answer is full: dropping those from one page would hide renewals due later.
+     */
     async upcoming(days: number): Promise<UpcomingRenewal[]> {
-      const due = await chains.dueUntil(clock.now() + days * SECONDS_PER_DAY);
-      const mainIds = [...new Set(due.flatMap((c) => (c.mainChain ? [c.mainChain] : [])))];
-      const mains = new Map((await chains.getMany(mainIds)).map((m) => [m.id, m]));
-      const governed = (c: Chain) => {
-        const main = c.mainChain ? mains.get(c.mainChain) : undefined;
-        return main ? governedNextRenewalAt(main, c) : c.nextRenewalAt;
-      };
-      return due
-        .filter((c) => governed(c) !== null)
-        .map((c) => ({
-          order: c.order,
-          customer: c.customer,
-          dueAt: c.nextRenewalAt as number,
-          expiresAt: c.term.expiresAt,
-        }))
-        .sort((a, b) => a.dueAt - b.dueAt || a.order.localeCompare(b.order));
+      const until = clock.now() + days * SECONDS_PER_DAY;
+      const found: UpcomingRenewal[] = [];
+      for (let offset = 0; found.length < UPCOMING_LIMIT; offset += UPCOMING_LIMIT) {
+        const page = await chains.dueUntil(until, UPCOMING_LIMIT, offset);
+        found.push(...(await stillRenewing(page)).map(upcomingRenewal));
+        if (page.length < UPCOMING_LIMIT) break;
+      }
+      return found
+        .sort((a, b) => a.dueAt - b.dueAt || a.order.localeCompare(b.order))
+        .slice(0, UPCOMING_LIMIT);
     },
   };
 }

@@ -1,0 +1,104 @@
+// `upcoming` (GET /ops/renewals, `renewals upcoming`) against a real redis-server.
+import { Queue } from 'bullmq';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { chainIdOf } from '../../../src/chains/keys.js';
+import { type Chain, newChainRecord } from '../../../src/chains/records.js';
+import { ChainStore } from '../../../src/chains/store.js';
+import { manualClock } from '../../../src/clock.js';
+import { makeChainOperations } from '../../../src/ops/chain-operations.js';
+import { useTestRedisConnection } from '../../helpers/redis-server.js';
+
+const NOW = Date.UTC(2025, 2, 1) / 1000;
+const DAY = 86_400;
+
+const db = useTestRedisConnection();
+let store: ChainStore;
+let queues: Queue[];
+
+beforeAll(() => {
+  queues = ['renewals', 'payment-signals'].map(
+    (name) => new Queue(name, { connection: db.redis, prefix: 'upcoming-test' }),
+  );
+});
+
+afterAll(async () => {
+  await Promise.all(queues.map((q) => q.close()));
+});
+
+beforeEach(async () => {
+  await db.redis.flushdb();
+  store = new ChainStore(db.redis);
+});
+
+function operations() {
+  const [renewals, paymentSignals] = queues as [Queue, Queue];
+  return makeChainOperations({
+    chains: store,
+    renewals,
+    paymentSignals,
+    clock: manualClock(NOW),
+    leadDays: 7,
+    variant: 'marketplace',
+  });
+}
+
+/** Stores a chain for `order`, renewing at `nextRenewalAt`, as the workers would. */
+async function saveChain(order: string, overrides: Partial<Omit<Chain, 'version'>>) {
+  const next = newChainRecord({
+    id: chainIdOf(order),
+    order,
+    customer: 'cust-1',
+    product: 'prod-1',
+    duration: 'monthly',
+    status: 'active',
+    autoRenew: true,
+    payment: 'ok',
+    needsReactivation: false,
+    licenses: 10,
+    nextLicenses: 10,
+    term: { orderId: order, count: 1, startsAt: NOW - 20 * DAY, expiresAt: NOW + 11 * DAY },
+    previousTerm: null,
+    partials: [],
+    addOns: [],
+    mainChain: null,
+    intent: null,
+    nextRenewalAt: NOW + 4 * DAY,
+    flagged: null,
+    createdAt: NOW,
+    updatedAt: NOW,
+    ...overrides,
+  });
+  await store.lock(next.id, 't');
+  await store.save({ chainId: next.id, token: 't', previous: null, next, release: true });
+}
+
+describe('upcoming renewals', () => {
+  it('skips add-ons their main chain no longer renews without hiding renewals due after them', async () => {
+    const addOnCount = 1_001;
+    const addOns = Array.from({ length: addOnCount }, (_, i) => `MAIN.a${i + 1}`);
+    await saveChain('MAIN', {
+      autoRenew: false,
+      nextRenewalAt: null,
+      addOns: addOns.map(chainIdOf),
+    });
+    for (const order of addOns) {
+      // Each add-on keeps its own due time; its main chain's auto-renew off stops it.
+      await saveChain(order, { mainChain: chainIdOf('MAIN'), nextRenewalAt: NOW + DAY });
+    }
+    await saveChain('LATER', { nextRenewalAt: NOW + 3 * DAY });
+
+    expect(await operations().upcoming(7)).toEqual([
+      { order: 'LATER', customer: 'cust-1', dueAt: NOW + 3 * DAY, expiresAt: NOW + 11 * DAY },
+    ]);
+  });
+
+  it('answers at most 1000 renewals, the earliest', async () => {
+    const orders = Array.from({ length: 1_002 }, (_, i) => `O-${String(i).padStart(4, '0')}`);
+    for (const [i, order] of orders.entries()) {
+      await saveChain(order, { nextRenewalAt: NOW + i });
+    }
+    const upcoming = await operations().upcoming(7);
+    expect(upcoming).toHaveLength(1_000);
+    expect(upcoming.map((r) => r.order)).toEqual(orders.slice(0, 1_000));
+  });
+});
