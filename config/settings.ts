@@ -23,6 +23,16 @@ const port = intIn(0, 65535);
  * service names may hold one), with an optional final dot.
  */
 const HOSTNAME = /^(?=.{1,254}$)\w([\w-]{0,61}\w)?(\.\w([\w-]{0,61}\w)?)*\.?$/;
+/**
+ * Base64 that every decoder reads as the same bytes: what it decodes to encodes back to it
+ * (padded or not). Lenient decoders, the Standard Webhooks library among them, drop a dangling
+ * character or stray padding that a producer's stricter library refuses or reads otherwise, and
+ * every signature would then fail to verify with no hint why.
+ */
+function isCanonicalBase64(text: string): boolean {
+  const encoded = Buffer.from(text, 'base64').toString('base64');
+  return encoded === text || encoded.replace(/=+$/, '') === text;
+}
 /** true/false, 1/0, yes/no, on/off (any case). */
 const flag = z
   .string()
@@ -102,7 +112,14 @@ export const settingDefinitions = {
   WEBHOOK_SECRET: {
     schema: z
       .string()
-      .regex(/^whsec_[A-Za-z0-9+/=]{16,}$/, 'must be whsec_ followed by base64 (Standard Webhooks)')
+      .regex(/^whsec_[A-Za-z0-9+/=]{16,}$/, {
+        message: 'must be whsec_ followed by base64 (Standard Webhooks)',
+        abort: true,
+      })
+      .refine(
+        (secret) => isCanonicalBase64(secret.slice('whsec_'.length)),
+        'must be whsec_ followed by well-formed base64: no stray padding or trailing bits',
+      )
       .optional(),
     describe:
       'Standard Webhooks signing secret, whsec_<base64> (default: generated under DATA_DIR)',

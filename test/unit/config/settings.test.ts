@@ -62,8 +62,29 @@ describe('loadSettings', () => {
     ['WEBHOOK_SECRET', 'not-whsec-secret'],
   ])('refuses %s without showing the secret', (name, value) => {
     expect(() => loadSettings({ [name]: value })).toThrow(
-      new RegExp(`^invalid settings:\\n  ${name}=\\(hidden, ${value.length} characters\\): `),
+      new RegExp(
+        `^invalid settings:\\n  ${name}=\\(hidden, ${value.length} characters\\): [^\\n]+$`,
+      ),
     );
+  });
+
+  it.each([
+    ['a dangling character', 'whsec_YWJjZGVmZ2hpamtsbW5vc'],
+    ['partial padding', 'whsec_YWJjZGVmZ2hpamtsbW5vcA='],
+    ['padding inside', 'whsec_YWJjZGVmZ2hp=amtsbW5vcA=='],
+    ['trailing bits set', 'whsec_YWJjZGVmZ2hpamtsbW5vcB=='],
+  ])('refuses a WEBHOOK_SECRET whose base64 has %s', (_, value) => {
+    expect(() => loadSettings({ WEBHOOK_SECRET: value })).toThrow(
+      /WEBHOOK_SECRET=\(hidden, \d+ characters\): must be whsec_ followed by well-formed base64/,
+    );
+  });
+
+  it.each([
+    'whsec_YWJjZGVmZ2hpamtsbW5vcA==',
+    'whsec_YWJjZGVmZ2hpamtsbW5vcA',
+    'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw',
+  ])('takes a WEBHOOK_SECRET in well-formed base64, padded or not: %s', (value) => {
+    expect(loadSettings({ WEBHOOK_SECRET: value }).WEBHOOK_SECRET).toBe(value);
   });
 
   it('hides the password of a Redis URL it refuses', () => {
