@@ -93,6 +93,11 @@ export async function ensureSuspensionJob(
 const REMEMBERED_PAYMENT_EVENTS = 50;
 
 /** The chain's record of a payment event handled (applied or ignored) now. */
+/** The chain's record of the last applied payment event: this one. */
+function appliedInOrder(data: EventJobData) {
+  return { lastPaymentEventAt: data.occurredAt, lastPaymentEventSequence: data.sequence ?? null };
+}
+
 function handled(chain: Chain, webhookId: string) {
   const kept = chain.handledPaymentEvents.filter((id) => id !== webhookId);
   return { handledPaymentEvents: [...kept, webhookId].slice(-REMEMBERED_PAYMENT_EVENTS) };
@@ -129,7 +134,7 @@ async function markOverdue(
       previous: chain,
       next: {
         ...chain,
-        lastPaymentEventAt: data.occurredAt,
+        ...appliedInOrder(data),
         ...handled(chain, data.webhookId),
         updatedAt: now,
       },
@@ -155,7 +160,7 @@ async function markOverdue(
       payment: 'overdue',
       overdueEpisode: episode,
       suspendAt,
-      lastPaymentEventAt: data.occurredAt,
+      ...appliedInOrder(data),
       ...handled(chain, data.webhookId),
       updatedAt: now,
     },
@@ -194,7 +199,7 @@ async function markPaid(deps: WorkerDeps, job: Job, held: Held, data: EventJobDa
     suspendAt: null,
     suspending: null,
     suspensionCalls: null,
-    lastPaymentEventAt: data.occurredAt,
+    ...appliedInOrder(data),
     ...handled(chain, data.webhookId),
     updatedAt: now,
   };
@@ -383,11 +388,20 @@ async function applyPaymentEvent(
       });
       return `ignored: ${detail}`;
     };
+    const lastApplied =
+      chain.lastPaymentEventAt === null
+        ? null
+        : { occurredAt: chain.lastPaymentEventAt, sequence: chain.lastPaymentEventSequence };
     if (
-      isStalePaymentEvent({ occurredAt: data.occurredAt, lastAppliedAt: chain.lastPaymentEventAt })
+      isStalePaymentEvent(
+        { occurredAt: data.occurredAt, sequence: data.sequence ?? null },
+        lastApplied,
+      )
     ) {
       return ignore(
-        `event of ${formatInstant(data.occurredAt)} is older than the last applied payment event (${formatInstant(chain.lastPaymentEventAt ?? 0)})`,
+        data.occurredAt === chain.lastPaymentEventAt
+          ? `event of ${formatInstant(data.occurredAt)} was accepted before the last applied payment event of the same second`
+          : `event of ${formatInstant(data.occurredAt)} is older than the last applied payment event (${formatInstant(chain.lastPaymentEventAt ?? 0)})`,
       );
     }
     if (chain.status === 'cancelled') return ignore('the chain is cancelled');

@@ -78,6 +78,8 @@ export const chainRecord = z.object({
   lastSeatEventAt: z.int().nullable().default(null),
   /** `occurredAt` of the last applied payment event; payment events keep their own order. */
   lastPaymentEventAt: z.int().nullable().default(null),
+  /** Intake's `sequence` of the last applied payment event, when it had one. */
+  lastPaymentEventSequence: z.int().nullable().default(null),
   /**
    * Webhook ids of the latest payment events applied or ignored, the last one last: a job run
    * again after a crash past its save (a stalled job, a SIGKILL) never applies its event a second

@@ -111,5 +111,10 @@ export const eventJobData = z.object({
   occurredAt: z.int().min(0),
   /** When intake accepted it, by the Clock (epoch seconds). */
   receivedAt: z.int().min(0),
+  /**
+   * The order intake accepted it in, across every API process: orders one chain's payment
+   * events that occurred in the same second. Absent from jobs enqueued before it existed.
+   */
+  sequence: z.int().min(1).optional(),
 });
 export type EventJobData = z.infer<typeof eventJobData>;

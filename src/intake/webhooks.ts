@@ -42,6 +42,14 @@ const CLAIM_PENDING = 'pending';
 const CLAIM_DONE = 'done';
 /** Deletes a claim only while it is still the one its request made. */
 const RELEASE_CLAIM = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`;
+/**
+ * Claims a webhook id (`SET NX` with a lease) and, when claimed, numbers the event in the order
+ * intake accepts events: `{1, sequence}`. When already claimed, the holder's claim: `{0, holder}`.
+ */
+const CLAIM_AND_NUMBER = `if redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2], 'NX') then
+  return {1, redis.call('INCR', KEYS[2])}
+end
+return {0, redis.call('GET', KEYS[1])}`;
 /** Longer than any enqueue takes (bounded by the enqueue timeout), short enough for a retry. */
 const PENDING_CLAIM_SECONDS = 60;
 
@@ -77,6 +85,9 @@ function hashWebhookId(webhookId: string): string {
 export function webhookDedupKey(webhookId: string): string {
   return `${WORKER_KEY_ROOT}:webhook:${hashWebhookId(webhookId)}`;
 }
+
+/** The counter that numbers accepted events, in the order intake accepted them. */
+const EVENT_SEQUENCE_KEY = `${WORKER_KEY_ROOT}:webhook-sequence`;
 
 /** The BullMQ job id of a webhook's event, the same for every delivery of that webhook id. */
 export function webhookJobId(webhookId: string): string {
@@ -296,14 +307,22 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
       // This request's own claim: only it may release it.
       const claim = `${CLAIM_PENDING}:${randomUUID()}`;
       const release = () => deps.redis.eval(RELEASE_CLAIM, 1, key, claim);
-      let claimed: 'OK' | null;
+      let sequence: number | null = null;
       let holder: string | null = null;
       try {
         // Claimed as "pending" for a short lease first: if this process dies before the job is
         // enqueued, the claim lapses and the producer's retry gets through instead of being
         // taken for a duplicate of an event that was never enqueued.
-        claimed = await deps.redis.set(key, claim, 'EX', PENDING_CLAIM_SECONDS, 'NX');
-        if (claimed === null) holder = await deps.redis.get(key);
+        const [claimed, value] = (await deps.redis.eval(
+          CLAIM_AND_NUMBER,
+          2,
+          key,
+          EVENT_SEQUENCE_KEY,
+          claim,
+          PENDING_CLAIM_SECONDS,
+        )) as [0 | 1, number | string | null];
+        if (claimed === 1) sequence = Number(value);
+        else holder = value === null ? null : String(value);
       } catch (error) {
         if (!isRedisUnavailable(error)) throw error;
         // A claim that timed out may still be made once Redis answers: the release, sent on
@@ -312,11 +331,11 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
         log.warn({ err: error }, 'webhook intake unavailable: redis');
         return sendError(reply, 503, 'unavailable', 'storage unreachable, retry later');
       }
-      if (claimed === null && holder === CLAIM_DONE) {
+      if (sequence === null && holder === CLAIM_DONE) {
         log.info({ type: event.type }, 'webhook duplicate ignored');
         return reply.code(202).send({ id: webhookId });
       }
-      if (claimed === null) {
+      if (sequence === null) {
         log.info({ type: event.type }, 'webhook id being enqueued by another request');
         return sendError(
           reply,
@@ -333,6 +352,7 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
         data: event.data,
         occurredAt: event.occurredAt,
         receivedAt: now,
+        sequence,
       };
       const queueName = queueForEvent[event.type];
       const queue = deps.queues[queueName];

@@ -193,10 +193,23 @@ describe('a valid, signed event', () => {
         // data.occurredAt when given, else the webhook-timestamp.
         occurredAt: typeof data.occurredAt === 'number' ? data.occurredAt : T0 - 30,
         receivedAt: T0,
+        sequence: expect.any(Number),
       });
       expect(await redis.ttl(webhookDedupKey(id))).toBe(7 * 86_400);
     },
   );
+
+  it('numbers accepted events in the order intake accepted them, a repeat getting no number', async () => {
+    const sequenceOf = async (id: string) =>
+      (await queues['payment-signals'].getJob(webhookJobId(id)))?.data.sequence;
+    const first = `evt-${randomUUID()}`;
+    const second = `evt-${randomUUID()}`;
+    const event = { type: 'payment.overdue', data: samples['payment.overdue'] };
+    await deliver(event, { id: first, timestamp: T0 });
+    await deliver(event, { id: first, timestamp: T0 });
+    await deliver(event, { id: second, timestamp: T0 });
+    expect(await sequenceOf(second)).toBe((await sequenceOf(first)) + 1);
+  });
 
   it('is answered 202 again for a repeated webhook-id and enqueued only once', async () => {
     const id = 'evt-repeat';

@@ -257,6 +257,35 @@ describe('marketplace, 3 days of grace', () => {
     expect(await (await queue.getJob(id))?.getState()).toBe('delayed');
     expect((await system.chain('P-6')).term.count).toBe(1);
   });
+
+  it('keeps a payment received right after an overdue notice of the same second, whatever reaches the chain first', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'P-SAME' }));
+    await system.waitForChain('P-SAME', () => true);
+    const queue = system.queue('payment-signals');
+    const t = clock.now();
+    await queue.pause();
+    try {
+      await system.send('payment.overdue', { order: 'P-SAME', occurredAt: t }, { id: 'same-1' });
+      await system.send('payment.received', { order: 'P-SAME', occurredAt: t }, { id: 'same-2' });
+      // The overdue notice reaches the chain second, as when its job waited for the chain's lock.
+      const late = await queue.getJob(webhookJobId('same-1'));
+      if (!late) throw new Error('the overdue job was not enqueued');
+      await late.remove();
+      await queue.resume();
+      await system.waitForChain('P-SAME', (c) => lastEvent(c) === 'payment.received');
+      await queue.add(late.name, late.data, { ...late.opts, jobId: late.id });
+    } finally {
+      await queue.resume();
+    }
+    const chain = await system.waitForChain(
+      'P-SAME',
+      (c) => lastEvent(c) === 'payment.overdue.ignored',
+    );
+    expect(chain.payment).toBe('ok');
+    expect(chain.history.at(-1)?.detail).toContain(
+      'accepted before the last applied payment event',
+    );
+  });
 });
 
 describe('marketplace with add-on seat increases, 3 days of grace', () => {
