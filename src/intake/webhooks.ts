@@ -87,7 +87,7 @@ export function webhookDedupKey(webhookId: string): string {
 }
 
 /** The counter that numbers accepted events, in the order intake accepted them. */
-const EVENT_SEQUENCE_KEY = `${WORKER_KEY_ROOT}:webhook-sequence`;
+const EVENT_SEQUENCE_KEY = `${WORKER_KEY_ROOT}:webhook:sequence`;
 
 /** The BullMQ job id of a webhook's event, the same for every delivery of that webhook id. */
 export function webhookJobId(webhookId: string): string {
