@@ -45,7 +45,7 @@ export function createMetrics() {
     }),
     provisioningCalls: new Counter({
       name: 'billing_provisioning_calls_total',
-      help: 'Provisioning interface calls, by method and outcome (ok, refused, unauthorized, failed)',
+      help: 'Provisioning interface calls, by method and outcome (ok, refused, unauthorized, misconfigured, failed)',
       labelNames: ['method', 'status'] as const,
       registers: [registry],
     }),

@@ -49,6 +49,11 @@ function excerpt(text: string): string {
   return trimmed.length > EXCERPT_CHARS ? `${trimmed.slice(0, EXCERPT_CHARS - 3)}...` : trimmed;
 }
 
+/** A URL as messages show it: without its query or fragment, which may carry a key. */
+function shownUrl(url: string): string {
+  return excerpt(url.replace(/[?#][\s\S]*$/, ''));
+}
+
 /** The code of a network error; a failed dual-stack connect is an AggregateError of attempts. */
 function errorCode(error: unknown): string | undefined {
   if (!(error instanceof Error)) return undefined;
@@ -58,18 +63,22 @@ function errorCode(error: unknown): string | undefined {
   return undefined;
 }
 
+/** The interface's error body, a JSON string, or null when the body is anything else. */
+function interfaceError(body: string): string | null {
+  try {
+    const value: unknown = JSON.parse(body);
+    return typeof value === 'string' ? value : null;
+  } catch {
+    return null;
+  }
+}
+
 /**
  * Error bodies of the interface are JSON strings; anything else (a proxy's page) is shown raw.
  * Either way an excerpt: the text goes into job failures, logs and a chain's history.
  */
 function errorText(body: string): string {
-  try {
-    const value: unknown = JSON.parse(body);
-    if (typeof value === 'string') return excerpt(value);
-  } catch {
-    // not JSON: fall through to the raw text
-  }
-  return excerpt(body);
+  return excerpt(interfaceError(body) ?? body);
 }
 
 /** A body read up to MAX_ANSWER_BYTES; `whole` is false when the rest was dropped unread. */
@@ -94,6 +103,7 @@ function classifyStatus(
   method: string,
   status: number,
   { text: body, whole }: { text: string; whole: boolean },
+  location: string | undefined,
 ): unknown {
   if (status === 200) {
     if (!whole) {
@@ -114,7 +124,26 @@ function classifyStatus(
   // "no" to this call. Another status comes from whatever stands in front of it (a gateway, a
   // deploy, a wrong path) and says nothing about the order: it is retried, never recorded as a
   // refusal that would flag a chain.
-  if (status === 400) throw new RefusalError('provisioning_refused', errorText(body), details);
+  // A 400 whose body is not the interface's JSON string is not the service's answer either (a
+  // gateway refusing plain HTTP on its HTTPS port, a cloud front door's "missing token"): a
+  // refusal would end the work for good, so it is a configuration to fix and is retried.
+  if (status === 400) {
+    const refusal = whole ? interfaceError(body) : null;
+    if (refusal !== null) throw new RefusalError('provisioning_refused', excerpt(refusal), details);
+    throw new ConfigError(
+      'provisioning_unexpected_answer',
+      `provisioning ${method} answered 400 with a body that is not the interface's (a JSON string): ${JSON.stringify(excerpt(body))}: something other than the provisioning service answered; check PROVISIONING_URL`,
+      details,
+    );
+  }
+  // undici follows no redirect, and a retry meets the same one: the URL needs fixing.
+  if (status >= 300 && status < 400) {
+    throw new ConfigError(
+      'provisioning_redirected',
+      `provisioning ${method} answered ${status}, a redirect${location ? ` to ${shownUrl(location)}` : ''}: set PROVISIONING_URL to where the service answers`,
+      details,
+    );
+  }
   if (status === 401 || status === 403) {
     // The body is not quoted: nothing the service says about a key belongs in a log.
     throw new ConfigError(
@@ -141,6 +170,7 @@ const CLOSE_GRACE_MS = 1_000;
 export function httpClient(opts: HttpClientOptions): ProvisioningClient {
   const target = new URL(opts.url);
   const path = `${target.pathname}${target.search}`;
+  const shownTarget = shownUrl(`${target.origin}${target.pathname}`);
   const timeoutMs = opts.timeoutMs ?? 10_000;
   const pool = new Pool(target.origin, {
     connections: opts.connections ?? 16,
@@ -151,6 +181,7 @@ export function httpClient(opts: HttpClientOptions): ProvisioningClient {
   const send: Send = async (method, params) => {
     let status: number;
     let body: { text: string; whole: boolean };
+    let location: string | undefined;
     try {
       const res = await pool.request({
         method: 'GET',
@@ -162,20 +193,22 @@ export function httpClient(opts: HttpClientOptions): ProvisioningClient {
         signal: AbortSignal.timeout(timeoutMs),
       });
       status = res.statusCode;
+      const { location: to } = res.headers;
+      location = typeof to === 'string' ? to : undefined;
       // Read every body, errors included: an unread body holds its keep-alive socket.
       body = await readAnswer(res.body);
     } catch (error) {
       if (timedOut(error)) {
         throw new TransientError(
           'provisioning_unavailable',
-          `provisioning ${method} at ${target.origin}${path} failed: no whole answer within ${timeoutMs} ms`,
+          `provisioning ${method} at ${shownTarget} failed: no whole answer within ${timeoutMs} ms`,
           { method, code: 'TIMEOUT' },
           { cause: error },
         );
       }
       const code = errorCode(error) ?? (error instanceof Error ? error.name : 'UNKNOWN');
       const reason = error instanceof Error && error.message !== '' ? error.message : code;
-      const failed = `provisioning ${method} at ${target.origin}${path} failed: ${reason} (${code})`;
+      const failed = `provisioning ${method} at ${shownTarget} failed: ${reason} (${code})`;
       if (TLS_CODES.has(code)) {
         throw new ConfigError(
           'provisioning_tls',
@@ -204,7 +237,7 @@ export function httpClient(opts: HttpClientOptions): ProvisioningClient {
         { cause: error },
       );
     }
-    return classifyStatus(method, status, body);
+    return classifyStatus(method, status, body, location);
   };
 
   return clientOver({

@@ -19,7 +19,9 @@ const methods: readonly Method[] = [
 
 function outcomeOf(error: unknown): string {
   if (error instanceof RefusalError) return 'refused';
-  if (error instanceof ConfigError) return 'unauthorized';
+  if (error instanceof ConfigError) {
+    return error.code === 'provisioning_unauthorized' ? 'unauthorized' : 'misconfigured';
+  }
   return 'failed';
 }
 

@@ -137,16 +137,59 @@ describe('the HTTP client when the service fails', () => {
     }
   });
 
-  it('answers RefusalError with the raw text for a 400 that is not a JSON string', async () => {
+  it.each([
+    ['a gateway page', '<h1>400 The plain HTTP request was sent to HTTPS port</h1>'],
+    ['a JSON object', '{"message":"Missing Authentication Token"}'],
+    ['nothing', ''],
+  ])(
+    'takes a 400 with %s for no refusal of the service: a configuration error, retried',
+    async (_, page) => {
+      const server = await listen((_req, res) => {
+        res.writeHead(400, { 'content-type': 'text/html' });
+        res.end(page);
+      });
+      stops.push(server.close);
+      const client = track(httpClient({ url: server.url, apiKey: 'k', variant: 'marketplace' }));
+      const error = await client.cancelOrder({ id: 'A-1' }).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(ConfigError);
+      expect(error).toMatchObject({
+        code: 'provisioning_unexpected_answer',
+        details: { method: 'cancelOrder', status: 400 },
+      });
+      expect((error as Error).message).toContain(
+        `provisioning cancelOrder answered 400 with a body that is not the interface's (a JSON string): ${JSON.stringify(page)}`,
+      );
+    },
+  );
+
+  it('takes a redirect for a configuration error naming where it points, without its query', async () => {
     const server = await listen((_req, res) => {
-      res.writeHead(400, { 'content-type': 'text/html' });
-      res.end('<h1>Bad Request</h1>');
+      res.writeHead(308, { location: 'https://provisioning.example/api/?code=SECRET-1' });
+      res.end();
     });
     stops.push(server.close);
     const client = track(httpClient({ url: server.url, apiKey: 'k', variant: 'marketplace' }));
-    const refusal = await refusalOf(client.cancelOrder({ id: 'A-1' }), 'cancelOrder');
-    expect(refusal.message).toBe('<h1>Bad Request</h1>');
-    expect(refusal.details.status).toBe(400);
+    const error = await client.cancelOrder({ id: 'A-1' }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ConfigError);
+    expect((error as Error).message).toBe(
+      'provisioning cancelOrder answered 308, a redirect to https://provisioning.example/api/: set PROVISIONING_URL to where the service answers',
+    );
+  });
+
+  it('never shows the query of PROVISIONING_URL, where a gateway may take its key', async () => {
+    const server = await listen(() => {});
+    await server.close();
+    const client = track(
+      httpClient({
+        url: `${server.url}/provisioning?code=SECRET-2`,
+        apiKey: 'k',
+        variant: 'marketplace',
+      }),
+    );
+    const error = await client.cancelOrder({ id: 'A-1' }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(TransientError);
+    expect((error as Error).message).toContain(`at ${server.url}/provisioning failed`);
+    expect((error as Error).message).not.toContain('SECRET-2');
   });
 
   it('throws a plain Error for an answer about another order than the one sent', async () => {
