@@ -141,7 +141,14 @@ export const settingDefinitions = {
     describe: 'the partner renewal window in days (renewals are refused earlier than this)',
   },
   PROVISIONING_URL: {
-    schema: z.url({ protocol: /^https?$/ }).optional(),
+    schema: z
+      .url({ protocol: /^https?$/ })
+      // The client would drop them unsaid, and the service's 401 would blame the API key.
+      .refine((url) => {
+        const { username, password } = new URL(url);
+        return username === '' && password === '';
+      }, 'must not carry a user or password: the service takes PROVISIONING_API_KEY')
+      .optional(),
     describe: 'remote mode: {base_url} of a remote provisioning service (unset: embedded core)',
   },
   PROVISIONING_API_KEY: {
@@ -152,6 +159,11 @@ export const settingDefinitions = {
       .min(1)
       .refine((key) => ![...key].some((c) => c < ' ' || c === '\x7f'), {
         message: 'must not contain control characters (a CR or LF copied with it?)',
+        abort: true,
+      })
+      // What a header carries as is: a typographic quote pasted into it fails every request.
+      .regex(/^[\x21-\x7e]([\x20-\x7e]*[\x21-\x7e])?$/, {
+        message: 'must be printable ASCII, with no space at either end',
       })
       .optional(),
     describe: 'remote mode: the x-api-key for PROVISIONING_URL',

@@ -162,6 +162,33 @@ describe('loadSettings', () => {
     );
   });
 
+  it.each(['key’€x', ' key', 'key '])(
+    'refuses a PROVISIONING_API_KEY a header would not carry as is: %j',
+    (key) => {
+      const env = { PROVISIONING_URL: 'http://remote:8080/provisioning' };
+      expect(() => loadSettings({ ...env, PROVISIONING_API_KEY: key })).toThrow(
+        /PROVISIONING_API_KEY=\(hidden, \d+ characters\): must be printable ASCII, with no space at either end$/,
+      );
+    },
+  );
+
+  it('takes a PROVISIONING_API_KEY of printable ASCII, inner spaces too', () => {
+    const env = { PROVISIONING_URL: 'http://remote:8080/provisioning' };
+    const key = 'Token abc~!{}=+/';
+    expect(loadSettings({ ...env, PROVISIONING_API_KEY: key }).PROVISIONING_API_KEY).toBe(key);
+  });
+
+  it('refuses a PROVISIONING_URL with a user or password, hiding the password', () => {
+    expect(() =>
+      loadSettings({
+        PROVISIONING_URL: 'https://app:s3cret@remote/provisioning',
+        PROVISIONING_API_KEY: 'k',
+      }),
+    ).toThrow(
+      'PROVISIONING_URL="https://app:redacted@remote/provisioning": must not carry a user or password: the service takes PROVISIONING_API_KEY',
+    );
+  });
+
   it('names every invalid variable at once', () => {
     expect(() => loadSettings({ PORT: '-1', LOG_LEVEL: 'x' })).toThrow(/PORT=.*\n.*LOG_LEVEL=/s);
   });
