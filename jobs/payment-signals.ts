@@ -272,6 +272,13 @@ async function markPaid(deps: WorkerDeps, job: Job, held: Held, data: EventJobDa
  * unsuspension begun, and records it: the payment's job, or whoever holds the chain after it
  * died between its calls (its retry, a newer payment event). Idempotent at the provider.
  */
+/** The orders the provider refused to unsuspend, with its reasons, for a history entry. */
+function describeRefusals(refused: ReadonlyMap<string, string>): string {
+  if (refused.size === 0) return '';
+  const each = [...refused].map(([id, reason]) => `${id} (${JSON.stringify(reason)})`);
+  return `; the provider refused to unsuspend ${each.join(', ')}`;
+}
+
 export async function finishUnsuspension(
   deps: WorkerDeps,
   jobId: string,
@@ -292,16 +299,20 @@ export async function finishUnsuspension(
     return { chain: saved, orders: 0 };
   }
   const ids = await familyOrderIds(deps, chain, now);
+  const refused = new Map<string, string>();
   await deps.chains.eachOrderUnderLock(chain.id, token, ids, async (order) => {
     try {
       await deps.provisioning.unsuspendOrder(order);
     } catch (error) {
-      // Only a cancelled order refuses it (an add-on cancelled at the provider and not yet
-      // recorded): there is nothing to unsuspend.
+      // The embedded core refuses only a cancelled order (an add-on cancelled at the provider
+      // and not yet recorded), with nothing to unsuspend; a remote service may have reasons of
+      // its own. Either way a retry meets the same refusal: the chain says which, for a person.
       if (!(error instanceof RefusalError)) throw error;
-      deps.log.warn({ order: order.id, err: error }, 'order not unsuspended');
+      refused.set(order.id, error.message);
+      deps.log.error({ order: order.id, err: error }, 'the provider refused to unsuspend an order');
     }
   });
+  const unsuspended = ids.filter((id) => !refused.has(id));
   const saved = await deps.chains.save({
     chainId: chain.id,
     token,
@@ -316,7 +327,7 @@ export async function finishUnsuspension(
       {
         at: now,
         event: 'chain.unsuspended',
-        detail: `payment received: unsuspended ${ids.join(', ') || 'nothing in force'}`,
+        detail: `payment received: unsuspended ${unsuspended.join(', ') || 'nothing in force'}${describeRefusals(refused)}`,
         // The payment that began it is the last one handled: nothing else is before it ends.
         cause: { webhookId: chain.handledPaymentEvents.at(-1) ?? '', jobId },
       },

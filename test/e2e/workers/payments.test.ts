@@ -762,4 +762,19 @@ describe('marketplace with add-on seat increases', () => {
     expect(await providerStatus(system, 'MA-1')).toBe('active');
     expect(await providerStatus(system, 'MA-1.a1')).toBe('active');
   });
+
+  it('says which orders the provider refused to unsuspend, and why', async () => {
+    await suspendedWithAddOn(system, 'MA-2', 8);
+    // Cancelled at the provider behind the workers' back: it refuses the unsuspension.
+    await system.started.provisioning.cancelOrder({ id: 'MA-2.a1' });
+
+    await system.send('payment.received', { order: 'MA-2' });
+    const paid = await system.waitForChain('MA-2', (c) => c.status === 'active');
+    expect(paid.history.at(-1)).toMatchObject({
+      event: 'chain.unsuspended',
+      detail:
+        'payment received: unsuspended MA-2; the provider refused to unsuspend MA-2.a1 ("order MA-2.a1 is cancelled")',
+    });
+    expect(await providerStatus(system, 'MA-2')).toBe('active');
+  });
 });
