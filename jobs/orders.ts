@@ -63,6 +63,9 @@ function firstOrderIntent(deps: WorkerDeps, ev: OrderPlacedData, jobId: string |
  * first order creates it again (the same params answer the stored customer) and still records
  * its history entry.
  */
+/** How a provider says a customer id is taken: the embedded core's words, or a database's. */
+const CUSTOMER_EXISTS = /already exists|duplicate key|unique constraint/i;
+
 async function ensureCustomer(deps: WorkerDeps, ev: OrderPlacedData): Promise<HistoryEntry[]> {
   const { customer } = ev;
   if (await deps.chains.isCustomerKnown(customer.id)) return [];
@@ -80,9 +83,10 @@ async function ensureCustomer(deps: WorkerDeps, ev: OrderPlacedData): Promise<Hi
       },
     });
   } catch (error) {
-    // The provider knows this customer with other details (created before the workers ran):
-    // it exists, which is all a first order needs.
-    if (!(error instanceof RefusalError && /already exists/.test(error.message))) throw error;
+    // The provider knows this customer with other details (created before the workers ran), or
+    // refuses a repeated id as a database does (a remote whose creation is not idempotent): it
+    // exists, which is all a first order needs.
+    if (!(error instanceof RefusalError && CUSTOMER_EXISTS.test(error.message))) throw error;
     detail = `customer ${customer.id} already existed at the provider (${error.message})`;
   }
   return [{ at: deps.clock.now(), event: 'customer.created', detail, cause: {} }];

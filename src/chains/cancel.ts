@@ -20,6 +20,9 @@ async function cancelPendingIntent(
   return cancelIfMade(provisioning, intent.orderId);
 }
 
+/** How a provider says it has no such order: the embedded core's words, or a remote's. */
+const ORDER_UNKNOWN = /not found|does not exist|unknown order|no such order/i;
+
 /**
  * Cancels an order that may or may not exist at the provider: answers its id, or null when the
  * provider does not know it (it was never made), which is an outcome, not a failure.
@@ -32,7 +35,7 @@ export async function cancelIfMade(
     await provisioning.cancelOrder({ id: orderId });
     return orderId;
   } catch (error) {
-    if (error instanceof RefusalError && error.message.startsWith('order not found')) return null;
+    if (error instanceof RefusalError && ORDER_UNKNOWN.test(error.message)) return null;
     throw error;
   }
 }
