@@ -4,6 +4,8 @@ import { z } from 'zod';
 import { markAddOnCancelled } from '../src/chains/cancel.js';
 import { governedNextRenewalAt } from '../src/chains/family.js';
 import type { Chain } from '../src/chains/records.js';
+import { renewalDueAt } from '../src/domain/renewal.js';
+import { formatInstant } from '../src/format.js';
 import { defaultJobOptions } from '../src/queues.js';
 import type { WorkerDeps } from './deps.js';
 import { finishUnsuspension } from './payment-signals.js';
@@ -158,6 +160,42 @@ function withGovernedSchedule<T>(
 }
 
 /**
+ * The chain with its renewal time under the lead in force now. RENEWAL_LEAD_DAYS may have
+ * changed since the time was stored (a restart with another setting): the job, the due index and
+ * the ops view all follow the stored time, so a lower lead had the job fire early and put itself
+ * off again every round, and a higher one renewed later than the setting says.
+ */
+async function withCurrentLead(
+  deps: WorkerDeps,
+  held: { chain: Chain; token: string },
+  now: number,
+  jobId: string,
+): Promise<Chain> {
+  const { chain, token } = held;
+  const stored = chain.nextRenewalAt;
+  if (stored === null) return chain;
+  const { leadDays } = deps.settings;
+  const wanted = Math.max(now, renewalDueAt(chain.term, leadDays));
+  // Due by either time: the job runs now all the same.
+  if (wanted === stored || (stored <= now && wanted <= now)) return chain;
+  return deps.chains.save({
+    chainId: chain.id,
+    token,
+    previous: chain,
+    next: { ...chain, nextRenewalAt: wanted, updatedAt: now },
+    history: [
+      {
+        at: now,
+        event: 'renewal.rescheduled',
+        detail: `renewal of term ${chain.term.count + 1} moved from ${formatInstant(stored)} to ${formatInstant(wanted)}: RENEWAL_LEAD_DAYS is ${leadDays}`,
+        cause: { jobId },
+      },
+    ],
+    release: false,
+  });
+}
+
+/**
  * The chain's renewal job, and its waiting add-on's job, as the chain is now; first, the
  * unsuspension of a payment whose job gave up halfway.
  */
@@ -165,8 +203,10 @@ function ensureJobs(deps: WorkerDeps, seen: Chain, now: number, jobId: string): 
   return underLock(deps, seen.id, jobId, undefined, async (locked, token) => {
     if (!locked) return;
     // A payment whose job gave up halfway through its unsuspension (marketplace) is finished.
-    const { chain } = await finishUnsuspension(deps, jobId, { chain: locked, token }, now);
+    const unsuspended = await finishUnsuspension(deps, jobId, { chain: locked, token }, now);
+    let { chain } = unsuspended;
     if (schedulesRenewals(chain)) {
+      chain = await withCurrentLead(deps, { chain, token }, now, jobId);
       // A job still active is left as it is: it schedules the next term itself, and the next
       // round finds it finished.
       await withGovernedSchedule(deps, chain, jobId, undefined, (schedule) =>

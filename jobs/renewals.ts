@@ -215,7 +215,9 @@ export async function ensureRenewalJob(
       }
       return;
     }
-    if (state === 'completed' || state === 'failed') {
+    // A record in no list at all ('unknown': Redis lost the list, or an entry of it) runs never
+    // and blocks its id as a finished one does: it goes too, and the job is added again.
+    if (state === 'completed' || state === 'failed' || state === 'unknown') {
       await existing.remove();
     } else {
       return;

@@ -1,0 +1,103 @@
+// Reconcile end to end: what it repairs after a restart with other settings or a Redis that lost keys.
+import type { Job, Queue } from 'bullmq';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { makeProcessor as makeMaintenanceProcessor } from '../../../jobs/maintenance.js';
+import { renewalJobId } from '../../../jobs/renewals.js';
+import { chainIdOf } from '../../../src/chains/keys.js';
+import { manualClock, systemClock } from '../../../src/clock.js';
+import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
+import {
+  DAY,
+  orderPlaced,
+  type System,
+  startSystem,
+  useSystem,
+  workerDepsOf,
+} from '../../helpers/system.js';
+
+/** When BullMQ fires the delayed job `jobId` (epoch ms), or null when it is not delayed. */
+async function firesAt(queue: Queue, jobId: string): Promise<number | null> {
+  const client = await queue.backend.client;
+  const score = await client.zscore(queue.keys.delayed as string, jobId);
+  return score === null ? null : Math.floor(Number(score) / 0x1000);
+}
+
+async function reconcile(system: System, id: string) {
+  await makeMaintenanceProcessor(workerDepsOf(system))({ id, data: {} } as Job);
+}
+
+describe('a restart with another RENEWAL_LEAD_DAYS', () => {
+  const T0 = Date.UTC(2026, 2, 1, 9) / 1000;
+  const clock = manualClock(T0);
+  // The maintenance scheduler stays out of the way: the test runs reconcile itself.
+  const env = { RECONCILE_INTERVAL_SECONDS: '86400' };
+  let redis: TestRedis;
+
+  beforeAll(async () => {
+    redis = await startTestRedis();
+  });
+  afterAll(async () => {
+    await redis.stop();
+  });
+
+  async function restartWithLead(leadDays: number, run: (system: System) => Promise<void>) {
+    const system = await startSystem({
+      clock,
+      redisUrl: redis.url,
+      env: { ...env, RENEWAL_LEAD_DAYS: String(leadDays) },
+    });
+    try {
+      await run(system);
+    } finally {
+      await system.close();
+    }
+  }
+
+  it('moves the renewal to the new lead, both ways, and the job with it', async () => {
+    let expiresAt = 0;
+    await restartWithLead(7, async (system) => {
+      await system.send('order.placed', orderPlaced({ order: 'LEAD-1', startsAt: T0 - 10 * DAY }));
+      const placed = await system.waitForChain('LEAD-1', () => true);
+      expiresAt = placed.term.expiresAt;
+      expect(placed.nextRenewalAt).toBe(expiresAt - 7 * DAY);
+    });
+
+    for (const lead of [3, 10]) {
+      await restartWithLead(lead, async (system) => {
+        await reconcile(system, `reconcile-lead-${lead}`);
+        const chain = await system.chain('LEAD-1');
+        expect(chain.nextRenewalAt).toBe(expiresAt - lead * DAY);
+        expect(chain.history.at(-1)).toMatchObject({
+          event: 'renewal.rescheduled',
+          detail: expect.stringMatching(`RENEWAL_LEAD_DAYS is ${lead}$`),
+        });
+        const fires = await firesAt(system.queue('renewals'), renewalJobId(chainIdOf('LEAD-1'), 2));
+        const wantedMs = systemClock.now() * 1000 + (expiresAt - lead * DAY - T0) * 1000;
+        expect(Math.abs((fires ?? 0) - wantedMs)).toBeLessThan(60_000);
+        // A second round finds nothing to move.
+        await reconcile(system, `reconcile-lead-${lead}-again`);
+        expect((await system.chain('LEAD-1')).history).toHaveLength(chain.history.length);
+      });
+    }
+  });
+});
+
+describe('a Redis that lost the delayed list of renewals', () => {
+  const system = useSystem();
+
+  it('gets the renewal job back from reconcile, though its record survived', async () => {
+    const now = systemClock.now();
+    await system.send('order.placed', orderPlaced({ order: 'ORPHAN-1', startsAt: now - 2 * DAY }));
+    await system.waitForChain('ORPHAN-1', () => true);
+    const queue = system.queue('renewals');
+    const id = renewalJobId(chainIdOf('ORPHAN-1'), 2);
+    expect(await (await queue.getJob(id))?.getState()).toBe('delayed');
+
+    const client = await queue.backend.client;
+    await client.del(queue.keys.delayed as string);
+    expect(await (await queue.getJob(id))?.getState()).toBe('unknown');
+
+    await reconcile(system, 'reconcile-orphan');
+    expect(await (await queue.getJob(id))?.getState()).toBe('delayed');
+  });
+});
