@@ -20,6 +20,8 @@ const LOCK_POLL_MS = 100;
 // A lock file without a pid is being written by its creator; past this age the creator died.
 const EMPTY_LOCK_STALE_MS = 5_000;
 const PROBE_TIMEOUT_MS = 1_000;
+/** How long a live private Redis that does not answer is waited for before the start gives up. */
+const PROBE_PATIENCE_MS = 15_000;
 const STOP_TIMEOUT_MS = 20_000;
 const OUTPUT_TAIL_CHARS = 4_000;
 // Only an auto-picked port can lose the race between probing it and redis-server binding it.
@@ -47,6 +49,8 @@ export interface PrivateRedisOptions {
   redisServerPath?: string | null;
   /** The search path used when `redisServerPath` is omitted; defaults to this process's PATH. */
   pathEnv?: string;
+  /** How long a running private Redis that does not answer is waited for (ms; default 15 s). */
+  patienceMs?: number;
 }
 
 // PATH is the operating system's lookup path, not a service setting, so config/ does not own it.
@@ -80,7 +84,7 @@ export async function findRunningPrivateRedis(dataDir: string): Promise<string |
  */
 export async function ensurePrivateRedis(opts: PrivateRedisOptions): Promise<PrivateRedis> {
   const dir = redisDir(opts.dataDir);
-  const running = await readLiveRecord(dir);
+  const running = await readLiveRecord(dir, opts.patienceMs);
   if (running !== null) return reuse(running, dir, opts.log);
 
   const bin =
@@ -91,7 +95,7 @@ export async function ensurePrivateRedis(opts: PrivateRedisOptions): Promise<Pri
   const release = await acquireLock(path.join(dir, 'redis.lock'));
   try {
     // Another process may have started one while this one waited for the lock.
-    const raced = await readLiveRecord(dir);
+    const raced = await readLiveRecord(dir, opts.patienceMs);
     if (raced !== null) return reuse(raced, dir, opts.log);
     return await start(bin, dir, opts);
   } finally {
@@ -311,13 +315,39 @@ async function readRecord(dir: string): Promise<RedisRecord | null> {
   }
 }
 
-async function readLiveRecord(dir: string): Promise<RedisRecord | null> {
+/**
+ * The record of the private Redis that runs now, or null when none does. A live process that
+ * does not answer (an fsync or AOF rewrite stall, a long script, a stopped process) is asked
+ * again for `patienceMs` and then refused: taking it for gone would start a second server
+ * on the same append-only files, with writes that the first one never sees.
+ */
+async function readLiveRecord(
+  dir: string,
+  patienceMs = PROBE_PATIENCE_MS,
+): Promise<RedisRecord | null> {
   const record = await readRecord(dir);
   if (record === null || !isProcessAlive(record.pid)) return null;
-  return (await isRedisWithPid(record)) ? record : null;
+  const giveUpAt = Date.now() + patienceMs;
+  for (;;) {
+    const probe = await probeRedis(record);
+    if (probe === 'ours') return record;
+    if (probe === 'not-ours') return null;
+    if (!isProcessAlive(record.pid)) return null;
+    if (Date.now() >= giveUpAt) {
+      throw new ConfigError(
+        'private_redis_unresponsive',
+        `the private Redis of ${dir} (pid ${record.pid}, port ${record.port}) is running but has not answered for ${Math.ceil(patienceMs / 1000)} s; a second one on the same data would lose writes, so none is started: wait for it, or stop that process (if pid ${record.pid} is no redis-server, delete ${recordPath(dir)})`,
+        { pid: record.pid, port: record.port },
+      );
+    }
+  }
 }
 
-async function isRedisWithPid({ pid, port }: RedisRecord): Promise<boolean> {
+/**
+ * Whether the recorded server is this Redis (`ours`), something else (`not-ours`: a recycled pid
+ * or port after a reboot), or does not answer within PROBE_TIMEOUT_MS (`no-answer`).
+ */
+async function probeRedis({ pid, port }: RedisRecord): Promise<'ours' | 'not-ours' | 'no-answer'> {
   const client = new Redis({
     host: '127.0.0.1',
     port,
@@ -337,9 +367,12 @@ async function isRedisWithPid({ pid, port }: RedisRecord): Promise<boolean> {
     // INFO rather than PING: PING answers LOADING while the AOF loads, and that server is still
     // ours. The pid check catches a recycled pid or port after a reboot.
     const info = await client.info('server');
-    return Number(/^process_id:(\d+)/m.exec(info)?.[1]) === pid;
-  } catch {
-    return false;
+    return Number(/^process_id:(\d+)/m.exec(info)?.[1]) === pid ? 'ours' : 'not-ours';
+  } catch (error) {
+    // Only a refused connection says that nothing listens there. A stopped or stalled server
+    // still has its connections accepted by the kernel, and ioredis then reports a timeout or a
+    // closed connection.
+    return errnoCode(error) === 'ECONNREFUSED' ? 'not-ours' : 'no-answer';
   } finally {
     client.disconnect();
   }

@@ -3,6 +3,7 @@
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { setTimeout as delay } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { pino } from 'pino';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -90,6 +91,41 @@ describe('ensurePrivateRedis', { timeout: 30_000 }, () => {
       const both = await Promise.all([ensure(dataDir), ensure(dataDir)]);
       expect(both.map((redis) => redis.startedHere).sort()).toEqual([false, true]);
       expect(both[0]?.url).toBe(both[1]?.url);
+    });
+  });
+
+  describe('when the running server does not answer for a while', () => {
+    /** Stops the recorded server's process for `ms`, as an fsync stall or a swap-out would. */
+    async function freeze(dataDir: string, ms: number) {
+      const { pid } = JSON.parse(await readFile(path.join(dataDir, 'redis', 'redis.json'), 'utf8'));
+      process.kill(pid, 'SIGSTOP');
+      const thawed = delay(ms).then(() => process.kill(pid, 'SIGCONT'));
+      return { thawed };
+    }
+
+    it('waits for it and reuses it, never starting a second one on the same data', async () => {
+      const dataDir = await makeDataDir();
+      const first = await ensure(dataDir);
+      const { thawed } = await freeze(dataDir, 5_000);
+      const second = await ensurePrivateRedis({ dataDir, port: 0, log, patienceMs: 10_000 });
+      started.push(second);
+      await thawed;
+      expect(second).toMatchObject({ startedHere: false, url: first.url });
+    });
+
+    it('gives up with a config error naming the process, starting none', async () => {
+      const dataDir = await makeDataDir();
+      const first = await ensure(dataDir);
+      const { thawed } = await freeze(dataDir, 4_000);
+      const error = await ensurePrivateRedis({ dataDir, port: 0, log, patienceMs: 1_500 }).catch(
+        (e: unknown) => e,
+      );
+      await thawed;
+      expect(error).toBeInstanceOf(ConfigError);
+      expect((error as Error).message).toMatch(
+        /^the private Redis of .* \(pid \d+, port \d+\) is running but has not answered for 2 s; a second one on the same data would lose writes/,
+      );
+      expect(await findRunningPrivateRedis(dataDir)).toBe(first.url);
     });
   });
 
