@@ -7,7 +7,12 @@ import { makePartnerDirectory, type PartnerDirectory } from './provisioning/part
 import { ProvisioningStore } from './provisioning/store.js';
 import { connectRedis, type RedisClient } from './redis/connection.js';
 import { migrateKeyLayout } from './redis/key-layout.js';
-import { ensurePrivateRedis, findRunningPrivateRedis } from './redis/private-redis.js';
+import {
+  ensurePrivateRedis,
+  findRunningPrivateRedis,
+  type PrivateRedis,
+  shutdownPrivateRedis,
+} from './redis/private-redis.js';
 import { loadOrCreateSecret } from './secrets.js';
 
 export interface Runtime {
@@ -20,9 +25,19 @@ export interface Runtime {
   close(): Promise<void>;
 }
 
+/** How many connections besides `redis` the server has: other processes using it. */
+async function otherClients(redis: RedisClient): Promise<number> {
+  const [list, id] = (await Promise.all([
+    redis.call('CLIENT', 'LIST'),
+    redis.call('CLIENT', 'ID'),
+  ])) as [string, number];
+  return list.split('\n').filter((line) => line !== '' && !line.startsWith(`id=${id} `)).length;
+}
+
 /**
  * Connects to `REDIS_URL`, or to the private redis-server of `DATA_DIR`: the running one (as
- * `npm start` left it for the CLI), else one started here and stopped again on close.
+ * `npm start` left it for the CLI), else one started here. On close, the last process using the
+ * private Redis stops it.
  */
 export async function openRuntime(
   settings: Settings,
@@ -37,18 +52,19 @@ export async function openRuntime(
     settingDefinitions.KEY_HASH_SECRET.schema,
   );
   let redisUrl = settings.REDIS_URL;
-  let stopPrivate: () => Promise<void> = async () => {};
+  // The private Redis, started here or found running; none with REDIS_URL.
+  let privateRedis: PrivateRedis | null = null;
+  const stopPrivate = async () => privateRedis?.stop();
   if (!redisUrl) {
-    redisUrl = (await findRunningPrivateRedis(settings.DATA_DIR)) ?? undefined;
-    if (!redisUrl) {
-      const started = await ensurePrivateRedis({
-        dataDir: settings.DATA_DIR,
-        port: settings.EMBEDDED_REDIS_PORT,
-        log,
-      });
-      redisUrl = started.url;
-      stopPrivate = started.stop;
-    }
+    const running = await findRunningPrivateRedis(settings.DATA_DIR);
+    privateRedis = running
+      ? { url: running, startedHere: false, stop: async () => {}, leave: () => {} }
+      : await ensurePrivateRedis({
+          dataDir: settings.DATA_DIR,
+          port: settings.EMBEDDED_REDIS_PORT,
+          log,
+        });
+    redisUrl = privateRedis.url;
   }
   let redis: RedisClient | undefined;
   try {
@@ -76,8 +92,23 @@ export async function openRuntime(
     partners,
     clock,
     async close() {
-      await redis.quit().catch(() => redis.disconnect());
-      await stopPrivate();
+      if (privateRedis === null) {
+        await redis.quit().catch(() => redis.disconnect());
+        return;
+      }
+      // The last process out stops the private Redis, whichever started it: processes of other
+      // roles sharing DATA_DIR (an api and its workers) keep theirs when one of them restarts.
+      const others = await otherClients(redis).catch(() => 0);
+      if (others > 0) {
+        await redis.quit().catch(() => redis.disconnect());
+        privateRedis.leave();
+      } else if (privateRedis.startedHere) {
+        await redis.quit().catch(() => redis.disconnect());
+        await privateRedis.stop();
+      } else {
+        await shutdownPrivateRedis(settings.DATA_DIR, redis, log);
+        redis.disconnect();
+      }
     },
   };
 }

@@ -38,6 +38,11 @@ export interface PrivateRedis {
   /** False when an already running server was reused; its stop() then does nothing. */
   startedHere: boolean;
   stop(): Promise<void>;
+  /**
+   * Leaves a server started here running for other processes, which go on using it: this
+   * process no longer holds it, so it can exit. Nothing to do for a reused one.
+   */
+  leave(): void;
 }
 
 export interface PrivateRedisOptions {
@@ -117,7 +122,7 @@ function urlFor(port: number): string {
 
 function reuse(record: RedisRecord, dir: string, log: Logger): PrivateRedis {
   log.info({ pid: record.pid, port: record.port, dir }, 'private redis reused');
-  return { url: urlFor(record.port), startedHere: false, stop: async () => {} };
+  return { url: urlFor(record.port), startedHere: false, stop: async () => {}, leave: () => {} };
 }
 
 function missingServerError(searched: string): ConfigError {
@@ -260,7 +265,43 @@ async function adopt(
     stopping ??= stopServer(child, dir, record, log);
     return stopping;
   };
-  return { url: urlFor(port), startedHere: true, stop };
+  const leave = (): void => {
+    if (stopping !== undefined) return;
+    stopping = Promise.resolve();
+    // Its output goes nowhere from now on (Redis ignores SIGPIPE); the pipes and the child no
+    // longer keep this process alive.
+    child.stdout?.destroy();
+    child.stderr?.destroy();
+    child.unref();
+    log.info({ pid, port }, 'private redis left running for the other processes using it');
+  };
+  return { url: urlFor(port), startedHere: true, stop, leave };
+}
+
+/**
+ * Shuts down the running private Redis of `dataDir` through `client`, a connection to it (a
+ * server another process started: SHUTDOWN writes the AOF out, as SIGTERM does), and waits for
+ * it to exit. Nothing to do when none runs.
+ */
+export async function shutdownPrivateRedis(
+  dataDir: string,
+  client: { call(command: string, ...args: string[]): Promise<unknown> },
+  log: Logger,
+): Promise<void> {
+  const dir = redisDir(dataDir);
+  const record = await readRecord(dir);
+  if (record === null || !isProcessAlive(record.pid)) return;
+  // The server closes the connection instead of answering.
+  await client.call('SHUTDOWN').catch(() => {});
+  const giveUpAt = Date.now() + STOP_TIMEOUT_MS;
+  while (isProcessAlive(record.pid) && Date.now() < giveUpAt) await delay(20);
+  if (isProcessAlive(record.pid)) {
+    log.warn({ pid: record.pid, port: record.port }, 'private redis still running after SHUTDOWN');
+    return;
+  }
+  const current = await readRecord(dir);
+  if (current?.pid === record.pid) await rm(recordPath(dir), { force: true });
+  log.info({ pid: record.pid, port: record.port }, 'private redis stopped');
 }
 
 async function stopServer(

@@ -1,0 +1,58 @@
+// openRuntime's private Redis shared by processes of one DATA_DIR: the last one out stops it.
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { loadSettings } from '../../config/settings.js';
+import { openRuntime, type Runtime } from '../../src/embedded.js';
+import { createLogger } from '../../src/logger.js';
+
+const log = createLogger('silent');
+const opened: Runtime[] = [];
+const dirs: string[] = [];
+
+afterEach(async () => {
+  for (const runtime of opened.splice(0)) await runtime.close().catch(() => {});
+  await Promise.all(dirs.splice(0).map((dir) => rm(dir, { recursive: true, force: true })));
+});
+
+async function open(dataDir: string): Promise<Runtime> {
+  const runtime = await openRuntime(loadSettings({ DATA_DIR: dataDir }), log);
+  opened.push(runtime);
+  return runtime;
+}
+
+async function recordedPid(dataDir: string): Promise<number> {
+  return JSON.parse(await readFile(path.join(dataDir, 'redis', 'redis.json'), 'utf8')).pid;
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+describe.each([
+  ['the one that started it', 0],
+  ['the one that found it running', 1],
+])('a private Redis shared by two runtimes, %s closing first', (_, first) => {
+  it('stays up for the other, which stops it when it closes', { timeout: 30_000 }, async () => {
+    const dataDir = await mkdtemp(path.join(os.tmpdir(), 'runtime-'));
+    dirs.push(dataDir);
+    const both = [await open(dataDir), await open(dataDir)];
+    const pid = await recordedPid(dataDir);
+    expect(both[1]?.redisUrl).toBe(both[0]?.redisUrl);
+
+    const [closing, staying] = first === 0 ? both : [both[1], both[0]];
+    await closing?.close();
+    expect(await staying?.redis.ping()).toBe('PONG');
+    expect(await recordedPid(dataDir)).toBe(pid);
+
+    await staying?.close();
+    await expect.poll(() => isAlive(pid), { timeout: 10_000 }).toBe(false);
+    await expect(readFile(path.join(dataDir, 'redis', 'redis.json'))).rejects.toThrow(/ENOENT/);
+  });
+});
