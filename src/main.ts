@@ -217,12 +217,28 @@ export async function start(
   return { stop, port, runtime, provisioning, workers };
 }
 
-/** Stops on SIGINT/SIGTERM, with a hard limit in case shutdown itself hangs. */
+/**
+ * Stops on SIGINT/SIGTERM, with a hard limit in case shutdown itself hangs. A second signal of
+ * either kind exits at once (status 1): active jobs are retried after a restart, and a private
+ * Redis left running is reused by the next start.
+ */
 export function stopOnSignals(started: Started, log: Logger, limitSeconds: number): void {
+  let shuttingDown = false;
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-    process.once(signal, () => {
+    process.on(signal, () => {
+      if (shuttingDown) {
+        log.warn({ signal }, 'second signal: exiting now, without waiting for the shutdown');
+        process.exit(1);
+      }
+      shuttingDown = true;
       log.info({ signal }, 'shutting down');
-      setTimeout(() => process.exit(1), limitSeconds * 1000).unref();
+      setTimeout(() => {
+        log.error(
+          { limitSeconds },
+          'shutdown did not finish in time: exiting (active jobs are retried after a restart)',
+        );
+        process.exit(1);
+      }, limitSeconds * 1000).unref();
       started.stop().then(
         () => process.exit(0),
         (error: unknown) => {

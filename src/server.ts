@@ -141,8 +141,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     );
   }
 
-  app.get('/healthz', async () => ({ status: 'ok' }));
-  app.get('/readyz', async (_request, reply) => {
+  // HEAD too: load balancers often check health with it.
+  app.get('/healthz', { exposeHeadRoute: true }, async () => ({ status: 'ok' }));
+  app.get('/readyz', { exposeHeadRoute: true }, async (_request, reply) => {
     const redis = deps.readiness ? await deps.readiness.redis() : true;
     const workers = deps.readiness ? deps.readiness.workers() : null;
     const ready = redis && workers !== false;

@@ -343,45 +343,54 @@ describe('billing start stopping while a job waits on the provider', () => {
     await own.stop();
   });
 
-  it('closes its workers after SHUTDOWN_TIMEOUT_SECONDS and exits, leaving the job for a retry', async () => {
+  /**
+   * Starts the service against the provider that never answers and sends it an order: its job
+   * then waits on createCustomer. Answers the output so far, read at any time.
+   */
+  async function startWithJobInFlight(shutdownTimeoutSeconds: number, order: string) {
     const secret = `whsec_${randomBytes(24).toString('base64')}`;
-    server = spawnBilling(own.url, {
+    const child = spawnBilling(own.url, {
       PROVISIONING_URL: provider.url,
       PROVISIONING_API_KEY: 'remote-key',
       PROVISIONING_TIMEOUT_MS: '120000',
-      SHUTDOWN_TIMEOUT_SECONDS: '1',
+      SHUTDOWN_TIMEOUT_SECONDS: String(shutdownTimeoutSeconds),
       WEBHOOK_SECRET: secret,
     });
+    server = child;
     let output = '';
-    server.stdout?.on('data', (chunk: Buffer) => {
+    child.stdout?.on('data', (chunk: Buffer) => {
       output += chunk.toString();
     });
-    const started = await serviceStarted(server);
+    const started = await serviceStarted(child);
     const body = JSON.stringify({
       type: 'order.placed',
       data: {
-        customer: { id: 'C-TERM', name: 'Term', admin: { email: 'admin@term.test' } },
-        order: { id: 'TERM-1', product: 'suite-std', licenses: 1, duration: 'monthly' },
+        customer: { id: `C-${order}`, name: 'Term', admin: { email: 'admin@term.test' } },
+        order: { id: order, product: 'suite-std', licenses: 1, duration: 'monthly' },
       },
     });
+    const asked = received.length;
     const sent = await request(`${started.url}/webhooks/events`, {
       method: 'POST',
       headers: {
         'content-type': 'application/json',
-        ...signWebhook(secret, 'evt-term-1', Math.floor(Date.now() / 1000), body),
+        ...signWebhook(secret, `evt-${order}`, Math.floor(Date.now() / 1000), body),
       },
       body,
     });
     expect(sent.statusCode).toBe(202);
     await sent.body.dump();
-    // The order's job is now waiting on createCustomer, which the provider never answers.
-    await vi.waitFor(() => expect(received.length).toBeGreaterThan(0), { timeout: 10_000 });
+    await vi.waitFor(() => expect(received.length).toBeGreaterThan(asked), { timeout: 10_000 });
+    const exit = new Promise<number | null>((resolve) => child.once('exit', resolve));
+    return { server: child, exit, output: () => output };
+  }
 
-    const exit = new Promise<number | null>((resolve) => server?.once('exit', resolve));
+  it('closes its workers after SHUTDOWN_TIMEOUT_SECONDS and exits, leaving the job for a retry', async () => {
+    const { server, exit, output } = await startWithJobInFlight(1, 'TERM-1');
     server.kill('SIGTERM');
     // Long before the provider timeout (120 s): the wait for active jobs is bounded.
     expect(await exit).toBe(0);
-    expect(output).toContain('active jobs did not finish in time; closing workers anyway');
+    expect(output()).toContain('active jobs did not finish in time; closing workers anyway');
     // The job stays active, so the stalled check gives it to the next worker to run again.
     const redis = new Redis(own.url);
     const orders = new Queue('orders', { connection: redis, prefix: QUEUE_PREFIX });
@@ -391,5 +400,14 @@ describe('billing start stopping while a job waits on the provider', () => {
       await orders.close();
       await redis.quit();
     }
+  }, 60_000);
+
+  it('exits at once, status 1, on a second signal while it waits for active jobs', async () => {
+    const { server, exit, output } = await startWithJobInFlight(60, 'TERM-2');
+    server.kill('SIGTERM');
+    await vi.waitFor(() => expect(output()).toContain('"shutting down"'), { timeout: 5_000 });
+    server.kill('SIGINT');
+    expect(await exit).toBe(1);
+    expect(output()).toContain('second signal: exiting now');
   }, 60_000);
 });

@@ -316,6 +316,11 @@ describe('health and metrics', () => {
     expect(JSON.parse(res.text)).toEqual({ status: 'ready', redis: true, workers: true });
   });
 
+  it.each(['/healthz', '/readyz'])('answers HEAD %s, as load balancers check', async (path) => {
+    const res = await raw(path, {}, 'HEAD');
+    expect(res).toMatchObject({ status: 200, text: '' });
+  });
+
   it('metrics count jobs by queue and outcome, and renewals made', async () => {
     const res = await raw('/metrics');
     expect(res.text).toMatch(/billing_jobs_total\{queue="orders",outcome="completed"\} \d+/);
