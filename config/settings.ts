@@ -142,7 +142,7 @@ export const settingDefinitions = {
   },
   PROVISIONING_URL: {
     schema: z
-      .url({ protocol: /^https?$/ })
+      .url({ protocol: /^https?$/, abort: true })
       // The client would drop them unsaid, and the service's 401 would blame the API key.
       .refine((url) => {
         const { username, password } = new URL(url);

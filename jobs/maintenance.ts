@@ -173,7 +173,8 @@ async function withCurrentLead(
 ): Promise<Chain> {
   const { chain, token } = held;
   const stored = chain.nextRenewalAt;
-  if (stored === null) return chain;
+  // A renewal in flight is replayed at once, whatever the lead says now.
+  if (stored === null || chain.intent !== null) return chain;
   const { leadDays } = deps.settings;
   const wanted = Math.max(now, renewalDueAt(chain.term, leadDays));
   // Due by either time: the job runs now all the same.

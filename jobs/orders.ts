@@ -63,8 +63,11 @@ function firstOrderIntent(deps: WorkerDeps, ev: OrderPlacedData, jobId: string |
  * first order creates it again (the same params answer the stored customer) and still records
  * its history entry.
  */
-/** How a provider says a customer id is taken: the embedded core's words, or a database's. */
-const CUSTOMER_EXISTS = /already exists|duplicate key|unique constraint/i;
+/**
+ * How a provider says a customer id is taken: the embedded core's words, or a database's about
+ * its customers (not about a user's email, which is another refusal).
+ */
+const CUSTOMER_EXISTS = /customer\b.*already exists|(duplicate key|unique constraint).*customer/i;
 
 async function ensureCustomer(deps: WorkerDeps, ev: OrderPlacedData): Promise<HistoryEntry[]> {
   const { customer } = ev;

@@ -338,7 +338,7 @@ export async function finishUnsuspension(
   await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, saved, now, {
     overrideDeferral: true,
   });
-  return { chain: saved, orders: ids.length };
+  return { chain: saved, orders: unsuspended.length };
 }
 
 /**

@@ -98,7 +98,8 @@ export async function openRuntime(
       }
       // The last process out stops the private Redis, whichever started it: processes of other
       // roles sharing DATA_DIR (an api and its workers) keep theirs when one of them restarts.
-      const others = await otherClients(redis).catch(() => 0);
+      // Unknown counts as shared: stopping a server others still use is the worse mistake.
+      const others = await otherClients(redis).catch(() => 1);
       if (others > 0) {
         await redis.quit().catch(() => redis.disconnect());
         privateRedis.leave();

@@ -21,7 +21,7 @@ async function cancelPendingIntent(
 }
 
 /** How a provider says it has no such order: the embedded core's words, or a remote's. */
-const ORDER_UNKNOWN = /not found|does not exist|unknown order|no such order/i;
+const ORDER_UNKNOWN = /order\b.*(not found|does not exist)|unknown order|no such order/i;
 
 /**
  * Cancels an order that may or may not exist at the provider: answers its id, or null when the

@@ -178,6 +178,15 @@ describe('loadSettings', () => {
     expect(loadSettings({ ...env, PROVISIONING_API_KEY: key }).PROVISIONING_API_KEY).toBe(key);
   });
 
+  it.each(['not a url', 'http://', 'http://exa mple.com'])(
+    'refuses a PROVISIONING_URL that is no URL, naming it: %j',
+    (url) => {
+      expect(() => loadSettings({ PROVISIONING_URL: url, PROVISIONING_API_KEY: 'k' })).toThrow(
+        new RegExp(`^invalid settings:\\n  PROVISIONING_URL=${JSON.stringify(url)}: [^\\n]+$`),
+      );
+    },
+  );
+
   it('refuses a PROVISIONING_URL with a user or password, hiding the password', () => {
     expect(() =>
       loadSettings({
