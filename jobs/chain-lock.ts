@@ -2,6 +2,7 @@
 import { randomUUID } from 'node:crypto';
 import { DelayedError, type Job } from 'bullmq';
 import { mainChainIdOf } from '../src/chains/family.js';
+import { keepLease } from '../src/chains/lease.js';
 import type { Chain } from '../src/chains/records.js';
 import type { ChainStore, ClaimResult } from '../src/chains/store.js';
 import { queueTimeMs } from '../src/clock.js';
@@ -43,27 +44,6 @@ export async function withChainLock<T>(
     await lease.stop();
     await chains.unlock(chainId, token);
   }
-}
-
-/**
- * Renews the lock's lease while the job works, so a slow provider call (up to its timeout, which
- * may exceed one lease) never lets another job take the chain while the call is in flight: a
- * cancel could otherwise find an order "not found" that the provider makes a moment later. A
- * job that dies stops renewing, and its lease lapses as before.
- */
-function keepLease(chains: ChainStore, chainId: string, token: string) {
-  let renewing: Promise<unknown> = Promise.resolve();
-  const timer = setInterval(() => {
-    // A lock lost meanwhile is noticed by the job's next save, which checks the token.
-    renewing = chains.renewLease(chainId, token).catch(() => false);
-  }, chains.leaseMs / 3);
-  timer.unref();
-  return {
-    async stop() {
-      clearInterval(timer);
-      await renewing;
-    },
-  };
 }
 
 /**

@@ -1,13 +1,17 @@
 // Reconcile end to end: what it repairs after a restart with other settings or a Redis that lost keys.
+import { setTimeout as delay } from 'node:timers/promises';
 import type { Job, Queue } from 'bullmq';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeProcessor as makeMaintenanceProcessor } from '../../../jobs/maintenance.js';
 import { renewalJobId } from '../../../jobs/renewals.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
+import { ChainStore } from '../../../src/chains/store.js';
+import type { ProvisioningClient } from '../../../src/client/provisioning-client.js';
 import { manualClock, systemClock } from '../../../src/clock.js';
 import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
 import {
   DAY,
+  leftByDeadJob,
   orderPlaced,
   type System,
   startSystem,
@@ -99,5 +103,38 @@ describe('a Redis that lost the delayed list of renewals', () => {
 
     await reconcile(system, 'reconcile-orphan');
     expect(await (await queue.getJob(id))?.getState()).toBe('delayed');
+  });
+});
+
+describe("reconcile's lock during a slow provider call", () => {
+  const system = useSystem();
+
+  it('keeps the chain from every other holder while its unsuspendOrder call is in flight', async () => {
+    const now = systemClock.now();
+    await system.send('order.placed', orderPlaced({ order: 'SLOW-1', startsAt: now - 2 * DAY }));
+    await system.waitForChain('SLOW-1', () => true);
+    // A payment job gave up halfway through its unsuspension: reconcile finishes it.
+    await leftByDeadJob(system, 'SLOW-1', 'dead-payment-job', () => ({ unsuspending: true }));
+    const { provisioning } = system.started;
+    let inCall = false;
+    const slow: ProvisioningClient = Object.create(provisioning);
+    slow.unsuspendOrder = async (params) => {
+      inCall = true;
+      // Three leases long, as a remote call may take up to PROVISIONING_TIMEOUT_MS.
+      await delay(1_500);
+      inCall = false;
+      return provisioning.unsuspendOrder(params);
+    };
+    const chains = new ChainStore(system.started.runtime.redis, { leaseMs: 500 });
+    const run = makeMaintenanceProcessor(workerDepsOf(system, { provisioning: slow, chains }))({
+      id: 'reconcile-slow',
+      data: {},
+    } as Job);
+    await expect.poll(() => inCall, { timeout: 5_000 }).toBe(true);
+    await delay(1_000);
+    expect(inCall).toBe(true);
+    expect((await chains.lock(chainIdOf('SLOW-1'), 'another-holder')).kind).toBe('locked');
+    await run;
+    expect((await system.chain('SLOW-1')).history.at(-1)?.event).toBe('chain.unsuspended');
   });
 });

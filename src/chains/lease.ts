@@ -1,0 +1,24 @@
+// Keeps a chain lock's lease alive while its holder works.
+import type { ChainStore } from './store.js';
+
+/**
+ * Renews the lock's lease while its holder works, so a slow provider call (up to its timeout,
+ * which may exceed one lease) never lets another holder take the chain while the call is in
+ * flight: a cancel could otherwise find an order "not found" that the provider makes a moment
+ * later, or a suspension be overtaken by a late unsuspension. A holder that dies stops renewing,
+ * and its lease lapses as before. Every holder uses it: jobs, reconcile and operators.
+ */
+export function keepLease(chains: ChainStore, chainId: string, token: string) {
+  let renewing: Promise<unknown> = Promise.resolve();
+  const timer = setInterval(() => {
+    // A lock lost meanwhile is noticed by the holder's next save, which checks the token.
+    renewing = chains.renewLease(chainId, token).catch(() => false);
+  }, chains.leaseMs / 3);
+  timer.unref();
+  return {
+    async stop() {
+      clearInterval(timer);
+      await renewing;
+    },
+  };
+}
