@@ -4,15 +4,10 @@ import type { Job } from 'bullmq';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { withChainLock } from '../../../jobs/chain-lock.js';
 import { chainIdOf, chainKeys } from '../../../src/chains/keys.js';
-import {
-  type Chain,
-  chainRecord,
-  type HistoryEntry,
-  type Intent,
-  newChainRecord,
-} from '../../../src/chains/records.js';
+import type { Chain, HistoryEntry, Intent } from '../../../src/chains/records.js';
 import { ChainStore } from '../../../src/chains/store.js';
 import { TransientError } from '../../../src/errors.js';
+import { chainFor as chainAt } from '../../helpers/chains.js';
 import { useTestRedisConnection } from '../../helpers/redis-server.js';
 
 const NOW = Date.UTC(2025, 2, 1) / 1000;
@@ -30,33 +25,7 @@ beforeEach(async () => {
 
 /** A chain as the workers would write it, for the first order `order`. */
 function chainFor(order: string, overrides: Partial<Omit<Chain, 'version'>> = {}) {
-  const next: Omit<Chain, 'version'> = newChainRecord({
-    id: chainIdOf(order),
-    order,
-    customer: 'cust-1',
-    product: 'prod-1',
-    duration: 'monthly',
-    status: 'active',
-    autoRenew: true,
-    payment: 'ok',
-    needsReactivation: false,
-    licenses: 10,
-    nextLicenses: 10,
-    term: { orderId: order, count: 1, startsAt: NOW, expiresAt: NOW + 31 * DAY },
-    previousTerm: null,
-    partials: [],
-    addOns: [],
-    mainChain: null,
-    intent: null,
-    nextRenewalAt: NOW + 24 * DAY,
-    flagged: null,
-    createdAt: NOW,
-    updatedAt: NOW,
-    ...overrides,
-  });
-  // Every hand-built chain must be one the store can read back.
-  chainRecord.parse({ ...next, version: 0 });
-  return next;
+  return chainAt(order, NOW, overrides);
 }
 
 function entry(event: string, at = NOW): HistoryEntry {

@@ -12,6 +12,7 @@ import {
 import { chainIdOf } from '../../../src/chains/keys.js';
 import { type Chain, chainRecord } from '../../../src/chains/records.js';
 import { QUEUES } from '../../../src/queues.js';
+import { chainFor as chainAt } from '../../helpers/chains.js';
 import { useTestRedisConnection } from '../../helpers/redis-server.js';
 
 /** The fixed clock of every test: delays are relative to it, never to the system time. */
@@ -38,25 +39,7 @@ afterEach(async () => {
 
 /** A chain whose latest term is `count`, renewing at `nextRenewalAt`. */
 function chainFor(order: string, overrides: Partial<Chain> = {}): Chain {
-  return chainRecord.parse({
-    id: chainIdOf(order),
-    order,
-    customer: 'cust-1',
-    product: 'prod-1',
-    duration: 'monthly',
-    status: 'active',
-    autoRenew: true,
-    payment: 'ok',
-    licenses: 10,
-    nextLicenses: 10,
-    term: { orderId: order, count: 1, startsAt: NOW, expiresAt: NOW + 31 * DAY },
-    intent: null,
-    nextRenewalAt: NOW + 24 * DAY,
-    version: 0,
-    createdAt: NOW,
-    updatedAt: NOW,
-    ...overrides,
-  });
+  return chainRecord.parse({ ...chainAt(order, NOW, overrides), version: 0, ...overrides });
 }
 
 async function jobOf(chain: Chain): Promise<Job> {

@@ -2,10 +2,11 @@
 import { Queue } from 'bullmq';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { chainIdOf } from '../../../src/chains/keys.js';
-import { type Chain, newChainRecord } from '../../../src/chains/records.js';
+import type { Chain } from '../../../src/chains/records.js';
 import { ChainStore } from '../../../src/chains/store.js';
 import { manualClock } from '../../../src/clock.js';
 import { makeChainOperations } from '../../../src/ops/chain-operations.js';
+import { chainFor } from '../../helpers/chains.js';
 import { useTestRedisConnection } from '../../helpers/redis-server.js';
 
 const NOW = Date.UTC(2025, 2, 1) / 1000;
@@ -42,32 +43,9 @@ function operations() {
   });
 }
 
-/** Stores a chain for `order`, renewing at `nextRenewalAt`, as the workers would. */
+/** Stores a chain for `order` whose term ends in 11 days, as the workers would. */
 async function saveChain(order: string, overrides: Partial<Omit<Chain, 'version'>>) {
-  const next = newChainRecord({
-    id: chainIdOf(order),
-    order,
-    customer: 'cust-1',
-    product: 'prod-1',
-    duration: 'monthly',
-    status: 'active',
-    autoRenew: true,
-    payment: 'ok',
-    needsReactivation: false,
-    licenses: 10,
-    nextLicenses: 10,
-    term: { orderId: order, count: 1, startsAt: NOW - 20 * DAY, expiresAt: NOW + 11 * DAY },
-    previousTerm: null,
-    partials: [],
-    addOns: [],
-    mainChain: null,
-    intent: null,
-    nextRenewalAt: NOW + 4 * DAY,
-    flagged: null,
-    createdAt: NOW,
-    updatedAt: NOW,
-    ...overrides,
-  });
+  const next = chainFor(order, NOW - 20 * DAY, { nextRenewalAt: NOW + 4 * DAY, ...overrides });
   await store.lock(next.id, 't');
   await store.save({ chainId: next.id, token: 't', previous: null, next, release: true });
 }
