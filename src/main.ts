@@ -68,6 +68,19 @@ function announceSecrets(settings: Settings, secrets: Awaited<ReturnType<typeof 
   if (lines.length > 0) process.stderr.write(`${lines.join('\n')}\n`);
 }
 
+/**
+ * After a failed start, the secrets it generated: the next start finds them kept and would only
+ * say so, so nobody would ever see them otherwise.
+ */
+function announceGenerated(
+  settings: Settings,
+  secrets: Awaited<ReturnType<typeof loadSecrets>> | null,
+) {
+  if (secrets && (secrets.opsToken.generated || secrets.webhookSecret.generated)) {
+    announceSecrets(settings, secrets);
+  }
+}
+
 export interface Started {
   port: number;
   runtime: Runtime;
@@ -92,7 +105,10 @@ export async function start(
   const serveApi = role !== 'worker';
   // Only the roles that serve the ops API and the webhooks need their secrets.
   const secrets = serveApi ? await loadSecrets(settings) : null;
-  const runtime = await openRuntime(settings, log, options.clock);
+  const runtime = await openRuntime(settings, log, options.clock).catch((error: unknown) => {
+    announceGenerated(settings, secrets);
+    throw error;
+  });
   const metrics = createMetrics();
   // What a start that fails halfway (a port in use, Redis gone) has opened is closed again,
   // a private Redis included, so the process can exit with the reason.
@@ -196,6 +212,7 @@ export async function start(
     await stop().catch((failure: unknown) =>
       log.warn({ err: failure }, 'closing after a failed start failed'),
     );
+    announceGenerated(settings, secrets);
     throw error;
   }
   const address = app.server.address();

@@ -257,6 +257,10 @@ describe('billing start on a port in use', () => {
         ),
       );
       expect(out.stderr).not.toMatch(/^\s+at /m);
+      // The secrets it generated are kept for the next start, and shown now, the only time.
+      const opsToken = (await readFile(join(ownDataDir, 'secrets', 'ops-token'), 'utf8')).trim();
+      expect(out.stderr).toContain(`OPS_TOKEN was not set; generated one`);
+      expect(out.stderr).toContain(opsToken);
       const record = await readFile(join(ownDataDir, 'redis', 'redis.json'), 'utf8').catch(
         () => null,
       );
