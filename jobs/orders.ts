@@ -58,17 +58,17 @@ function firstOrderIntent(deps: WorkerDeps, ev: OrderPlacedData, jobId: string |
 }
 
 /**
- * Creates the customer at the provider unless the workers already did (or found it). The
- * caller marks it known once the chain that records this is saved: a retry after a failed
- * first order creates it again (the same params answer the stored customer) and still records
- * its history entry.
- */
-/**
  * How a provider says a customer id is taken: the embedded core's words, or a database's about
  * its customers (not about a user's email, which is another refusal).
  */
 const CUSTOMER_EXISTS = /customer\b.*already exists|(duplicate key|unique constraint).*customer/i;
 
+/**
+ * Creates the customer at the provider unless the workers already did (or found it). The
+ * caller marks it known once the chain that records this is saved: a retry after a failed
+ * first order creates it again (the same params answer the stored customer) and still records
+ * its history entry.
+ */
 async function ensureCustomer(deps: WorkerDeps, ev: OrderPlacedData): Promise<HistoryEntry[]> {
   const { customer } = ev;
   if (await deps.chains.isCustomerKnown(customer.id)) return [];

@@ -92,12 +92,12 @@ export async function ensureSuspensionJob(
 /** How many handled payment webhook ids a chain remembers (a job re-run long after is rare). */
 const REMEMBERED_PAYMENT_EVENTS = 50;
 
-/** The chain's record of a payment event handled (applied or ignored) now. */
 /** The chain's record of the last applied payment event: this one. */
 function appliedInOrder(data: EventJobData) {
   return { lastPaymentEventAt: data.occurredAt, lastPaymentEventSequence: data.sequence ?? null };
 }
 
+/** The chain's record of a payment event handled (applied or ignored) now. */
 function handled(chain: Chain, webhookId: string) {
   const kept = chain.handledPaymentEvents.filter((id) => id !== webhookId);
   return { handledPaymentEvents: [...kept, webhookId].slice(-REMEMBERED_PAYMENT_EVENTS) };
@@ -267,11 +267,6 @@ async function markPaid(deps: WorkerDeps, job: Job, held: Held, data: EventJobDa
   throw new UnrecoverableError(reason);
 }
 
-/**
- * Unsuspends (marketplace) the family of a chain whose payment was recorded with its
- * unsuspension begun, and records it: the payment's job, or whoever holds the chain after it
- * died between its calls (its retry, a newer payment event). Idempotent at the provider.
- */
 /** The orders the provider refused to unsuspend, with its reasons, for a history entry. */
 function describeRefusals(refused: ReadonlyMap<string, string>): string {
   if (refused.size === 0) return '';
@@ -279,6 +274,11 @@ function describeRefusals(refused: ReadonlyMap<string, string>): string {
   return `; the provider refused to unsuspend ${each.join(', ')}`;
 }
 
+/**
+ * Unsuspends (marketplace) the family of a chain whose payment was recorded with its
+ * unsuspension begun, and records it: the payment's job, or whoever holds the chain after it
+ * died between its calls (its retry, a newer payment event). Idempotent at the provider.
+ */
 export async function finishUnsuspension(
   deps: WorkerDeps,
   jobId: string,
