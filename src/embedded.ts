@@ -9,7 +9,6 @@ import { connectRedis, type RedisClient } from './redis/connection.js';
 import { migrateKeyLayout } from './redis/key-layout.js';
 import {
   ensurePrivateRedis,
-  findRunningPrivateRedis,
   type PrivateRedis,
   shutdownPrivateRedis,
 } from './redis/private-redis.js';
@@ -56,14 +55,12 @@ export async function openRuntime(
   let privateRedis: PrivateRedis | null = null;
   const stopPrivate = async () => privateRedis?.stop();
   if (!redisUrl) {
-    const running = await findRunningPrivateRedis(settings.DATA_DIR);
-    privateRedis = running
-      ? { url: running, startedHere: false, stop: async () => {}, leave: () => {} }
-      : await ensurePrivateRedis({
-          dataDir: settings.DATA_DIR,
-          port: settings.EMBEDDED_REDIS_PORT,
-          log,
-        });
+    // Reuses the one running for DATA_DIR (the service's, for the CLI), else starts one.
+    privateRedis = await ensurePrivateRedis({
+      dataDir: settings.DATA_DIR,
+      port: settings.EMBEDDED_REDIS_PORT,
+      log,
+    });
     redisUrl = privateRedis.url;
   }
   let redis: RedisClient | undefined;

@@ -299,9 +299,7 @@ export async function shutdownPrivateRedis(
     log.warn({ pid: record.pid, port: record.port }, 'private redis still running after SHUTDOWN');
     return;
   }
-  const current = await readRecord(dir);
-  if (current?.pid === record.pid) await rm(recordPath(dir), { force: true });
-  log.info({ pid: record.pid, port: record.port }, 'private redis stopped');
+  await forgetStopped(dir, record, log);
 }
 
 async function stopServer(
@@ -327,6 +325,11 @@ async function stopServer(
       clearTimeout(timer);
     }
   }
+  await forgetStopped(dir, record, log);
+}
+
+/** Removes the record of a server that exited, unless a newer server's replaced it meanwhile. */
+async function forgetStopped(dir: string, record: RedisRecord, log: Logger): Promise<void> {
   const current = await readRecord(dir);
   if (current?.pid === record.pid) await rm(recordPath(dir), { force: true });
   log.info({ pid: record.pid, port: record.port }, 'private redis stopped');
