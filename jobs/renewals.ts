@@ -258,7 +258,7 @@ async function stateOnceInactive(job: Job): Promise<Awaited<ReturnType<Job['getS
  * When a delayed job really fires (ms), from its score in the delayed set: BullMQ scores it
  * `fireTime * 0x1000 + counter`, and `changeDelay` moves the score but not `job.timestamp`.
  */
-async function delayedFireTime(queue: Queue, jobId: string): Promise<number | null> {
+export async function delayedFireTime(queue: Queue, jobId: string): Promise<number | null> {
   const client = await queue.backend.client;
   const score = await client.zscore(queue.keys.delayed as string, jobId);
   return score === null ? null : Math.floor(Number(score) / 0x1000);

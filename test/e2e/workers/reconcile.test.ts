@@ -1,9 +1,9 @@
 // Reconcile end to end: what it repairs after a restart with other settings or a Redis that lost keys.
 import { setTimeout as delay } from 'node:timers/promises';
-import type { Job, Queue } from 'bullmq';
+import type { Job } from 'bullmq';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeProcessor as makeMaintenanceProcessor } from '../../../jobs/maintenance.js';
-import { renewalJobId } from '../../../jobs/renewals.js';
+import { delayedFireTime, renewalJobId } from '../../../jobs/renewals.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
 import { ChainStore } from '../../../src/chains/store.js';
 import type { ProvisioningClient } from '../../../src/client/provisioning-client.js';
@@ -18,13 +18,6 @@ import {
   useSystem,
   workerDepsOf,
 } from '../../helpers/system.js';
-
-/** When BullMQ fires the delayed job `jobId` (epoch ms), or null when it is not delayed. */
-async function firesAt(queue: Queue, jobId: string): Promise<number | null> {
-  const client = await queue.backend.client;
-  const score = await client.zscore(queue.keys.delayed as string, jobId);
-  return score === null ? null : Math.floor(Number(score) / 0x1000);
-}
 
 async function reconcile(system: System, id: string) {
   await makeMaintenanceProcessor(workerDepsOf(system))({ id, data: {} } as Job);
@@ -75,7 +68,10 @@ describe('a restart with another RENEWAL_LEAD_DAYS', () => {
           event: 'renewal.rescheduled',
           detail: expect.stringMatching(`RENEWAL_LEAD_DAYS is ${lead}$`),
         });
-        const fires = await firesAt(system.queue('renewals'), renewalJobId(chainIdOf('LEAD-1'), 2));
+        const fires = await delayedFireTime(
+          system.queue('renewals'),
+          renewalJobId(chainIdOf('LEAD-1'), 2),
+        );
         const wantedMs = systemClock.now() * 1000 + (expiresAt - lead * DAY - T0) * 1000;
         expect(Math.abs((fires ?? 0) - wantedMs)).toBeLessThan(60_000);
         // A second round finds nothing to move.

@@ -5,6 +5,7 @@ import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import {
   addNextRenewalJob,
+  delayedFireTime,
   ensureRenewalJob,
   renewalJobData,
   renewalJobId,
@@ -49,9 +50,8 @@ async function jobOf(chain: Chain): Promise<Job> {
 }
 
 /** When BullMQ will really fire the delayed job (ms), from its score in the delayed set. */
-async function firesAt(jobId: string): Promise<number | null> {
-  const score = await db.redis.zscore(`${prefix}:${QUEUES.renewals}:delayed`, jobId);
-  return score === null ? null : Math.floor(Number(score) / 0x1000);
+function firesAt(jobId: string): Promise<number | null> {
+  return delayedFireTime(queue, jobId);
 }
 
 /** Runs the queue's due jobs with `processor` until the job `jobId` has finished. */
