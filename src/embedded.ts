@@ -3,7 +3,11 @@ import { type Settings, settingDefinitions } from '../config/settings.js';
 import { type Clock, systemClock } from './clock.js';
 import type { Logger } from './logger.js';
 import { makeProvisioningCore, type ProvisioningCore } from './provisioning/operations.js';
-import { makePartnerDirectory, type PartnerDirectory } from './provisioning/partners.js';
+import {
+  adoptKeyHashSecret,
+  makePartnerDirectory,
+  type PartnerDirectory,
+} from './provisioning/partners.js';
 import { ProvisioningStore } from './provisioning/store.js';
 import { connectRedis, type RedisClient } from './redis/connection.js';
 import { migrateKeyLayout } from './redis/key-layout.js';
@@ -50,6 +54,9 @@ export async function openRuntime(
     settings.KEY_HASH_SECRET,
     settingDefinitions.KEY_HASH_SECRET.schema,
   );
+  const secretOrigin = settings.KEY_HASH_SECRET
+    ? 'set in the environment'
+    : `${secret.generated ? 'generated just now in' : 'kept in'} ${settings.DATA_DIR}/secrets/key-hash-secret`;
   let redisUrl = settings.REDIS_URL;
   // The private Redis, started here or found running; none with REDIS_URL.
   let privateRedis: PrivateRedis | null = null;
@@ -64,15 +71,17 @@ export async function openRuntime(
     redisUrl = privateRedis.url;
   }
   let redis: RedisClient | undefined;
+  let store: ProvisioningStore;
   try {
     redis = await connectRedis(redisUrl, 'request');
     await migrateKeyLayout(redis, log);
+    store = new ProvisioningStore(redis);
+    await adoptKeyHashSecret(store, secret.value, secretOrigin);
   } catch (error) {
     redis?.disconnect();
     await stopPrivate();
     throw error;
   }
-  const store = new ProvisioningStore(redis);
   const core = makeProvisioningCore({
     store,
     clock,

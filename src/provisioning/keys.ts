@@ -12,6 +12,8 @@ export const registryKeys = {
   partnerKeys: `${ROOT}:partner-keys`,
   /** HASH sequence name -> last value (partner ids) */
   sequences: `${ROOT}:seq`,
+  /** STRING fingerprint of the KEY_HASH_SECRET the keys in `partnerKeys` are hashed with */
+  keyHashFingerprint: `${ROOT}:key-hash-fingerprint`,
   /** STREAM emails the core would send (onboarding), for a later delivery capability */
   outbox: `${ROOT}:outbox`,
 } as const;

@@ -88,6 +88,20 @@ export class ProvisioningStore {
     return code === ScriptCode.Done ? parseStored(partnerRecord, json, 'partner') : 'name_taken';
   }
 
+  /**
+   * The fingerprint of the key-hash secret this database's partner keys are hashed with: the one
+   * recorded, else `fingerprint`, recorded now by the first process to ask.
+   */
+  async adoptKeyHashFingerprint(fingerprint: string): Promise<string> {
+    for (;;) {
+      const set = await this.redis.set(registryKeys.keyHashFingerprint, fingerprint, 'NX');
+      if (set === 'OK') return fingerprint;
+      const recorded = await this.redis.get(registryKeys.keyHashFingerprint);
+      if (recorded !== null) return recorded;
+      // Deleted between the two commands (an operator starting over): ask again.
+    }
+  }
+
   async findPartnerByKeyHash(keyHash: string): Promise<Partner | null> {
     const json = (await callScript(
       this.redis,

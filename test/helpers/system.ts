@@ -24,6 +24,7 @@ import { connectRedis } from '../../src/redis/connection.js';
 import { startTestRedis, type TestRedis } from './redis-server.js';
 
 export const OPS_TOKEN = 'test-ops-token-0123456789';
+const SHARED_KEY_HASH_SECRET = 'test-key-hash-secret-0123456789abcdef';
 export const DAY = 86_400;
 
 export interface System {
@@ -110,6 +111,9 @@ export async function startSystem(
     WEBHOOK_SECRET: `whsec_${randomBytes(24).toString('base64')}`,
     PARTNER_NAME: `workers-${randomUUID()}`,
     RECONCILE_INTERVAL_SECONDS: '3600',
+    // Systems on a Redis of the test's own share it one after another, each with a DATA_DIR of
+    // its own: like hosts sharing one Redis, they need the same key-hash secret.
+    ...(options.redisUrl === undefined ? {} : { KEY_HASH_SECRET: SHARED_KEY_HASH_SECRET }),
     ...options.env,
   });
   const log = options.log ?? createLogger(settings.LOG_LEVEL);

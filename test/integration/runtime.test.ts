@@ -2,10 +2,11 @@
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { loadSettings } from '../../config/settings.js';
 import { openRuntime, type Runtime } from '../../src/embedded.js';
 import { createLogger } from '../../src/logger.js';
+import { startTestRedis, type TestRedis } from '../helpers/redis-server.js';
 
 const log = createLogger('silent');
 const opened: Runtime[] = [];
@@ -54,5 +55,58 @@ describe.each([
     await staying?.close();
     await expect.poll(() => isAlive(pid), { timeout: 10_000 }).toBe(false);
     await expect(readFile(path.join(dataDir, 'redis', 'redis.json'))).rejects.toThrow(/ENOENT/);
+  });
+});
+
+describe('processes of one Redis with different key-hash secrets', () => {
+  let redis: TestRedis;
+  beforeEach(async () => {
+    redis = await startTestRedis();
+  });
+  afterEach(async () => {
+    for (const runtime of opened.splice(0)) await runtime.close().catch(() => {});
+    await redis.stop();
+  });
+
+  async function openOn(env: Record<string, string> = {}): Promise<Runtime> {
+    const dataDir = await mkdtemp(path.join(os.tmpdir(), 'runtime-secret-'));
+    dirs.push(dataDir);
+    const runtime = await openRuntime(
+      loadSettings({ REDIS_URL: redis.url, DATA_DIR: dataDir, ...env }),
+      log,
+    );
+    opened.push(runtime);
+    return runtime;
+  }
+
+  it('refuses a second DATA_DIR that generated a secret of its own, naming where it came from', async () => {
+    const first = await openOn();
+    const { apiKey } = await first.partners.create({
+      name: 'secret-first',
+      variant: 'external',
+      now: first.clock.now(),
+    });
+    await expect(openOn()).rejects.toMatchObject({
+      code: 'key_hash_secret_mismatch',
+      message: expect.stringMatching(/^KEY_HASH_SECRET \(generated just now in .*runtime-secret-/),
+    });
+    await expect(openOn({ KEY_HASH_SECRET: 'x'.repeat(40) })).rejects.toMatchObject({
+      code: 'key_hash_secret_mismatch',
+      message: expect.stringMatching(/^KEY_HASH_SECRET \(set in the environment\)/),
+    });
+    // The first one's keys still authenticate there.
+    expect((await first.partners.authenticate(apiKey))?.name).toBe('secret-first');
+  });
+
+  it('lets processes with the same secret share partner keys', async () => {
+    const env = { KEY_HASH_SECRET: 'shared-secret-of-forty-characters-000000' };
+    const first = await openOn(env);
+    const second = await openOn(env);
+    const { apiKey } = await first.partners.create({
+      name: 'secret-shared',
+      variant: 'external',
+      now: first.clock.now(),
+    });
+    expect((await second.partners.authenticate(apiKey))?.name).toBe('secret-shared');
   });
 });
