@@ -1,6 +1,7 @@
 // How a failed job is retried: for as long as the failure is the world's (a provider or Redis
 // away, a key being fixed), a bounded number of times in a row when it is anything else.
 import type { BackoffStrategy } from 'bullmq';
+import { TransientError } from './errors.js';
 
 /** The backoff type every job carries: BullMQ asks the workers' strategy (retryBackoff). */
 export const RETRY_BACKOFF_TYPE = 'billing-retry';
@@ -51,9 +52,21 @@ function unexpectedInARow(error: unknown, earlierTraces: readonly string[]): num
 }
 
 /**
+ * The wait a failure asked for (a provider's Retry-After, src/client/http.ts), in ms, capped
+ * like every wait; 0 when it asked for none.
+ */
+function askedWaitMs(error: unknown): number {
+  if (!(error instanceof TransientError)) return 0;
+  const asked = error.details.retryAfterMs;
+  if (typeof asked !== 'number' || !Number.isFinite(asked) || asked <= 0) return 0;
+  return Math.min(asked, MAX_RETRY_DELAY_MS);
+}
+
+/**
  * The wait before the retry that follows attempt `attemptsMade` (1-based), in ms, or -1: fail the
- * job now. Doubling from 2 s, capped at 15 minutes, with jitter. `earlierTraces`: the stack
- * traces of the job's earlier failures, oldest first (BullMQ's `job.stacktrace`).
+ * job now. Doubling from 2 s, capped at 15 minutes, with jitter; never shorter than the wait the
+ * failure asked for. `earlierTraces`: the stack traces of the job's earlier failures, oldest
+ * first (BullMQ's `job.stacktrace`).
  */
 export function retryDelayMs(
   attemptsMade: number,
@@ -63,7 +76,7 @@ export function retryDelayMs(
 ): number {
   if (unexpectedInARow(error, earlierTraces) >= UNEXPECTED_FAILURES_IN_A_ROW) return -1;
   const ceiling = Math.min(MAX_RETRY_DELAY_MS, FIRST_RETRY_DELAY_MS * 2 ** (attemptsMade - 1));
-  return Math.floor(ceiling * (1 - JITTER * random()));
+  return Math.max(Math.floor(ceiling * (1 - JITTER * random())), askedWaitMs(error));
 }
 
 /** retryDelayMs as BullMQ's worker setting `backoffStrategy`. */

@@ -99,11 +99,38 @@ async function readAnswer(body: AsyncIterable<Buffer> & { destroy(): unknown }) 
   return { text: Buffer.concat(chunks).toString('utf8'), whole: true };
 }
 
+/**
+ * The wait an answer asks for in its Retry-After (RFC 9110 §10.2.3), in ms, or undefined: a number
+ * of seconds, or a date read against the answer's own Date header (the service's clock, so that
+ * neither clock's drift counts; without a Date header a date cannot be read and is ignored).
+ */
+export function retryAfterMs(
+  retryAfter: string | undefined,
+  date: string | undefined,
+): number | undefined {
+  const value = retryAfter?.trim();
+  if (value === undefined || value === '') return undefined;
+  if (/^\d+$/.test(value)) return Number(value) * 1000;
+  // Every HTTP-date form starts with the day's name; Date.parse alone takes '1.5' for a date.
+  if (!/^[A-Za-z]{3}/.test(value)) return undefined;
+  const until = Date.parse(value);
+  const sent = date === undefined ? Number.NaN : Date.parse(date);
+  if (Number.isNaN(until) || Number.isNaN(sent)) return undefined;
+  return Math.max(0, until - sent);
+}
+
+/** The answer's headers that classifying it reads. */
+interface AnswerHeaders {
+  location: string | undefined;
+  retryAfter: string | undefined;
+  date: string | undefined;
+}
+
 function classifyStatus(
   method: string,
   status: number,
   { text: body, whole }: { text: string; whole: boolean },
-  location: string | undefined,
+  headers: AnswerHeaders,
 ): unknown {
   if (status === 200) {
     if (!whole) {
@@ -140,7 +167,7 @@ function classifyStatus(
   if (status >= 300 && status < 400) {
     throw new ConfigError(
       'provisioning_redirected',
-      `provisioning ${method} answered ${status}, a redirect${location ? ` to ${shownUrl(location)}` : ''}: set PROVISIONING_URL to where the service answers`,
+      `provisioning ${method} answered ${status}, a redirect${headers.location ? ` to ${shownUrl(headers.location)}` : ''}: set PROVISIONING_URL to where the service answers`,
       details,
     );
   }
@@ -152,10 +179,20 @@ function classifyStatus(
       details,
     );
   }
+  // A 429 or 503 may say when to come back: the job's retry waits at least that long
+  // (src/retry-policy.ts), so a service shedding load is not asked again sooner.
+  const waitMs = retryAfterMs(headers.retryAfter, headers.date);
+  if (waitMs === undefined) {
+    throw new TransientError(
+      'provisioning_unavailable',
+      `provisioning ${method} answered ${status}: ${errorText(body)}`,
+      details,
+    );
+  }
   throw new TransientError(
     'provisioning_unavailable',
-    `provisioning ${method} answered ${status}: ${errorText(body)}`,
-    details,
+    `provisioning ${method} answered ${status}, asking to retry in ${Math.ceil(waitMs / 1000)} s: ${errorText(body)}`,
+    { ...details, retryAfterMs: waitMs },
   );
 }
 
@@ -181,7 +218,7 @@ export function httpClient(opts: HttpClientOptions): ProvisioningClient {
   const send: Send = async (method, params) => {
     let status: number;
     let body: { text: string; whole: boolean };
-    let location: string | undefined;
+    let headers: AnswerHeaders;
     try {
       const res = await pool.request({
         method: 'GET',
@@ -193,8 +230,15 @@ export function httpClient(opts: HttpClientOptions): ProvisioningClient {
         signal: AbortSignal.timeout(timeoutMs),
       });
       status = res.statusCode;
-      const { location: to } = res.headers;
-      location = typeof to === 'string' ? to : undefined;
+      const single = (name: string) => {
+        const value = res.headers[name];
+        return typeof value === 'string' ? value : undefined;
+      };
+      headers = {
+        location: single('location'),
+        retryAfter: single('retry-after'),
+        date: single('date'),
+      };
       // Read every body, errors included: an unread body holds its keep-alive socket.
       body = await readAnswer(res.body);
     } catch (error) {
@@ -237,7 +281,7 @@ export function httpClient(opts: HttpClientOptions): ProvisioningClient {
         { cause: error },
       );
     }
-    return classifyStatus(method, status, body, location);
+    return classifyStatus(method, status, body, headers);
   };
 
   return clientOver({

@@ -5,7 +5,7 @@ import { readFile } from 'node:fs/promises';
 import { createServer as createHttpsServer } from 'node:https';
 import { type AddressInfo, createServer, type Socket } from 'node:net';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { httpClient, MAX_ANSWER_BYTES } from '../../../src/client/http.js';
+import { httpClient, MAX_ANSWER_BYTES, retryAfterMs } from '../../../src/client/http.js';
 import type { ProvisioningClient } from '../../../src/client/provisioning-client.js';
 import { ConfigError, RefusalError, TransientError } from '../../../src/errors.js';
 import { partnerKeys } from '../../../src/provisioning/keys.js';
@@ -85,6 +85,31 @@ describe('the HTTP client when the service fails', () => {
     expect((error as Error).message).toBe(
       'provisioning suspendOrder answered 503: service unavailable: storage unreachable, retry later',
     );
+  });
+
+  it('carries the wait a 429 or 503 asks for, in seconds or as a date of its own clock', async () => {
+    const answers: [number, Record<string, string>][] = [
+      [429, { 'retry-after': '120' }],
+      [
+        503,
+        { 'retry-after': 'Sun, 22 Nov 2026 10:00:30 GMT', date: 'Sun, 22 Nov 2026 10:00:00 GMT' },
+      ],
+    ];
+    const server = await listen((_req, res) => {
+      const [status, headers] = answers.shift() ?? [500, {}];
+      res.writeHead(status, { 'content-type': 'application/json', ...headers });
+      res.end(JSON.stringify('slow down'));
+    });
+    stops.push(server.close);
+    const client = track(httpClient({ url: server.url, apiKey: 'k', variant: 'marketplace' }));
+    const first = await client.suspendOrder({ id: 'A-1' }).catch((e: unknown) => e);
+    expect(first).toBeInstanceOf(TransientError);
+    expect(first).toMatchObject({ details: { status: 429, retryAfterMs: 120_000 } });
+    expect((first as Error).message).toBe(
+      'provisioning suspendOrder answered 429, asking to retry in 120 s: slow down',
+    );
+    const second = await client.suspendOrder({ id: 'A-1' }).catch((e: unknown) => e);
+    expect(second).toMatchObject({ details: { status: 503, retryAfterMs: 30_000 } });
   });
 
   it('answers TransientError when the service does not answer within timeoutMs', async () => {
@@ -460,5 +485,25 @@ describe('the HTTP client through a proxy', () => {
       );
       expect(await chainOrders('E-1')).toEqual(['E-1', 'E-1.r2']);
     });
+  });
+});
+
+describe('retryAfterMs', () => {
+  const date = 'Sun, 22 Nov 2026 10:00:00 GMT';
+  it('reads seconds, or a date against the answer’s own Date header', () => {
+    expect(retryAfterMs('0', undefined)).toBe(0);
+    expect(retryAfterMs(' 45 ', undefined)).toBe(45_000);
+    expect(retryAfterMs('Sun, 22 Nov 2026 10:05:00 GMT', date)).toBe(300_000);
+    // A date already past asks for no wait.
+    expect(retryAfterMs('Sun, 22 Nov 2026 09:00:00 GMT', date)).toBe(0);
+  });
+
+  it('ignores what it cannot read: no header, no Date to read a date against, nonsense', () => {
+    expect(retryAfterMs(undefined, date)).toBeUndefined();
+    expect(retryAfterMs('', date)).toBeUndefined();
+    expect(retryAfterMs('Sun, 22 Nov 2026 10:05:00 GMT', undefined)).toBeUndefined();
+    expect(retryAfterMs('-5', date)).toBeUndefined();
+    expect(retryAfterMs('soon', date)).toBeUndefined();
+    expect(retryAfterMs('1.5', date)).toBeUndefined();
   });
 });

@@ -3,6 +3,7 @@
 import { randomUUID } from 'node:crypto';
 import { type Job, Queue, Worker } from 'bullmq';
 import { describe, expect, it } from 'vitest';
+import { delayedFireTime } from '../../../jobs/renewals.js';
 import { RefusalError, TransientError } from '../../../src/errors.js';
 import { defaultJobOptions } from '../../../src/queues.js';
 import { retryBackoff, UNEXPECTED_FAILURES_IN_A_ROW } from '../../../src/retry-policy.js';
@@ -86,5 +87,32 @@ describe('the retry policy, as BullMQ applies it', () => {
     const { state, job } = await attempts(outageThenBadAnswers, 100);
     expect(state).toBe('failed');
     expect(job.attemptsMade).toBe(20 + UNEXPECTED_FAILURES_IN_A_ROW);
+  });
+
+  it('waits at least as long as the provider asked in its Retry-After', async () => {
+    const name = `policy-${randomUUID()}`;
+    const queue = new Queue(name, { connection: db.redis });
+    const tenMinutes = 600_000;
+    const worker = new Worker(
+      name,
+      classifyFailures(async () => {
+        throw new TransientError('provisioning_unavailable', 'answered 429', {
+          retryAfterMs: tenMinutes,
+        });
+      }),
+      { connection: db.redis, settings: { backoffStrategy: retryBackoff } },
+    );
+    try {
+      const before = Date.now();
+      const added = await queue.add('work', {}, defaultJobOptions);
+      await expect.poll(() => queue.getJobState(added.id ?? '')).toBe('delayed');
+      const fires = (await delayedFireTime(queue, added.id ?? '')) as number;
+      // Not the 1-2 s of a first retry: the ten minutes asked for.
+      expect(fires - before).toBeGreaterThanOrEqual(tenMinutes);
+      expect(fires - Date.now()).toBeLessThanOrEqual(tenMinutes);
+    } finally {
+      await worker.close();
+      await queue.close();
+    }
   });
 });

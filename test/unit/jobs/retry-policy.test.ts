@@ -46,6 +46,18 @@ describe('retryDelayMs', () => {
     expect((JOB_ATTEMPTS * MAX_RETRY_DELAY_MS) / 2 / 86_400_000).toBeGreaterThan(50);
   });
 
+  it('waits at least what a provider asked for in its Retry-After, within the cap', () => {
+    const asking = (ms: unknown) =>
+      new TransientError('provisioning_unavailable', 'answered 429', { retryAfterMs: ms });
+    expect(retryDelayMs(1, asking(60_000), [], never)).toBe(60_000);
+    expect(retryDelayMs(1, asking(3_600_000), [], never)).toBe(MAX_RETRY_DELAY_MS);
+    // Asking for less than the backoff changes nothing; nonsense is ignored.
+    expect(retryDelayMs(5, asking(1_000), [], never)).toBe(32_000);
+    for (const nonsense of [0, -5, Number.NaN, '60000']) {
+      expect(retryDelayMs(1, asking(nonsense), [], never)).toBe(2_000);
+    }
+  });
+
   it('fails after 12 unexpected failures in a row', () => {
     const eleven = traces(Array(UNEXPECTED_FAILURES_IN_A_ROW - 1).fill(bug));
     expect(retryDelayMs(11, bug, eleven.slice(1), never)).toBeGreaterThan(0);
