@@ -6,6 +6,7 @@ import { governedNextRenewalAt } from '../src/chains/family.js';
 import { keepLease } from '../src/chains/lease.js';
 import type { Chain } from '../src/chains/records.js';
 import { renewalDueAt } from '../src/domain/renewal.js';
+import { ConfigError, RefusalError, TransientError } from '../src/errors.js';
 import { formatInstant } from '../src/format.js';
 import { defaultJobOptions } from '../src/queues.js';
 import type { WorkerDeps } from './deps.js';
@@ -199,16 +200,34 @@ async function withCurrentLead(
   });
 }
 
+/** A failure of the provider's (away, misconfigured, refusing), not of Redis or the chain's lock. */
+function isProviderFailure(error: unknown): boolean {
+  return (
+    (error instanceof TransientError ||
+      error instanceof ConfigError ||
+      error instanceof RefusalError) &&
+    error.code.startsWith('provisioning_')
+  );
+}
+
 /**
  * The chain's renewal job, and its waiting add-on's job, as the chain is now; first, the
- * unsuspension of a payment whose job gave up halfway.
+ * unsuspension of a payment whose job gave up halfway. A provider away for that unsuspension
+ * does not keep the jobs, which need only Redis, from being ensured: the round still counts the
+ * chain as failed, and the next one tries the unsuspension again.
  */
 function ensureJobs(deps: WorkerDeps, seen: Chain, now: number, jobId: string): Promise<void> {
   return underLock(deps, seen.id, jobId, undefined, async (locked, token) => {
     if (!locked) return;
-    // A payment whose job gave up halfway through its unsuspension (marketplace) is finished.
-    const unsuspended = await finishUnsuspension(deps, jobId, { chain: locked, token }, now);
-    let { chain } = unsuspended;
+    let chain = locked;
+    let unfinished: { error: unknown } | null = null;
+    try {
+      // A payment whose job gave up halfway through its unsuspension (marketplace) is finished.
+      ({ chain } = await finishUnsuspension(deps, jobId, { chain: locked, token }, now));
+    } catch (error) {
+      if (!isProviderFailure(error)) throw error;
+      unfinished = { error };
+    }
     if (schedulesRenewals(chain)) {
       chain = await withCurrentLead(deps, { chain, token }, now, jobId);
       // A job still active is left as it is: it schedules the next term itself, and the next
@@ -220,6 +239,7 @@ function ensureJobs(deps: WorkerDeps, seen: Chain, now: number, jobId: string): 
     if (await ensureAddOnJob(deps, chain, now)) {
       deps.log.warn({ chainId: chain.id }, 'reconcile restored a waiting add-on job');
     }
+    if (unfinished !== null) throw unfinished.error;
   });
 }
 

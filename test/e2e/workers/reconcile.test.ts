@@ -8,6 +8,7 @@ import { chainIdOf } from '../../../src/chains/keys.js';
 import { ChainStore } from '../../../src/chains/store.js';
 import type { ProvisioningClient } from '../../../src/client/provisioning-client.js';
 import { manualClock, systemClock } from '../../../src/clock.js';
+import { TransientError } from '../../../src/errors.js';
 import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
 import {
   DAY,
@@ -132,5 +133,38 @@ describe("reconcile's lock during a slow provider call", () => {
     expect((await chains.lock(chainIdOf('SLOW-1'), 'another-holder')).kind).toBe('locked');
     await run;
     expect((await system.chain('SLOW-1')).history.at(-1)?.event).toBe('chain.unsuspended');
+  });
+});
+
+describe('reconcile with the provider away for an unsuspension left halfway', () => {
+  const system = useSystem();
+
+  it('still gets the chain its renewal job back, and counts the chain as failed', async () => {
+    const now = systemClock.now();
+    await system.send('order.placed', orderPlaced({ order: 'AWAY-1', startsAt: now - 2 * DAY }));
+    await system.waitForChain('AWAY-1', () => true);
+    await leftByDeadJob(system, 'AWAY-1', 'dead-payment-job', () => ({ unsuspending: true }));
+    const queue = system.queue('renewals');
+    const id = renewalJobId(chainIdOf('AWAY-1'), 2);
+    await (await queue.getJob(id))?.remove();
+    expect(await queue.getJob(id)).toBeUndefined();
+
+    const away: ProvisioningClient = Object.create(system.started.provisioning);
+    away.unsuspendOrder = async () => {
+      throw new TransientError(
+        'provisioning_unavailable',
+        'provisioning unsuspendOrder answered 503',
+      );
+    };
+    const result = await makeMaintenanceProcessor(workerDepsOf(system, { provisioning: away }))({
+      id: 'reconcile-away',
+      data: {},
+    } as Job);
+
+    expect(result).toMatchObject({ failed: 1 });
+    expect(await (await queue.getJob(id))?.getState()).toBe('delayed');
+    // The unsuspension is still to do, for the next round.
+    const stored = await new ChainStore(system.started.runtime.redis).get(chainIdOf('AWAY-1'));
+    expect(stored?.unsuspending).toBe(true);
   });
 });
