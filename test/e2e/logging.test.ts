@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createLogger } from '../../src/logger.js';
 import { startTestApp, type TestApp } from '../helpers/app.js';
 import { startTestRedis, type TestRedis } from '../helpers/redis-server.js';
-import { startSystem } from '../helpers/system.js';
+import { OPS_TOKEN, startSystem } from '../helpers/system.js';
 
 let redis: TestRedis;
 let app: TestApp;
@@ -136,5 +136,41 @@ describe('Redis errors', () => {
     const all = logged.join('');
     expect(all).toContain('"args":"[redacted]"');
     expect(all).not.toContain(password);
+  });
+});
+
+describe('Bull Board failures', () => {
+  it('are logged at error level, not only answered', async () => {
+    const server = await startTestRedis();
+    const logged: string[] = [];
+    const sink = new Writable({
+      write(chunk: Buffer, _e, done) {
+        logged.push(chunk.toString());
+        done();
+      },
+    });
+    const system = await startSystem({ redisUrl: server.url, log: createLogger('warn', sink) });
+    try {
+      // A key of the wrong type: Redis answers the board's reads with an error, as in an outage.
+      const admin = new Redis(server.port, '127.0.0.1');
+      await admin.set('{bc}:renewals:meta', 'not a hash');
+      admin.disconnect();
+      const res = await fetch(`${system.baseUrl}/admin/queues/api/queues`, {
+        headers: { authorization: `Bearer ${OPS_TOKEN}` },
+      });
+      expect(res.status).toBe(500);
+      await vi.waitFor(() => expect(logged.join('')).toContain('Bull Board request failed'));
+      const line = JSON.parse(
+        logged
+          .join('')
+          .split('\n')
+          .find((l) => l.includes('Bull Board request failed')) ?? '{}',
+      );
+      expect(line).toMatchObject({ level: 50, url: '/admin/queues/api/queues' });
+      expect(line.err.message).toMatch(/WRONGTYPE/);
+    } finally {
+      await system.close();
+      await server.stop();
+    }
   });
 });
