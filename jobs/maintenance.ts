@@ -48,8 +48,24 @@ function hasExpired(chain: Chain, now: number): boolean {
   );
 }
 
+/**
+ * A cancelled chain with nothing left in flight: no renewal to replay, no unsuspension or add-on
+ * to finish. Nothing can change it again, so reconcile skips it without taking its lock (its
+ * share of every round grows with the years otherwise). A stale job of it would find it
+ * cancelled and do nothing.
+ */
+function isAtRest(chain: Chain): boolean {
+  return (
+    chain.status === 'cancelled' &&
+    chain.intent === null &&
+    !chain.unsuspending &&
+    chain.pendingAddOn === null
+  );
+}
+
 /** What reconcile does with one chain: whether it marked it expired. */
 async function reconcileChain(deps: WorkerDeps, chain: Chain, jobId: string): Promise<boolean> {
+  if (isAtRest(chain)) return false;
   const now = deps.clock.now();
   // Read once for both: whether the add-on goes with a cancelled main chain, and its schedule as
   // that main chain governs it (both decided again under the locks before anything is written).

@@ -168,3 +168,32 @@ describe('reconcile with the provider away for an unsuspension left halfway', ()
     expect(stored?.unsuspending).toBe(true);
   });
 });
+
+describe('reconcile and cancelled chains', () => {
+  const system = useSystem();
+
+  it('leaves a cancelled chain at rest without taking its lock, and checks the others', async () => {
+    const now = systemClock.now();
+    for (const order of ['REST-1', 'LIVE-1']) {
+      await system.send('order.placed', orderPlaced({ order, startsAt: now - 2 * DAY }));
+      await system.waitForChain(order, () => true);
+    }
+    await system.send('order.cancelled', { order: 'REST-1' });
+    await system.waitForChain('REST-1', (chain) => chain.status === 'cancelled');
+
+    const locked: string[] = [];
+    const store = new ChainStore(system.started.runtime.redis);
+    const chains: ChainStore = Object.create(store);
+    chains.lock = (chainId, token) => {
+      locked.push(chainId);
+      return store.lock(chainId, token);
+    };
+    const result = await makeMaintenanceProcessor(workerDepsOf(system, { chains }))({
+      id: 'reconcile-rest',
+      data: {},
+    } as Job);
+
+    expect(result).toMatchObject({ checked: 2, failed: 0 });
+    expect(locked).toEqual([chainIdOf('LIVE-1')]);
+  });
+});
