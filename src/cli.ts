@@ -135,14 +135,16 @@ export function buildCli(): Command {
             `--name must be 1..200 characters, got ${JSON.stringify(opts.name)}`,
           );
         }
-        const { partner, apiKey } = await withRuntime((rt) =>
-          rt.partners.create({
+        const { partner, apiKey } = await withRuntime(async (rt) => {
+          // A key hashed with another secret than the API's would be printed and never work.
+          await rt.holdKeyHashSecret();
+          return rt.partners.create({
             name,
             variant: opts.variant,
             renewalWindowDays: opts.renewalWindowDays,
             now: systemClock.now(),
-          }),
-        );
+          });
+        });
         if (opts.json) {
           process.stdout.write(
             `${JSON.stringify({ name: partner.name, variant: partner.variant, apiKey })}\n`,

@@ -2,12 +2,9 @@
 import { type Settings, settingDefinitions } from '../config/settings.js';
 import { type Clock, systemClock } from './clock.js';
 import type { Logger } from './logger.js';
+import { holdKeyHashSecret } from './provisioning/key-hash-guard.js';
 import { makeProvisioningCore, type ProvisioningCore } from './provisioning/operations.js';
-import {
-  adoptKeyHashSecret,
-  makePartnerDirectory,
-  type PartnerDirectory,
-} from './provisioning/partners.js';
+import { makePartnerDirectory, type PartnerDirectory } from './provisioning/partners.js';
 import { ProvisioningStore } from './provisioning/store.js';
 import { connectRedis, type RedisClient } from './redis/connection.js';
 import { migrateKeyLayout } from './redis/key-layout.js';
@@ -25,6 +22,12 @@ export interface Runtime {
   core: ProvisioningCore;
   partners: PartnerDirectory;
   clock: Clock;
+  /**
+   * Stops here when this process's KEY_HASH_SECRET is not the one this Redis's partner keys are
+   * hashed with: for the processes that check keys or issue keys someone sees (the provisioning
+   * API, the CLI's `partners add`), not for those that never use it.
+   */
+  holdKeyHashSecret(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -54,9 +57,12 @@ export async function openRuntime(
     settings.KEY_HASH_SECRET,
     settingDefinitions.KEY_HASH_SECRET.schema,
   );
-  const secretOrigin = settings.KEY_HASH_SECRET
-    ? 'set in the environment'
-    : `${secret.generated ? 'generated just now in' : 'kept in'} ${settings.DATA_DIR}/secrets/key-hash-secret`;
+  const keyHashSecret = {
+    ...secret,
+    origin: settings.KEY_HASH_SECRET
+      ? 'set in the environment'
+      : `${secret.generated ? 'generated just now in' : 'kept in'} ${settings.DATA_DIR}/secrets/key-hash-secret`,
+  };
   let redisUrl = settings.REDIS_URL;
   // The private Redis, started here or found running; none with REDIS_URL.
   let privateRedis: PrivateRedis | null = null;
@@ -71,17 +77,15 @@ export async function openRuntime(
     redisUrl = privateRedis.url;
   }
   let redis: RedisClient | undefined;
-  let store: ProvisioningStore;
   try {
     redis = await connectRedis(redisUrl, 'request');
     await migrateKeyLayout(redis, log);
-    store = new ProvisioningStore(redis);
-    await adoptKeyHashSecret(store, secret.value, secretOrigin);
   } catch (error) {
     redis?.disconnect();
     await stopPrivate();
     throw error;
   }
+  const store = new ProvisioningStore(redis);
   const core = makeProvisioningCore({
     store,
     clock,
@@ -97,6 +101,7 @@ export async function openRuntime(
     core,
     partners,
     clock,
+    holdKeyHashSecret: () => holdKeyHashSecret(store, keyHashSecret),
     async close() {
       if (privateRedis === null) {
         await redis.quit().catch(() => redis.disconnect());

@@ -137,6 +137,8 @@ export async function start(
   };
 
   try {
+    // The provisioning API checks partner keys: against the secret they were hashed with.
+    if (serveApi && !settings.remote) await runtime.holdKeyHashSecret();
     workerRedis = await connectRedis(runtime.redisUrl, 'worker');
     storeRedis = await connectRedis(runtime.redisUrl, 'store');
     provisioning = instrumentClient(await makeProvisioningClient(settings, runtime), metrics);

@@ -1,6 +1,6 @@
 // Partner accounts: API keys are random, shown once, and stored only as an HMAC.
 import { createHmac, randomBytes } from 'node:crypto';
-import { ConfigError, RefusalError } from '../errors.js';
+import { RefusalError } from '../errors.js';
 import type { Partner } from './records.js';
 import type { Variant } from './schemas.js';
 import type { ProvisioningStore } from './store.js';
@@ -10,34 +10,6 @@ export const DEFAULT_RENEWAL_WINDOW_DAYS = 15;
 /** A keyed hash, not a password hash: keys are 256 random bits, so one HMAC per request is enough. */
 export function hashApiKey(secret: string, apiKey: string): string {
   return createHmac('sha256', secret).update(apiKey).digest('hex');
-}
-
-/**
- * Names a key-hash secret without revealing it (a keyed hash of a fixed text no API key can be,
- * since keys have no spaces), so that processes sharing one Redis can tell they hash alike.
- */
-export function keyHashFingerprint(secret: string): string {
-  return hashApiKey(secret, 'key-hash-secret fingerprint');
-}
-
-/**
- * Holds this Redis to one key-hash secret. The first process records the fingerprint of its
- * secret; one with another secret stops at start instead of running with partner keys that
- * silently never authenticate (a second DATA_DIR on the same REDIS_URL generates a secret of its
- * own). `origin` says where the secret came from, for the message.
- */
-export async function adoptKeyHashSecret(
-  store: ProvisioningStore,
-  secret: string,
-  origin: string,
-): Promise<void> {
-  const own = keyHashFingerprint(secret);
-  const recorded = await store.adoptKeyHashFingerprint(own);
-  if (recorded === own) return;
-  throw new ConfigError(
-    'key_hash_secret_mismatch',
-    `KEY_HASH_SECRET (${origin}) is not the secret this Redis's partner keys are hashed with: every process sharing one Redis needs the same KEY_HASH_SECRET (set it in the environment, or use the DATA_DIR whose secrets/key-hash-secret the first process generated)`,
-  );
 }
 
 export function generateApiKey(): string {

@@ -88,11 +88,13 @@ export class ProvisioningStore {
     return code === ScriptCode.Done ? parseStored(partnerRecord, json, 'partner') : 'name_taken';
   }
 
-  /**
-   * The fingerprint of the key-hash secret this database's partner keys are hashed with: the one
-   * recorded, else `fingerprint`, recorded now by the first process to ask.
-   */
-  async adoptKeyHashFingerprint(fingerprint: string): Promise<string> {
+  /** The recorded fingerprint of the key-hash secret (src/provisioning/key-hash-guard.ts). */
+  async keyHashFingerprint(): Promise<string | null> {
+    return this.redis.get(registryKeys.keyHashFingerprint);
+  }
+
+  /** Records `fingerprint` unless one is recorded already; answers the one recorded. */
+  async recordKeyHashFingerprint(fingerprint: string): Promise<string> {
     for (;;) {
       const set = await this.redis.set(registryKeys.keyHashFingerprint, fingerprint, 'NX');
       if (set === 'OK') return fingerprint;
@@ -100,6 +102,10 @@ export class ProvisioningStore {
       if (recorded !== null) return recorded;
       // Deleted between the two commands (an operator starting over): ask again.
     }
+  }
+
+  async hasPartners(): Promise<boolean> {
+    return (await this.redis.hlen(registryKeys.partners)) > 0;
   }
 
   async findPartnerByKeyHash(keyHash: string): Promise<Partner | null> {

@@ -44,3 +44,30 @@ it('closes the workers it started when scheduling reconcile fails', async () => 
     new Set(queueNames),
   );
 });
+
+it('refuses to serve the provisioning API with another key-hash secret, and lets workers start', async () => {
+  const settingsWith = (secret: string, dir: string) =>
+    loadSettings({
+      REDIS_URL: redis.url,
+      HOST: '127.0.0.1',
+      PORT: '0',
+      DATA_DIR: dir,
+      OPS_TOKEN: randomBytes(16).toString('hex'),
+      WEBHOOK_SECRET: `whsec_${randomBytes(24).toString('base64')}`,
+      KEY_HASH_SECRET: secret,
+      RECONCILE_INTERVAL_SECONDS: '3600',
+    });
+  const log = createLogger('silent');
+  const first = await start(settingsWith('a'.repeat(40), dataDir), log, 'api');
+  await first.stop();
+  const otherDir = await mkdtemp(join(tmpdir(), 'billing-start-other-'));
+  try {
+    await expect(start(settingsWith('b'.repeat(40), otherDir), log, 'api')).rejects.toMatchObject({
+      code: 'key_hash_secret_mismatch',
+    });
+    const worker = await start(settingsWith('b'.repeat(40), otherDir), log, 'worker');
+    await worker.stop();
+  } finally {
+    await rm(otherDir, { recursive: true, force: true });
+  }
+});
