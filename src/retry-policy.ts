@@ -65,7 +65,7 @@ function askedWaitMs(error: unknown): number {
 /**
  * The wait before the retry that follows attempt `attemptsMade` (1-based), in ms, or -1: fail the
  * job now. Doubling from 2 s, capped at 15 minutes, with jitter; never shorter than the wait the
- * failure asked for. `earlierTraces`: the stack traces of the job's earlier failures, oldest
+ * failure asked for (plus jitter, within the cap). `earlierTraces`: the stack traces of the job's earlier failures, oldest
  * first (BullMQ's `job.stacktrace`).
  */
 export function retryDelayMs(
@@ -76,7 +76,11 @@ export function retryDelayMs(
 ): number {
   if (unexpectedInARow(error, earlierTraces) >= UNEXPECTED_FAILURES_IN_A_ROW) return -1;
   const ceiling = Math.min(MAX_RETRY_DELAY_MS, FIRST_RETRY_DELAY_MS * 2 ** (attemptsMade - 1));
-  return Math.max(Math.floor(ceiling * (1 - JITTER * random())), askedWaitMs(error));
+  const spread = random();
+  const backoff = Math.floor(ceiling * (1 - JITTER * spread));
+  // Spread after the asked time too: jobs turned away together must not all return at its instant.
+  const asked = askedWaitMs(error);
+  return Math.max(backoff, Math.min(MAX_RETRY_DELAY_MS, Math.floor(asked * (1 + JITTER * spread))));
 }
 
 /** retryDelayMs as BullMQ's worker setting `backoffStrategy`. */

@@ -99,6 +99,19 @@ async function readAnswer(body: AsyncIterable<Buffer> & { destroy(): unknown }) 
   return { text: Buffer.concat(chunks).toString('utf8'), whole: true };
 }
 
+/** RFC 9110's three forms of an HTTP-date; the third, asctime, names no zone but means GMT. */
+const IMF_FIXDATE = /^[A-Z][a-z]{2}, \d{2} [A-Z][a-z]{2} \d{4} \d{2}:\d{2}:\d{2} GMT$/;
+const RFC_850_DATE = /^[A-Z][a-z]+day, \d{2}-[A-Z][a-z]{2}-\d{2} \d{2}:\d{2}:\d{2} GMT$/;
+const ASCTIME_DATE = /^[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \d{4}$/;
+
+/** An HTTP-date in ms since the epoch, or NaN: Date.parse alone takes '1.5' or 'Sun 5' for dates. */
+function httpDate(value: string | undefined): number {
+  if (value === undefined) return Number.NaN;
+  if (IMF_FIXDATE.test(value) || RFC_850_DATE.test(value)) return Date.parse(value);
+  if (ASCTIME_DATE.test(value)) return Date.parse(`${value} GMT`);
+  return Number.NaN;
+}
+
 /**
  * The wait an answer asks for in its Retry-After (RFC 9110 §10.2.3), in ms, or undefined: a number
  * of seconds, or a date read against the answer's own Date header (the service's clock, so that
@@ -111,10 +124,8 @@ export function retryAfterMs(
   const value = retryAfter?.trim();
   if (value === undefined || value === '') return undefined;
   if (/^\d+$/.test(value)) return Number(value) * 1000;
-  // Every HTTP-date form starts with the day's name; Date.parse alone takes '1.5' for a date.
-  if (!/^[A-Za-z]{3}/.test(value)) return undefined;
-  const until = Date.parse(value);
-  const sent = date === undefined ? Number.NaN : Date.parse(date);
+  const until = httpDate(value);
+  const sent = httpDate(date?.trim());
   if (Number.isNaN(until) || Number.isNaN(sent)) return undefined;
   return Math.max(0, until - sent);
 }

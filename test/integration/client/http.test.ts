@@ -496,6 +496,9 @@ describe('retryAfterMs', () => {
     expect(retryAfterMs('Sun, 22 Nov 2026 10:05:00 GMT', date)).toBe(300_000);
     // A date already past asks for no wait.
     expect(retryAfterMs('Sun, 22 Nov 2026 09:00:00 GMT', date)).toBe(0);
+    // RFC 9110's obsolete forms, the asctime one in GMT though it names no zone.
+    expect(retryAfterMs('Sunday, 22-Nov-26 10:01:00 GMT', date)).toBe(60_000);
+    expect(retryAfterMs('Sun Nov 22 10:02:00 2026', date)).toBe(120_000);
   });
 
   it('ignores what it cannot read: no header, no Date to read a date against, nonsense', () => {
@@ -505,5 +508,7 @@ describe('retryAfterMs', () => {
     expect(retryAfterMs('-5', date)).toBeUndefined();
     expect(retryAfterMs('soon', date)).toBeUndefined();
     expect(retryAfterMs('1.5', date)).toBeUndefined();
+    expect(retryAfterMs('Sun 5', date)).toBeUndefined();
+    expect(retryAfterMs('Sun, 22 Nov 2026 10:05:00 GMT', 'yesterday')).toBeUndefined();
   });
 });

@@ -107,9 +107,9 @@ describe('the retry policy, as BullMQ applies it', () => {
       const added = await queue.add('work', {}, defaultJobOptions);
       await expect.poll(() => queue.getJobState(added.id ?? '')).toBe('delayed');
       const fires = (await delayedFireTime(queue, added.id ?? '')) as number;
-      // Not the 1-2 s of a first retry: the ten minutes asked for.
+      // Not the 1-2 s of a first retry: the ten minutes asked for, and up to half again.
       expect(fires - before).toBeGreaterThanOrEqual(tenMinutes);
-      expect(fires - Date.now()).toBeLessThanOrEqual(tenMinutes);
+      expect(fires - Date.now()).toBeLessThanOrEqual(tenMinutes * 1.5);
     } finally {
       await worker.close();
       await queue.close();

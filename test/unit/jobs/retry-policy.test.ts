@@ -50,6 +50,8 @@ describe('retryDelayMs', () => {
     const asking = (ms: unknown) =>
       new TransientError('provisioning_unavailable', 'answered 429', { retryAfterMs: ms });
     expect(retryDelayMs(1, asking(60_000), [], never)).toBe(60_000);
+    // Jobs turned away together come back spread over half as long again.
+    expect(retryDelayMs(1, asking(60_000), [], () => 0.5)).toBe(75_000);
     expect(retryDelayMs(1, asking(3_600_000), [], never)).toBe(MAX_RETRY_DELAY_MS);
     // Asking for less than the backoff changes nothing; nonsense is ignored.
     expect(retryDelayMs(5, asking(1_000), [], never)).toBe(32_000);
