@@ -49,18 +49,13 @@ function hasExpired(chain: Chain, now: number): boolean {
 }
 
 /**
- * A cancelled chain with nothing left in flight: no renewal to replay, no unsuspension or add-on
- * to finish. Nothing can change it again, so reconcile skips it without taking its lock (its
- * share of every round grows with the years otherwise). A stale job of it would find it
- * cancelled and do nothing.
+ * A cancelled chain with nothing left in flight: no renewal to replay, no unsuspension to finish
+ * (a waiting add-on of a cancelled chain is never bought). Nothing can change it again, so
+ * reconcile skips it without taking its lock (its share of every round grows with the years
+ * otherwise). A stale job of it would find it cancelled and do nothing.
  */
 function isAtRest(chain: Chain): boolean {
-  return (
-    chain.status === 'cancelled' &&
-    chain.intent === null &&
-    !chain.unsuspending &&
-    chain.pendingAddOn === null
-  );
+  return chain.status === 'cancelled' && chain.intent === null && !chain.unsuspending;
 }
 
 /** What reconcile does with one chain: whether it marked it expired. */
@@ -242,6 +237,13 @@ function ensureJobs(deps: WorkerDeps, seen: Chain, now: number, jobId: string): 
       ({ chain } = await finishUnsuspension(deps, jobId, { chain: locked, token }, now));
     } catch (error) {
       if (!isProviderFailure(error)) throw error;
+      // The call may have outlasted the lease: acting on this copy after another holder changed
+      // the chain would undo its change (a job removed that an operator's switch had added).
+      if (!(await deps.chains.renewLease(locked.id, token))) {
+        throw new TransientError('chain_lock_lost', `lost the lock of chain ${locked.id}`, {
+          chainId: locked.id,
+        });
+      }
       unfinished = { error };
     }
     if (schedulesRenewals(chain)) {

@@ -188,8 +188,13 @@ async function cancelOrder(
   const chainId = await chainOfEvent(deps.chains, data.type, ev.order, 'own');
   return withChainLock(deps.chains, job, jobToken, chainId, async ({ chain, token }) => {
     if (!chain) throw new UnrecoverableError(`order.cancelled names an unknown order: ${ev.order}`);
-    if (chain.status === 'cancelled') return `already cancelled: ${chain.order}`;
     const now = deps.clock.now();
+    if (chain.status === 'cancelled') {
+      // This job's earlier attempt may have saved the cancel and failed before the jobs went:
+      // its retry removes them (reconcile leaves cancelled chains alone).
+      await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, chain, now);
+      return `already cancelled: ${chain.order}`;
+    }
     const saved = await cancelChain({
       chains: deps.chains,
       provisioning: deps.provisioning,

@@ -4,7 +4,7 @@ import type { Job } from 'bullmq';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeProcessor as makeMaintenanceProcessor } from '../../../jobs/maintenance.js';
 import { delayedFireTime, renewalJobId } from '../../../jobs/renewals.js';
-import { chainIdOf } from '../../../src/chains/keys.js';
+import { chainIdOf, chainKeys } from '../../../src/chains/keys.js';
 import { ChainStore } from '../../../src/chains/store.js';
 import type { ProvisioningClient } from '../../../src/client/provisioning-client.js';
 import { manualClock, systemClock } from '../../../src/clock.js';
@@ -195,5 +195,37 @@ describe('reconcile and cancelled chains', () => {
 
     expect(result).toMatchObject({ checked: 2, failed: 0 });
     expect(locked).toEqual([chainIdOf('LIVE-1')]);
+  });
+});
+
+describe('reconcile when its lock is lost during a failed unsuspension', () => {
+  const system = useSystem();
+
+  it('touches none of the chain’s jobs from its older copy', async () => {
+    const now = systemClock.now();
+    await system.send('order.placed', orderPlaced({ order: 'LOST-1', startsAt: now - 2 * DAY }));
+    await system.waitForChain('LOST-1', () => true);
+    await leftByDeadJob(system, 'LOST-1', 'dead-payment-job', () => ({ unsuspending: true }));
+    const queue = system.queue('renewals');
+    const id = renewalJobId(chainIdOf('LOST-1'), 2);
+    await (await queue.getJob(id))?.remove();
+
+    const { redis } = system.started.runtime;
+    const store = new ChainStore(redis);
+    const away: ProvisioningClient = Object.create(system.started.provisioning);
+    away.unsuspendOrder = async () => {
+      // The lease ran out during the call, and another holder has the chain now.
+      await redis.del(chainKeys(chainIdOf('LOST-1')).lock);
+      expect((await store.lock(chainIdOf('LOST-1'), 'another-holder')).kind).toBe('held');
+      throw new TransientError('provisioning_unavailable', 'provisioning unsuspendOrder timed out');
+    };
+    const result = await makeMaintenanceProcessor(workerDepsOf(system, { provisioning: away }))({
+      id: 'reconcile-lost',
+      data: {},
+    } as Job);
+
+    expect(result).toMatchObject({ failed: 1 });
+    expect(await queue.getJob(id)).toBeUndefined();
+    await store.unlock(chainIdOf('LOST-1'), 'another-holder');
   });
 });

@@ -7,6 +7,7 @@ import type { WorkerDeps } from '../../../jobs/deps.js';
 import { makeProcessor as makeMaintenanceProcessor } from '../../../jobs/maintenance.js';
 import { makeProcessor as makeOrdersProcessor } from '../../../jobs/orders.js';
 import {
+  ensureRenewalJob,
   type PreparedRenewal,
   prepareRenewal,
   type RenewalJobData,
@@ -256,6 +257,22 @@ describe('order.cancelled', () => {
       .suspendOrder({ id: 'CAN-1' })
       .catch((e: Error) => e);
     expect((refused as Error).message).toBe('order CAN-1 is cancelled');
+  });
+
+  it('removes, when sent again, a renewal job an earlier attempt left behind', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'CAN-2' }));
+    await system.waitForChain('CAN-2', () => true);
+    await system.send('order.cancelled', { order: 'CAN-2' });
+    await system.waitForChain('CAN-2', (c) => c.status === 'cancelled');
+    // What an attempt that saved the cancel and then failed before removing the job left.
+    const chain = (await new ChainStore(system.started.runtime.redis).get(
+      chainIdOf('CAN-2'),
+    )) as Chain;
+    await ensureRenewalJob(renewals, { ...chain, nextRenewalAt: now() + 10 * DAY }, now());
+    expect(await (await renewalJob('CAN-2', 2))?.getState()).toBe('delayed');
+
+    await system.send('order.cancelled', { order: 'CAN-2' });
+    await expect.poll(() => renewalJob('CAN-2', 2), { timeout: 10_000 }).toBeUndefined();
   });
 });
 
