@@ -28,15 +28,21 @@ afterAll(async () => {
   await rm(dataDir, { recursive: true, force: true });
 });
 
-it('closes the workers it started when scheduling reconcile fails', async () => {
-  const settings = loadSettings({
+/** Settings of a process on the test's Redis, with `dir` for DATA_DIR. */
+function settingsOn(dir: string, extra: Record<string, string> = {}) {
+  return loadSettings({
     REDIS_URL: redis.url,
     HOST: '127.0.0.1',
     PORT: '0',
-    DATA_DIR: dataDir,
+    DATA_DIR: dir,
     OPS_TOKEN: randomBytes(16).toString('hex'),
     WEBHOOK_SECRET: `whsec_${randomBytes(24).toString('base64')}`,
+    ...extra,
   });
+}
+
+it('closes the workers it started when scheduling reconcile fails', async () => {
+  const settings = settingsOn(dataDir);
   vi.spyOn(Queue.prototype, 'upsertJobScheduler').mockRejectedValue(new Error('Redis said no'));
   const closed = vi.spyOn(Worker.prototype, 'close');
   await expect(start(settings, createLogger('silent'), 'worker')).rejects.toThrow('Redis said no');
@@ -47,16 +53,7 @@ it('closes the workers it started when scheduling reconcile fails', async () => 
 
 it('refuses to serve the provisioning API with another key-hash secret, and lets workers start', async () => {
   const settingsWith = (secret: string, dir: string) =>
-    loadSettings({
-      REDIS_URL: redis.url,
-      HOST: '127.0.0.1',
-      PORT: '0',
-      DATA_DIR: dir,
-      OPS_TOKEN: randomBytes(16).toString('hex'),
-      WEBHOOK_SECRET: `whsec_${randomBytes(24).toString('base64')}`,
-      KEY_HASH_SECRET: secret,
-      RECONCILE_INTERVAL_SECONDS: '3600',
-    });
+    settingsOn(dir, { KEY_HASH_SECRET: secret, RECONCILE_INTERVAL_SECONDS: '3600' });
   const log = createLogger('silent');
   const first = await start(settingsWith('a'.repeat(40), dataDir), log, 'api');
   await first.stop();

@@ -136,17 +136,26 @@ describe("reconcile's lock during a slow provider call", () => {
   });
 });
 
+/**
+ * A chain whose payment job gave up halfway through its unsuspension, and whose renewal job is
+ * gone: what reconcile must repair.
+ */
+async function unsuspensionLeftWithoutJob(system: System, order: string) {
+  const now = systemClock.now();
+  await system.send('order.placed', orderPlaced({ order, startsAt: now - 2 * DAY }));
+  await system.waitForChain(order, () => true);
+  await leftByDeadJob(system, order, 'dead-payment-job', () => ({ unsuspending: true }));
+  const queue = system.queue('renewals');
+  const id = renewalJobId(chainIdOf(order), 2);
+  await (await queue.getJob(id))?.remove();
+  return { queue, id };
+}
+
 describe('reconcile with the provider away for an unsuspension left halfway', () => {
   const system = useSystem();
 
   it('still gets the chain its renewal job back, and counts the chain as failed', async () => {
-    const now = systemClock.now();
-    await system.send('order.placed', orderPlaced({ order: 'AWAY-1', startsAt: now - 2 * DAY }));
-    await system.waitForChain('AWAY-1', () => true);
-    await leftByDeadJob(system, 'AWAY-1', 'dead-payment-job', () => ({ unsuspending: true }));
-    const queue = system.queue('renewals');
-    const id = renewalJobId(chainIdOf('AWAY-1'), 2);
-    await (await queue.getJob(id))?.remove();
+    const { queue, id } = await unsuspensionLeftWithoutJob(system, 'AWAY-1');
     expect(await queue.getJob(id)).toBeUndefined();
 
     const away: ProvisioningClient = Object.create(system.started.provisioning);
@@ -202,13 +211,7 @@ describe('reconcile when its lock is lost during a failed unsuspension', () => {
   const system = useSystem();
 
   it('touches none of the chain’s jobs from its older copy', async () => {
-    const now = systemClock.now();
-    await system.send('order.placed', orderPlaced({ order: 'LOST-1', startsAt: now - 2 * DAY }));
-    await system.waitForChain('LOST-1', () => true);
-    await leftByDeadJob(system, 'LOST-1', 'dead-payment-job', () => ({ unsuspending: true }));
-    const queue = system.queue('renewals');
-    const id = renewalJobId(chainIdOf('LOST-1'), 2);
-    await (await queue.getJob(id))?.remove();
+    const { queue, id } = await unsuspensionLeftWithoutJob(system, 'LOST-1');
 
     const { redis } = system.started.runtime;
     const store = new ChainStore(redis);
