@@ -157,6 +157,43 @@ async function describeBought(deps: WorkerDeps, before: Chain, after: Chain): Pr
   return bought.join('; ') || 'nothing bought';
 }
 
+/**
+ * A waiting add-on whose job comes only after the term it was for has ended (workers down, held
+ * up): bought now it would start a whole term of its own on a chain whose term is over. An
+ * expired chain buys nothing (as for a seat event sent now); one about to renew carries the
+ * total in that renewal instead, as a change needed after the term would.
+ */
+async function settleLateAddOn(
+  deps: WorkerDeps,
+  job: Job,
+  { chain, token }: { chain: Chain; token: string },
+  addOns: readonly Chain[],
+  total: number,
+  now: number,
+): Promise<string> {
+  const waiting = `the waiting ${chain.pendingAddOn?.licenses} licenses`;
+  const record = (next: Chain, event: string, detail: string) =>
+    deps.chains.save({
+      chainId: chain.id,
+      token,
+      previous: chain,
+      next: { ...next, pendingAddOn: null, updatedAt: now },
+      history: [{ at: now, event, detail, cause: { jobId: job.id ?? '' } }],
+      release: false,
+    });
+  if (chain.status === 'expired') {
+    await record(chain, 'seats.ignored', `${waiting} are not bought: the chain expired first`);
+    return 'skipped: chain expired';
+  }
+  const counts = allocation(deps, chain, addOns, total);
+  await record(
+    { ...chain, ...counts },
+    'seats.changed',
+    `${total} licenses: ${waiting} are not bought, term ${chain.term.count} ended ${formatInstant(chain.term.expiresAt)} first; ${describeAllocation(counts)}`,
+  );
+  return `next renewal: ${total}`;
+}
+
 /** The waiting add-on's date came: buy it (unless a newer event withdrew it). */
 async function buyDueAddOn(deps: WorkerDeps, job: Job, jobToken: string | undefined) {
   const data = addOnDueData.parse(job.data);
@@ -173,6 +210,9 @@ async function buyDueAddOn(deps: WorkerDeps, job: Job, jobToken: string | undefi
     const addOns = await deps.chains.getMany(chain.addOns);
     if (addOnRenewing(addOns)) return waitForOtherJob(job, jobToken, now);
     const total = pending.total ?? paidInForce(chain, addOns, now) + pending.licenses;
+    if (chain.status === 'expired' || now >= chain.term.expiresAt) {
+      return settleLateAddOn(deps, job, { chain, token }, addOns, total, now);
+    }
     const event = {
       webhookId: pending.webhookId ?? chain.appliedSeatEvents.at(-1) ?? '',
       occurredAt: pending.occurredAt,

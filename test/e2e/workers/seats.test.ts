@@ -1094,6 +1094,46 @@ describe('the external variant (add-ons only)', () => {
     expect((await system.providerOrder(params.id))?.status).toBe('cancelled');
   });
 
+  describe('a waiting add-on whose job comes only after its term ended', () => {
+    /** A chain of 5 with 3 more waiting for an hour before its term ends; the clock then past it. */
+    async function waitingPastItsTerm(order: string, autoRenew: boolean) {
+      const startsAt = clock.now() - 10 * DAY;
+      await system.send('order.placed', orderPlaced({ order, licenses: 5, startsAt, autoRenew }));
+      const placed = await system.waitForChain(order, () => true);
+      await seats(system, order, 8, { effectiveAt: placed.term.expiresAt - 3600 });
+      await system.waitForChain(order, (c) => lastEvent(c) === 'seats.addon_scheduled');
+      clock.set(placed.term.expiresAt + DAY);
+      return placed;
+    }
+
+    it('buys nothing for a chain that expired first', async () => {
+      await waitingPastItsTerm('E-30', false);
+      await makeMaintenanceProcessor(workerDepsOf(system))({ id: 'r-e30', data: {} } as Job);
+      await system.waitForChain('E-30', (c) => c.status === 'expired');
+      await system.promote('seat-changes', addOnJobId(chainIdOf('E-30')));
+      const chain = await system.waitForChain('E-30', (c) => lastEvent(c) === 'seats.ignored');
+      expect(chain.history.at(-1)?.detail).toBe(
+        'the waiting 3 licenses are not bought: the chain expired first',
+      );
+      expect(chain.addOns).toEqual([]);
+      expect(await system.providerOrder('E-30.a1')).toBeNull();
+    });
+
+    it('carries the total into the renewal of a chain about to renew, buying no add-on', async () => {
+      await waitingPastItsTerm('E-31', true);
+      await system.promote('seat-changes', addOnJobId(chainIdOf('E-31')));
+      const chain = await system.waitForChain(
+        'E-31',
+        (c) => lastEvent(c) === 'seats.changed' && c.nextLicenses === 8,
+      );
+      expect(chain.history.at(-1)?.detail).toMatch(
+        /^8 licenses: the waiting 3 licenses are not bought, term 1 ended .* first; the next renewal carries 8$/,
+      );
+      expect(chain.addOns).toEqual([]);
+      expect(await system.providerOrder('E-31.a1')).toBeNull();
+    });
+  });
+
   it('orders an add-on on the date it is needed, with createFirstOrder', async () => {
     await system.send('order.placed', orderPlaced({ order: 'E-1', licenses: 5 }));
     await system.waitForChain('E-1', () => true);
