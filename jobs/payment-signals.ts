@@ -5,11 +5,8 @@ import { type Job, type Queue, UnrecoverableError } from 'bullmq';
 import { z } from 'zod';
 import { familyHasOrdersInForce, familyOrdersInForce } from '../src/chains/orders-in-force.js';
 import type { Chain, HistoryEntry } from '../src/chains/records.js';
-import {
-  isStalePaymentEvent,
-  planPaymentReceived,
-  suspensionDueAt,
-} from '../src/domain/suspension.js';
+import { isStaleEvent } from '../src/domain/event-order.js';
+import { planPaymentReceived, suspensionDueAt } from '../src/domain/suspension.js';
 import { RefusalError } from '../src/errors.js';
 import { formatInstant } from '../src/format.js';
 import { type EventJobData, eventJobData, eventSchemas } from '../src/intake/events.js';
@@ -404,10 +401,7 @@ async function applyPaymentEvent(
         ? null
         : { occurredAt: chain.lastPaymentEventAt, sequence: chain.lastPaymentEventSequence };
     if (
-      isStalePaymentEvent(
-        { occurredAt: data.occurredAt, sequence: data.sequence ?? null },
-        lastApplied,
-      )
+      isStaleEvent({ occurredAt: data.occurredAt, sequence: data.sequence ?? null }, lastApplied)
     ) {
       return ignore(
         data.occurredAt === chain.lastPaymentEventAt

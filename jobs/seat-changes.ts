@@ -32,7 +32,12 @@ async function applySeatEvent(
 ) {
   const ev = eventSchemas['seats.changed'].parse(data.data);
   const chainId = await chainOfEvent(deps.chains, data.type, ev.order);
-  const event = { webhookId: data.webhookId, occurredAt: data.occurredAt, total: ev.licenses };
+  const event = {
+    webhookId: data.webhookId,
+    occurredAt: data.occurredAt,
+    ...(data.sequence !== undefined ? { sequence: data.sequence } : {}),
+    total: ev.licenses,
+  };
   return withChainLock(deps.chains, job, jobToken, chainId, async (lock) => {
     if (!lock.chain)
       throw new UnrecoverableError(`seats.changed names an unknown order: ${ev.order}`);
@@ -80,6 +85,8 @@ async function applySeatEvent(
       neededAt: ev.effectiveAt ?? now,
       occurredAt: data.occurredAt,
       lastAppliedAt: chain.lastSeatEventAt,
+      sequence: data.sequence ?? null,
+      lastAppliedSequence: chain.lastSeatEventSequence,
     });
 
     if (decision.kind === 'stale') {
@@ -87,7 +94,10 @@ async function applySeatEvent(
         { ...chain, appliedSeatEvents: applied(chain, event).appliedSeatEvents },
         {
           event: 'seats.stale',
-          detail: `event of ${formatInstant(data.occurredAt)} is older than the last applied one (${formatInstant(decision.lastAppliedAt)}): ignored`,
+          detail:
+            data.occurredAt === decision.lastAppliedAt
+              ? `event of ${formatInstant(data.occurredAt)} was accepted before the last applied seat event of the same second: ignored`
+              : `event of ${formatInstant(data.occurredAt)} is older than the last applied one (${formatInstant(decision.lastAppliedAt)}): ignored`,
         },
       );
       return 'stale';

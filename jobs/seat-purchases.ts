@@ -22,13 +22,16 @@ import { removeAddOnJob, scheduleAddOnJob } from './waiting-add-ons.js';
 
 /** How many applied seat webhook ids a chain remembers, so a retried job never applies one twice. */
 const REMEMBERED_EVENTS = 50;
-export function applied(chain: Chain, event: { webhookId: string; occurredAt: number }) {
+export function applied(
+  chain: Chain,
+  event: { webhookId: string; occurredAt: number; sequence?: number | undefined },
+) {
   // An event bought in steps is applied when its first waiting add-on is scheduled and again
   // with its last purchase: it is remembered once.
   const remembered = chain.appliedSeatEvents.includes(event.webhookId)
     ? chain.appliedSeatEvents
     : [...chain.appliedSeatEvents, event.webhookId].slice(-REMEMBERED_EVENTS);
-  return { lastSeatEventAt: lastSeenAt(chain, event), appliedSeatEvents: remembered };
+  return { ...lastSeen(chain, event), appliedSeatEvents: remembered };
 }
 
 /**
@@ -179,9 +182,25 @@ function addOnRunsThrough(expiresAt: number, until: number, renews: boolean): bo
   return expiresAt >= until || renews;
 }
 
-/** The last seat event's instant once `event` is seen: events older than it are stale. */
-function lastSeenAt(chain: Chain, event: { occurredAt: number }): number {
-  return Math.max(chain.lastSeatEventAt ?? event.occurredAt, event.occurredAt);
+/**
+ * The last seat event's instant and number once `event` is seen: events older than it are
+ * stale. An event seen again without its number (bought later, from a waiting add-on) keeps the
+ * number of its second.
+ */
+function lastSeen(
+  chain: Chain,
+  event: { occurredAt: number; sequence?: number | undefined },
+): Pick<Chain, 'lastSeatEventAt' | 'lastSeatEventSequence'> {
+  const last = chain.lastSeatEventAt;
+  const sequence = event.sequence ?? null;
+  if (last === null || event.occurredAt > last) {
+    return { lastSeatEventAt: event.occurredAt, lastSeatEventSequence: sequence };
+  }
+  const kept = chain.lastSeatEventSequence;
+  if (event.occurredAt < last || sequence === null) {
+    return { lastSeatEventAt: last, lastSeatEventSequence: kept };
+  }
+  return { lastSeatEventAt: last, lastSeatEventSequence: Math.max(kept ?? sequence, sequence) };
 }
 
 /**
@@ -310,7 +329,7 @@ function recordPurchase(
     // until then; events older than it are stale already, so none buys for an outdated total.
     ...(event.rest
       ? {
-          lastSeatEventAt: lastSeenAt(chain, event),
+          ...lastSeen(chain, event),
           unfinishedSeatEvent: {
             webhookId: event.webhookId,
             occurredAt: event.occurredAt,

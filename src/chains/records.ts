@@ -26,6 +26,8 @@ export const intentRecord = z.object({
     .object({
       webhookId: z.string(),
       occurredAt: z.int(),
+      /** Intake's number of the event (absent in older records and for events it did not number). */
+      sequence: z.int().optional(),
       total: z.int(),
       rest: z.boolean().optional(),
     })
@@ -76,6 +78,8 @@ export const chainRecord = z.object({
   flagged: z.string().nullable().default(null),
   /** `occurredAt` of the last applied seat event; older ones are stale. */
   lastSeatEventAt: z.int().nullable().default(null),
+  /** Intake's `sequence` of the last applied seat event of that second, when it had one. */
+  lastSeatEventSequence: z.int().nullable().default(null),
   /** `occurredAt` of the last applied payment event; payment events keep their own order. */
   lastPaymentEventAt: z.int().nullable().default(null),
   /** Intake's `sequence` of the last applied payment event, when it had one. */

@@ -14,6 +14,8 @@
 // the day it ends, not from now, so its last days are not paid twice. With several such orders
 // ending on different days, the licenses are bought in steps, each from the day it is missing.
 
+import { isStaleEvent } from './event-order.js';
+
 export type SeatDecision =
   | { readonly kind: 'stale'; readonly lastAppliedAt: number }
   /** Nothing to buy: the total is already paid for, or it is needed only from the next term. */
@@ -92,6 +94,12 @@ export interface SeatChangeInput {
   /** When the event happened, and the last applied seat event of this chain (null: none yet). */
   readonly occurredAt: number;
   readonly lastAppliedAt: number | null;
+  /**
+   * Intake's numbers of the event and of the last applied one (null or absent: not numbered):
+   * two events of the same second go in the order intake accepted them.
+   */
+  readonly sequence?: number | null | undefined;
+  readonly lastAppliedSequence?: number | null | undefined;
 }
 
 /**
@@ -172,8 +180,15 @@ function shortfallAt(stretch: PaidStretch, t: number, total: number): number {
  * never over-bought; the term in force at most for the days it has left.
  */
 export function planSeatChange(input: SeatChangeInput): SeatDecision {
-  if (input.lastAppliedAt !== null && input.occurredAt < input.lastAppliedAt) {
-    return { kind: 'stale', lastAppliedAt: input.lastAppliedAt };
+  const lastApplied =
+    input.lastAppliedAt === null
+      ? null
+      : { occurredAt: input.lastAppliedAt, sequence: input.lastAppliedSequence ?? null };
+  if (
+    lastApplied !== null &&
+    isStaleEvent({ occurredAt: input.occurredAt, sequence: input.sequence ?? null }, lastApplied)
+  ) {
+    return { kind: 'stale', lastAppliedAt: lastApplied.occurredAt };
   }
   const startsAt = Math.max(input.neededAt, input.now, input.servedFrom ?? input.now);
   if (startsAt >= input.termEnd) {

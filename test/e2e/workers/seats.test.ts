@@ -83,6 +83,31 @@ async function buyWaitingAddOn(
   return system.waitForChain(order, (c) => c.addOns.length === nth);
 }
 
+/**
+ * What concurrent seat events of one second must leave on `order` (its chain as `chain`): they
+ * are applied in the order intake accepted them, so one that reaches the chain after a later
+ * accepted one is stale. From the jobs' own data and the chain's history: the largest total
+ * applied (what was bought up to), and the total of the last accepted event (the next count).
+ */
+async function concurrentSeatOutcome(system: System, order: string, chain: ChainView) {
+  const jobs = await system.queue('seat-changes').getJobs(['completed']);
+  const events = new Map(
+    jobs
+      .filter((job) => job.data.data?.order === order)
+      .map((job) => [
+        job.data.webhookId as string,
+        { licenses: job.data.data.licenses as number, sequence: job.data.sequence as number },
+      ]),
+  );
+  const applied = chain.history
+    .filter(
+      (h) => h.event.startsWith('seats.') && !['seats.buying', 'seats.stale'].includes(h.event),
+    )
+    .map((h) => events.get(h.cause.webhookId ?? '')?.licenses ?? Number.NaN);
+  const last = [...events.values()].reduce((a, b) => (b.sequence > a.sequence ? b : a));
+  return { largestApplied: Math.max(...applied), lastAccepted: last.licenses, events: events.size };
+}
+
 /** Renews `order` to term `count` at its renewal time, 7 days before `expiresAt`. */
 async function renewAt(
   system: System,
@@ -198,6 +223,36 @@ describe('marketplace, co-terminated partial orders (the default)', () => {
   const clock = manualClock(systemClock.now());
   const system = useSystem({ clock });
 
+  it('orders two seat events of the same second as intake accepted them, whichever runs first', async () => {
+    await place(system, 'S-40', 10);
+    const at = clock.now();
+    const seatJob = (licenses: number, sequence: number) =>
+      ({
+        id: `seats-S-40-${sequence}`,
+        name: 'seats.changed S-40',
+        data: {
+          webhookId: `wh-seats-s-40-${sequence}`,
+          type: 'seats.changed',
+          data: { order: 'S-40', licenses },
+          occurredAt: at,
+          receivedAt: at,
+          sequence,
+        },
+      }) as unknown as Job;
+    const process = makeSeatProcessor(workerDepsOf(system));
+    // 11 was accepted first, but 12 reached the chain first (11's job waited on the lock).
+    expect(await process(seatJob(12, 2))).toBe('partial: S-40.p1');
+    expect(await process(seatJob(11, 1))).toBe('stale');
+    const chain = await system.chain('S-40');
+    expect(chain).toMatchObject({ nextLicenses: 12 });
+    expect(chain.history.at(-1)).toMatchObject({
+      event: 'seats.stale',
+      detail: `event of ${formatInstant(at)} was accepted before the last applied seat event of the same second: ignored`,
+    });
+    // A later one of the same second still applies.
+    expect(await process(seatJob(13, 3))).toBe('partial: S-40.p2');
+  });
+
   it('buys the added licenses from the date needed to the end of the term, and renews with the total', async () => {
     const placed = await place(system, 'S-1', 5);
     const neededAt = clock.now() + 2 * DAY;
@@ -305,12 +360,16 @@ describe('marketplace, co-terminated partial orders (the default)', () => {
           .length === totals.length,
       45_000,
     );
+    // Bought up to the largest total applied, once; the next count is the last accepted one's.
+    const outcome = await concurrentSeatOutcome(system, 'S-6', chain);
+    expect(outcome.events).toBe(totals.length);
     const bought = chain.partials.reduce((sum, p) => sum + p.licenses, 0);
-    expect(bought).toBe(15 - 5);
+    expect(bought).toBe(outcome.largestApplied - 5);
+    expect(chain.nextLicenses).toBe(outcome.lastAccepted);
     const atProvider = await Promise.all(
       chain.partials.map((p) => system.providerOrder(p.orderId)),
     );
-    expect(atProvider.reduce((sum, o) => sum + (o?.licenses ?? 0), 0)).toBe(10);
+    expect(atProvider.reduce((sum, o) => sum + (o?.licenses ?? 0), 0)).toBe(bought);
   }, 60_000);
 
   it('finishes an event a job left between its steps as it began, with add-ons', async () => {
@@ -1255,10 +1314,13 @@ describe('the external variant (add-ons only)', () => {
           .length === totals.length,
       45_000,
     );
-    // Every event is needed now: each increase that finds licenses missing buys an add-on.
-    expect(chain.addOns.reduce((sum, a) => sum + a.licenses, 0)).toBe(15 - 5);
+    // Every event is needed now: each applied increase that finds licenses missing buys an add-on.
+    const outcome = await concurrentSeatOutcome(system, 'E-5', chain);
+    expect(outcome.events).toBe(totals.length);
+    const bought = chain.addOns.reduce((sum, a) => sum + a.licenses, 0);
+    expect(bought).toBe(outcome.largestApplied - 5);
     const atProvider = await Promise.all(chain.addOns.map((a) => system.providerOrder(a.order)));
-    expect(atProvider.reduce((sum, o) => sum + (o?.licenses ?? 0), 0)).toBe(10);
+    expect(atProvider.reduce((sum, o) => sum + (o?.licenses ?? 0), 0)).toBe(bought);
     expect(await system.providerOrder(`E-5.a${chain.addOns.length + 1}`)).toBeNull();
   }, 60_000);
 

@@ -1,12 +1,8 @@
-// Payment delays: when a suspension fires, which payment events are stale, what a payment restores.
+// Payment delays: when a suspension fires, what a payment restores.
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { SECONDS_PER_DAY } from '../../../src/domain/periods.js';
-import {
-  isStalePaymentEvent,
-  planPaymentReceived,
-  suspensionDueAt,
-} from '../../../src/domain/suspension.js';
+import { planPaymentReceived, suspensionDueAt } from '../../../src/domain/suspension.js';
 
 const overdueAt = Date.UTC(2025, 4, 12, 9, 30) / 1000;
 
@@ -30,50 +26,6 @@ describe('suspensionDueAt', () => {
           expect(due).toBeGreaterThanOrEqual(at);
         },
       ),
-    );
-  });
-});
-
-describe('isStalePaymentEvent', () => {
-  const last = { occurredAt: overdueAt, sequence: 7 };
-
-  it('treats an event older than the last applied payment event as stale', () => {
-    expect(isStalePaymentEvent({ occurredAt: overdueAt - 1, sequence: 9 }, last)).toBe(true);
-  });
-
-  it('applies a newer event, whatever order intake accepted it in', () => {
-    expect(isStalePaymentEvent({ occurredAt: overdueAt + 1, sequence: 3 }, last)).toBe(false);
-  });
-
-  it('orders two events of the same second by the order intake accepted them in', () => {
-    expect(isStalePaymentEvent({ occurredAt: overdueAt, sequence: 6 }, last)).toBe(true);
-    expect(isStalePaymentEvent({ occurredAt: overdueAt, sequence: 8 }, last)).toBe(false);
-  });
-
-  it('applies an event of the same second when either was not numbered by intake', () => {
-    expect(isStalePaymentEvent({ occurredAt: overdueAt, sequence: null }, last)).toBe(false);
-    expect(
-      isStalePaymentEvent(
-        { occurredAt: overdueAt, sequence: 1 },
-        { occurredAt: overdueAt, sequence: null },
-      ),
-    ).toBe(false);
-  });
-
-  it('never treats the first payment event of a chain as stale', () => {
-    expect(isStalePaymentEvent({ occurredAt: 0, sequence: 1 }, null)).toBe(false);
-  });
-
-  it('is a strict order: of two distinct numbered events, exactly one is stale after the other', () => {
-    const event = fc.record({
-      occurredAt: fc.integer({ min: 0, max: 10 }),
-      sequence: fc.integer({ min: 1, max: 10 }),
-    });
-    fc.assert(
-      fc.property(event, event, (a, b) => {
-        fc.pre(a.occurredAt !== b.occurredAt || a.sequence !== b.sequence);
-        expect(isStalePaymentEvent(a, b)).toBe(!isStalePaymentEvent(b, a));
-      }),
     );
   });
 });

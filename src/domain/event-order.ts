@@ -1,0 +1,26 @@
+// Events of one kind (payments, seats) keep their own order on a chain: one older than the last
+// applied is stale, so an event delayed on its way (a retry, a lock) never undoes a newer one.
+
+/** Where an event stands in its chain's order. */
+export interface EventOrder {
+  /** When it occurred (epoch seconds). */
+  occurredAt: number;
+  /** The order intake accepted it in; null for an event enqueued before intake numbered them. */
+  sequence: number | null;
+}
+
+/**
+ * Whether `event` is older than the last applied event of its kind. Two that occurred in the
+ * same second go in the order intake accepted them when both are numbered (a payment.received
+ * sent right after a payment.overdue is never undone by that notice reaching the chain second);
+ * otherwise the same second is applied.
+ */
+export function isStaleEvent(event: EventOrder, lastApplied: EventOrder | null): boolean {
+  if (lastApplied === null) return false;
+  if (event.occurredAt !== lastApplied.occurredAt) return event.occurredAt < lastApplied.occurredAt;
+  return (
+    event.sequence !== null &&
+    lastApplied.sequence !== null &&
+    event.sequence < lastApplied.sequence
+  );
+}
