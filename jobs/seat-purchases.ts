@@ -340,6 +340,9 @@ function recordPurchase(
         }
       : { ...applied(chain, event), unfinishedSeatEvent: null }),
     intent: null,
+    // The purchase's event replaces an earlier one's waiting add-on (its own was taken off when
+    // its day came).
+    pendingAddOn: null,
     ...purchase.change,
     updatedAt: now,
   };
@@ -529,14 +532,14 @@ export async function buyPlanned(
       ...chain,
       intent,
       ...(coterm ? { partialCount: chain.partialCount + 1 } : { addOnCount: chain.addOnCount + 1 }),
-      pendingAddOn: null,
     },
     {
       event: 'seats.buying',
       detail: `buying ${rest ? 'the rest of the event: ' : ''}${decision.licenses} licenses from ${formatInstant(decision.startsAt)} as ${coterm ? '' : 'add-on '}${intent.orderId}`,
     },
   );
-  if (chain.pendingAddOn) await removeAddOnJob(deps, chain, job);
+  // A waiting add-on of an earlier event stays, with its job, until this purchase is recorded:
+  // refused, the newer event is not applied and the earlier one must still be bought.
   return finishSeatIntent(deps, job, { chain: buying, token }, options);
 }
 
@@ -643,6 +646,7 @@ export async function finishSeatIntent(
     });
     // Counted once recorded: a retry after a failed record finds the intent again.
     deps.metrics.orders.inc({ kind: 'partial' });
+    if (chain.pendingAddOn) await removeAddOnJob(deps, chain, job);
     // A step of an event bought in several: the rest is planned now, under the same lock.
     if (recorded.unfinishedSeatEvent === null) return recorded;
     return finishUnfinishedSeatEvent(deps, job, { chain: recorded, token }, options);
@@ -709,6 +713,7 @@ export async function finishSeatIntent(
     },
   });
   deps.metrics.orders.inc({ kind: 'addon' });
+  if (chain.pendingAddOn) await removeAddOnJob(deps, chain, job);
   if (saved.unfinishedSeatEvent === null) return saved;
   return finishUnfinishedSeatEvent(deps, job, { chain: saved, token: held.token }, options);
 }

@@ -12,9 +12,10 @@ import { chainIdOf } from '../../../src/chains/keys.js';
 import type { Chain } from '../../../src/chains/records.js';
 import { ChainStore } from '../../../src/chains/store.js';
 import type { ChainView } from '../../../src/chains/view.js';
+import type { ProvisioningClient } from '../../../src/client/provisioning-client.js';
 import { type ManualClock, manualClock, systemClock } from '../../../src/clock.js';
 import { addTerms } from '../../../src/domain/periods.js';
-import { TransientError } from '../../../src/errors.js';
+import { RefusalError, TransientError } from '../../../src/errors.js';
 import { formatInstant } from '../../../src/format.js';
 import { webhookJobId } from '../../../src/intake/webhooks.js';
 import {
@@ -1151,6 +1152,44 @@ describe('the external variant (add-ons only)', () => {
     );
     expect(chain.addOns[0]?.history.at(-1)?.detail).toContain(`${addOn.order} cancelled`);
     expect((await system.providerOrder(params.id))?.status).toBe('cancelled');
+  });
+
+  it('keeps an earlier event’s waiting add-on when a newer purchase is refused', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'E-32', licenses: 5 }));
+    await system.waitForChain('E-32', () => true);
+    const neededAt = clock.now() + 3 * DAY;
+    await seats(system, 'E-32', 8, { effectiveAt: neededAt });
+    await system.waitForChain('E-32', (c) => lastEvent(c) === 'seats.addon_scheduled');
+
+    // 9 needed now: an add-on at once, which the provider refuses.
+    const refusing = Object.create(system.started.provisioning) as ProvisioningClient;
+    refusing.createFirstOrder = async () => {
+      throw new RefusalError('provisioning_refused', 'licenses over the contract limit');
+    };
+    clock.advance(60);
+    const seatJob = {
+      id: 'seats-E-32-9',
+      name: 'seats.changed E-32',
+      data: {
+        webhookId: 'wh-seats-e-32-9',
+        type: 'seats.changed',
+        data: { order: 'E-32', licenses: 9 },
+        occurredAt: clock.now(),
+        receivedAt: clock.now(),
+      },
+    } as unknown as Job;
+    await expect(
+      makeSeatProcessor(workerDepsOf(system, { provisioning: refusing }))(seatJob),
+    ).rejects.toThrow('licenses over the contract limit');
+    const refused = await system.chain('E-32');
+    expect(lastEvent(refused)).toBe('seats.refused');
+    expect(refused.nextLicenses).toBe(5);
+    const stored = await new ChainStore(system.started.runtime.redis).get(chainIdOf('E-32'));
+    expect(stored?.pendingAddOn).toMatchObject({ licenses: 3, startsAt: neededAt });
+
+    // The earlier event's 3 are still bought on their day.
+    const bought = await buyWaitingAddOn(system, clock, 'E-32', { at: neededAt, nth: 1 });
+    expect(bought.addOns[0]).toMatchObject({ order: 'E-32.a2', licenses: 3 });
   });
 
   describe('a waiting add-on whose job comes only after its term ended', () => {
