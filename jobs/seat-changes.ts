@@ -178,10 +178,10 @@ async function settleLateAddOn(
   job: Job,
   { chain, token }: { chain: Chain; token: string },
   addOns: readonly Chain[],
-  total: number,
   now: number,
 ): Promise<string> {
-  const waiting = `the waiting ${chain.pendingAddOn?.licenses} licenses`;
+  const pending = chain.pendingAddOn as NonNullable<Chain['pendingAddOn']>;
+  const waiting = `the waiting ${pending.licenses} licenses`;
   const record = (next: Chain, event: string, detail: string) =>
     deps.chains.save({
       chainId: chain.id,
@@ -195,6 +195,22 @@ async function settleLateAddOn(
     await record(chain, 'seats.ignored', `${waiting} are not bought: the chain expired first`);
     return 'skipped: chain expired';
   }
+  // Not marked expired yet (reconcile does that), but nothing will renew it either.
+  if (chain.nextRenewalAt === null && chain.intent?.kind !== 'renewal') {
+    await record(
+      chain,
+      'seats.ignored',
+      `${waiting} are not bought: term ${chain.term.count} ended ${formatInstant(chain.term.expiresAt)} first, and the chain does not renew`,
+    );
+    return 'skipped: term ended';
+  }
+  // The counts left room for the waiting licenses when it was scheduled: with them, the total.
+  // (Paid in force is no measure once the term has ended.)
+  const total =
+    pending.total ??
+    chain.nextLicenses +
+      Object.values(chain.addOnNextLicenses).reduce((sum, n) => sum + n, 0) +
+      pending.licenses;
   const counts = allocation(deps, chain, addOns, total);
   await record(
     { ...chain, ...counts },
@@ -219,10 +235,10 @@ async function buyDueAddOn(deps: WorkerDeps, job: Job, jobToken: string | undefi
     if (chain.status === 'cancelled') return 'skipped: chain cancelled';
     const addOns = await deps.chains.getMany(chain.addOns);
     if (addOnRenewing(addOns)) return waitForOtherJob(job, jobToken, now);
-    const total = pending.total ?? paidInForce(chain, addOns, now) + pending.licenses;
     if (chain.status === 'expired' || now >= chain.term.expiresAt) {
-      return settleLateAddOn(deps, job, { chain, token }, addOns, total, now);
+      return settleLateAddOn(deps, job, { chain, token }, addOns, now);
     }
+    const total = pending.total ?? paidInForce(chain, addOns, now) + pending.licenses;
     const event = {
       webhookId: pending.webhookId ?? chain.appliedSeatEvents.at(-1) ?? '',
       occurredAt: pending.occurredAt,

@@ -1217,6 +1217,17 @@ describe('the external variant (add-ons only)', () => {
       expect(await system.providerOrder('E-30.a1')).toBeNull();
     });
 
+    it('buys nothing for a chain that will not renew, though not marked expired yet', async () => {
+      await waitingPastItsTerm('E-33', false);
+      await system.promote('seat-changes', addOnJobId(chainIdOf('E-33')));
+      const chain = await system.waitForChain('E-33', (c) => lastEvent(c) === 'seats.ignored');
+      expect(chain.history.at(-1)?.detail).toMatch(
+        /^the waiting 3 licenses are not bought: term 1 ended .* first, and the chain does not renew$/,
+      );
+      expect(chain.nextLicenses).toBe(5);
+      expect(await system.providerOrder('E-33.a1')).toBeNull();
+    });
+
     it('carries the total into the renewal of a chain about to renew, buying no add-on', async () => {
       await waitingPastItsTerm('E-31', true);
       await system.promote('seat-changes', addOnJobId(chainIdOf('E-31')));
