@@ -103,8 +103,9 @@ export async function openRuntime(
     clock,
     holdKeyHashSecret: () => holdKeyHashSecret(store, keyHashSecret),
     async close() {
+      const quit = () => redis.quit().catch(() => redis.disconnect());
       if (privateRedis === null) {
-        await redis.quit().catch(() => redis.disconnect());
+        await quit();
         return;
       }
       // The last process out stops the private Redis, whichever started it: processes of other
@@ -112,10 +113,10 @@ export async function openRuntime(
       // Unknown counts as shared: stopping a server others still use is the worse mistake.
       const others = await otherClients(redis).catch(() => 1);
       if (others > 0) {
-        await redis.quit().catch(() => redis.disconnect());
+        await quit();
         privateRedis.leave();
       } else if (privateRedis.startedHere) {
-        await redis.quit().catch(() => redis.disconnect());
+        await quit();
         await privateRedis.stop();
       } else {
         await shutdownPrivateRedis(settings.DATA_DIR, redis, log);

@@ -193,17 +193,11 @@ function classifyStatus(
   // A 429 or 503 may say when to come back: the job's retry waits at least that long
   // (src/retry-policy.ts), so a service shedding load is not asked again sooner.
   const waitMs = retryAfterMs(headers.retryAfter, headers.date);
-  if (waitMs === undefined) {
-    throw new TransientError(
-      'provisioning_unavailable',
-      `provisioning ${method} answered ${status}: ${errorText(body)}`,
-      details,
-    );
-  }
+  const asking = waitMs === undefined ? '' : `, asking to retry in ${Math.ceil(waitMs / 1000)} s`;
   throw new TransientError(
     'provisioning_unavailable',
-    `provisioning ${method} answered ${status}, asking to retry in ${Math.ceil(waitMs / 1000)} s: ${errorText(body)}`,
-    { ...details, retryAfterMs: waitMs },
+    `provisioning ${method} answered ${status}${asking}: ${errorText(body)}`,
+    waitMs === undefined ? details : { ...details, retryAfterMs: waitMs },
   );
 }
 
