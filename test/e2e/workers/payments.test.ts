@@ -560,6 +560,17 @@ describe('the external variant, 3 days of grace', () => {
   });
 
   /** Overdue past its grace: the episode's suspension job, run now. */
+  /** An order with one add-on (7 licenses in all), its payment overdue: a family to suspend. */
+  async function overdueWithAddOn(order: string): Promise<ChainView> {
+    await system.send('order.placed', orderPlaced({ order }));
+    await system.waitForChain(order, () => true);
+    await system.send('seats.changed', { order, licenses: 7 });
+    const family = await system.waitForChain(order, (c) => c.addOns.length === 1);
+    await system.send('payment.overdue', { order });
+    await system.waitForChain(order, (c) => c.payment === 'overdue');
+    return family;
+  }
+
   async function graceEnds(order: string, episode: number) {
     clock.advance(3 * DAY);
     await system.promote('payment-signals', suspensionJobId(chainIdOf(order), episode));
@@ -591,12 +602,7 @@ describe('the external variant, 3 days of grace', () => {
   });
 
   it('paid while its suspension was half done, is suspended in full by a newer episode', async () => {
-    await system.send('order.placed', orderPlaced({ order: 'X-6' }));
-    await system.waitForChain('X-6', () => true);
-    await system.send('seats.changed', { order: 'X-6', licenses: 7 });
-    await system.waitForChain('X-6', (c) => c.addOns.length === 1);
-    await system.send('payment.overdue', { order: 'X-6' });
-    await system.waitForChain('X-6', (c) => c.payment === 'overdue');
+    await overdueWithAddOn('X-6');
     // The suspension suspended X-6 and died before X-6.a1, in a record from before the calls
     // begun were kept in it: any order in force may be suspended.
     await system.started.provisioning.suspendOrder({ id: 'X-6' });
@@ -622,12 +628,7 @@ describe('the external variant, 3 days of grace', () => {
   });
 
   it('asks to reactivate only the orders a suspension that died halfway had reached', async () => {
-    await system.send('order.placed', orderPlaced({ order: 'X-8' }));
-    await system.waitForChain('X-8', () => true);
-    await system.send('seats.changed', { order: 'X-8', licenses: 7 });
-    await system.waitForChain('X-8', (c) => c.addOns.length === 1);
-    await system.send('payment.overdue', { order: 'X-8' });
-    await system.waitForChain('X-8', (c) => c.payment === 'overdue');
+    await overdueWithAddOn('X-8');
     clock.advance(3 * DAY);
     // The suspension job suspends X-8 and its worker dies before the next order.
     const queue = system.queue('payment-signals');
@@ -655,13 +656,8 @@ describe('the external variant, 3 days of grace', () => {
   });
 
   it('asks to reactivate an add-on renewal that joined a suspension left half done', async () => {
-    await system.send('order.placed', orderPlaced({ order: 'X-9' }));
-    await system.waitForChain('X-9', () => true);
-    await system.send('seats.changed', { order: 'X-9', licenses: 7 });
-    const family = await system.waitForChain('X-9', (c) => c.addOns.length === 1);
+    const family = await overdueWithAddOn('X-9');
     const addOn = family.addOns[0]?.order ?? '';
-    await system.send('payment.overdue', { order: 'X-9' });
-    await system.waitForChain('X-9', (c) => c.payment === 'overdue');
     // The suspension reached X-9 and died; an add-on renewal sent before it is replayed after.
     const queue = system.queue('payment-signals');
     await (await queue.getJob(suspensionJobId(chainIdOf('X-9'), 1)))?.remove();

@@ -24,6 +24,18 @@ async function reconcile(system: System, id: string) {
   await makeMaintenanceProcessor(workerDepsOf(system))({ id, data: {} } as Job);
 }
 
+/** An order placed two days ago, once its chain is stored. */
+async function placedTwoDaysAgo(system: System, order: string) {
+  await system.send('order.placed', orderPlaced({ order, startsAt: systemClock.now() - 2 * DAY }));
+  await system.waitForChain(order, () => true);
+}
+
+/** A chain whose payment job gave up halfway through its unsuspension. */
+async function unsuspensionLeftHalfway(system: System, order: string) {
+  await placedTwoDaysAgo(system, order);
+  await leftByDeadJob(system, order, 'dead-payment-job', () => ({ unsuspending: true }));
+}
+
 describe('a restart with another RENEWAL_LEAD_DAYS', () => {
   const T0 = Date.UTC(2026, 2, 1, 9) / 1000;
   const clock = manualClock(T0);
@@ -87,9 +99,7 @@ describe('a Redis that lost the delayed list of renewals', () => {
   const system = useSystem();
 
   it('gets the renewal job back from reconcile, though its record survived', async () => {
-    const now = systemClock.now();
-    await system.send('order.placed', orderPlaced({ order: 'ORPHAN-1', startsAt: now - 2 * DAY }));
-    await system.waitForChain('ORPHAN-1', () => true);
+    await placedTwoDaysAgo(system, 'ORPHAN-1');
     const queue = system.queue('renewals');
     const id = renewalJobId(chainIdOf('ORPHAN-1'), 2);
     expect(await (await queue.getJob(id))?.getState()).toBe('delayed');
@@ -107,11 +117,8 @@ describe("reconcile's lock during a slow provider call", () => {
   const system = useSystem();
 
   it('keeps the chain from every other holder while its unsuspendOrder call is in flight', async () => {
-    const now = systemClock.now();
-    await system.send('order.placed', orderPlaced({ order: 'SLOW-1', startsAt: now - 2 * DAY }));
-    await system.waitForChain('SLOW-1', () => true);
     // A payment job gave up halfway through its unsuspension: reconcile finishes it.
-    await leftByDeadJob(system, 'SLOW-1', 'dead-payment-job', () => ({ unsuspending: true }));
+    await unsuspensionLeftHalfway(system, 'SLOW-1');
     const { provisioning } = system.started;
     let inCall = false;
     const slow: ProvisioningClient = Object.create(provisioning);
@@ -141,10 +148,7 @@ describe("reconcile's lock during a slow provider call", () => {
  * gone: what reconcile must repair.
  */
 async function unsuspensionLeftWithoutJob(system: System, order: string) {
-  const now = systemClock.now();
-  await system.send('order.placed', orderPlaced({ order, startsAt: now - 2 * DAY }));
-  await system.waitForChain(order, () => true);
-  await leftByDeadJob(system, order, 'dead-payment-job', () => ({ unsuspending: true }));
+  await unsuspensionLeftHalfway(system, order);
   const queue = system.queue('renewals');
   const id = renewalJobId(chainIdOf(order), 2);
   await (await queue.getJob(id))?.remove();
@@ -182,11 +186,7 @@ describe('reconcile and cancelled chains', () => {
   const system = useSystem();
 
   it('leaves a cancelled chain at rest without taking its lock, and checks the others', async () => {
-    const now = systemClock.now();
-    for (const order of ['REST-1', 'LIVE-1']) {
-      await system.send('order.placed', orderPlaced({ order, startsAt: now - 2 * DAY }));
-      await system.waitForChain(order, () => true);
-    }
+    for (const order of ['REST-1', 'LIVE-1']) await placedTwoDaysAgo(system, order);
     await system.send('order.cancelled', { order: 'REST-1' });
     await system.waitForChain('REST-1', (chain) => chain.status === 'cancelled');
 
