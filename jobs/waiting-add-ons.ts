@@ -4,6 +4,7 @@ import type { Job } from 'bullmq';
 import { z } from 'zod';
 import type { Chain } from '../src/chains/records.js';
 import { defaultJobOptions } from '../src/queues.js';
+import { waitForOtherJob } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
 
 /** The name of the delayed job that buys an add-on on the date it is needed. */
@@ -24,7 +25,8 @@ export function addOnJobId(chainId: string): string {
 /**
  * Schedules (or moves) the chain's one waiting add-on job to the date its licenses are needed.
  * When `current` is that job itself (it bought one step of an event and the next waits), it is
- * left alone: it moves itself to the new date once the chain is saved.
+ * left alone: it moves itself to the new date once the chain is saved. Called before the chain
+ * is saved, so `current` may still put itself off for a moment (below).
  */
 export async function scheduleAddOnJob(
   deps: WorkerDeps,
@@ -36,8 +38,24 @@ export async function scheduleAddOnJob(
   const id = addOnJobId(chain.id);
   if (current.id === id) return;
   const existing = await deps.queues['seat-changes'].getJob(id);
-  if (existing) await existing.remove();
+  if (existing && !(await removedUnlessRunning(existing))) {
+    // A worker is running it just now (about to find the chain locked, or reporting what it
+    // did): it can be neither removed nor replaced under its id. This job looks again shortly;
+    // `token` is the lock the worker fetched `current` with.
+    await waitForOtherJob(current, current.token, now);
+  }
   await addAddOnJob(deps, chain, startsAt, now);
+}
+
+/** Removes `job`, unless a worker holds it (BullMQ refuses to remove a locked job). */
+async function removedUnlessRunning(job: Job): Promise<boolean> {
+  try {
+    await job.remove();
+    return true;
+  } catch (error) {
+    if ((await job.getState()) === 'active') return false;
+    throw error;
+  }
 }
 
 /**

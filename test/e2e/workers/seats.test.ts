@@ -2,12 +2,12 @@
 import { execFile } from 'node:child_process';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import type { Job } from 'bullmq';
+import { type Job, Worker } from 'bullmq';
 import { describe, expect, it } from 'vitest';
 import { makeProcessor as makeMaintenanceProcessor } from '../../../jobs/maintenance.js';
 import { renewalJobId } from '../../../jobs/renewals.js';
 import { makeProcessor as makeSeatProcessor } from '../../../jobs/seat-changes.js';
-import { addOnJobId } from '../../../jobs/waiting-add-ons.js';
+import { ADD_ON_DUE, addOnJobId } from '../../../jobs/waiting-add-ons.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
 import type { Chain } from '../../../src/chains/records.js';
 import { ChainStore } from '../../../src/chains/store.js';
@@ -18,6 +18,8 @@ import { addTerms } from '../../../src/domain/periods.js';
 import { RefusalError, TransientError } from '../../../src/errors.js';
 import { formatInstant } from '../../../src/format.js';
 import { webhookJobId } from '../../../src/intake/webhooks.js';
+import { QUEUE_PREFIX } from '../../../src/queues.js';
+import { connectRedis } from '../../../src/redis/connection.js';
 import {
   DAY,
   leftByDeadJob,
@@ -43,8 +45,13 @@ async function seats(
   order: string,
   licenses: number,
   extra: Record<string, unknown> = {},
+  id?: string,
 ) {
-  const res = await system.send('seats.changed', { order, licenses, ...extra });
+  const res = await system.send(
+    'seats.changed',
+    { order, licenses, ...extra },
+    id === undefined ? {} : { id },
+  );
   expect(res.status).toBe(202);
 }
 
@@ -1350,6 +1357,55 @@ describe('the external variant (add-ons only)', () => {
     await system.waitForChain('E-4', (c) => lastEvent(c) === 'seats.changed');
     expect(await system.queue('seat-changes').getJob(jobId)).toBeUndefined();
     expect(await system.providerOrder('E-4.a2')).toBeNull();
+  });
+
+  it('moves a waiting add-on whose job is running just then, without failing the seat job', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'E-41', licenses: 5 }));
+    await system.waitForChain('E-41', () => true);
+    const jobId = addOnJobId(chainIdOf('E-41'));
+    const scheduled = (c: ChainView) =>
+      c.history.filter((h) => h.event === 'seats.addon_scheduled').length;
+    await seats(system, 'E-41', 7, { effectiveAt: clock.now() + 3 * DAY });
+    await system.waitForChain('E-41', (c) => scheduled(c) === 1);
+
+    // The waiting add-on's job is running (a worker fetched it) when a newer event moves it.
+    const seatWorker = system.started.workers?.workers.find((w) => w.name === 'seat-changes');
+    if (!seatWorker) throw new Error('no seat-changes worker');
+    await seatWorker.pause(true);
+    // A paused worker still takes the job its fetch in flight brings: give it one to finish.
+    const flush = await system
+      .queue('seat-changes')
+      .add(`${ADD_ON_DUE} none`, { chainId: 'none', order: 'none', customer: 'none', startsAt: 0 });
+    await expect.poll(() => flush.getState()).toBe('completed');
+    const connection = await connectRedis(system.redisUrl, 'worker');
+    const holder = new Worker('seat-changes', null, { connection, prefix: QUEUE_PREFIX });
+    try {
+      await system.promote('seat-changes', jobId);
+      let running: Job | undefined;
+      await expect
+        .poll(async () => (running ??= await holder.getNextJob('holder-token', { block: false })))
+        .toBeDefined();
+      expect(running?.id).toBe(jobId);
+      seatWorker.resume();
+
+      clock.advance(60);
+      const laterDate = clock.now() + 5 * DAY;
+      await seats(system, 'E-41', 10, { effectiveAt: laterDate }, 'wh-seats-e-41-10');
+      const seatJob = () => system.queue('seat-changes').getJob(webhookJobId('wh-seats-e-41-10'));
+      await expect.poll(async () => (await seatJob())?.getState()).toBe('delayed');
+
+      // The running job ends (it puts itself off, as it does when its day has not come).
+      await (running as Job).moveToDelayed(Date.now() + 60_000, 'holder-token');
+      await system.waitForChain('E-41', (c) => scheduled(c) === 2);
+      await expect.poll(async () => (await seatJob())?.getState()).toBe('completed');
+      // It waited for the running job instead of failing an attempt on it.
+      expect((await seatJob())?.failedReason).toBeUndefined();
+      const moved = await system.queue('seat-changes').getJob(jobId);
+      expect(moved?.data).toMatchObject({ startsAt: laterDate });
+    } finally {
+      await holder.close();
+      await connection.quit();
+    }
   });
 
   it('never buys a license twice or loses one under concurrent events on one chain', async () => {
