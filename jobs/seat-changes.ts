@@ -54,6 +54,8 @@ async function applySeatEvent(
       await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, chain, now);
       return `already applied: ${data.webhookId}`;
     }
+    const refused = chain.refusedSeatEvents.find((r) => r.webhookId === data.webhookId);
+    if (refused) throw new UnrecoverableError(refused.reason);
 
     const now = deps.clock.now();
     const cause = { webhookId: data.webhookId, jobId: job.id ?? '' };

@@ -34,6 +34,14 @@ export function applied(
   return { ...lastSeen(chain, event), appliedSeatEvents: remembered };
 }
 
+/** The chain's refused seat events with one more (the latest few are remembered). */
+function refusedWith(chain: Chain, webhookId: string, reason: string) {
+  return [
+    ...chain.refusedSeatEvents.filter((r) => r.webhookId !== webhookId),
+    { webhookId, reason },
+  ].slice(-REMEMBERED_EVENTS);
+}
+
 /**
  * Licenses paid through the end of the latest ordered term: its main order, the partials that
  * co-terminate with it, and live add-ons. After an early renewal the new term's order already
@@ -583,6 +591,7 @@ export async function finishSeatIntent(
     const counts = eventApplied
       ? allocation(deps, chain, await deps.chains.getMany(chain.addOns), event.total)
       : {};
+    const reason = `the provider refused ${intent.orderId}: ${error.message}`;
     const saved = await deps.chains.save({
       chainId: chain.id,
       token,
@@ -596,20 +605,19 @@ export async function finishSeatIntent(
           ? { ...applied(chain, chain.unfinishedSeatEvent), unfinishedSeatEvent: null }
           : {}),
         ...counts,
+        // An event not applied ends with its refusal: its own job, whenever it runs again
+        // (after this job met the refusal for it, or after it died before failing), fails with
+        // it rather than deciding the purchase afresh under another order id.
+        ...(!eventApplied && event.webhookId !== ''
+          ? { refusedSeatEvents: refusedWith(chain, event.webhookId, reason) }
+          : {}),
         updatedAt: now,
       },
-      history: [
-        {
-          at: now,
-          event: 'seats.refused',
-          detail: `the provider refused ${intent.orderId}: ${error.message}`,
-          cause,
-        },
-      ],
+      history: [{ at: now, event: 'seats.refused', detail: reason, cause }],
       release: false,
     });
     if (options.refusal === 'record') return saved;
-    throw new UnrecoverableError(`the provider refused ${intent.orderId}: ${error.message}`);
+    throw new UnrecoverableError(reason);
   }
   // Orders of a chain suspended for non-payment are suspended: one bought meanwhile joins them.
   // A paid chain awaiting its manual reactivation (external) keeps a new one active: nothing

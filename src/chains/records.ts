@@ -154,6 +154,11 @@ export const chainRecord = z.object({
   addOnNextLicenses: z.record(z.string(), z.int().min(0)).default({}),
   /** Webhook ids of the latest applied seat events: a retried job never applies one twice. */
   appliedSeatEvents: z.array(z.string()).default([]),
+  /**
+   * Seat events whose purchase the provider refused, with the refusal: the event's own job, run
+   * again after another job met the refusal for it, fails with it instead of buying again.
+   */
+  refusedSeatEvents: z.array(z.object({ webhookId: z.string(), reason: z.string() })).default([]),
   version: z.int().min(0),
   createdAt: z.int(),
   updatedAt: z.int(),

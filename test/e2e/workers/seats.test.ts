@@ -573,6 +573,49 @@ describe('marketplace, after an early renewal', () => {
     expect(chain.partials.map((p) => p.orderId)).toEqual(['R-9.p1']);
   });
 
+  it('fails an event whose purchase another job found refused, so its own job buys nothing', async () => {
+    const startsAt = clock.now() - 25 * DAY;
+    await system.send(
+      'order.placed',
+      orderPlaced({ order: 'R-12', licenses: 5, startsAt, autoRenew: false }),
+    );
+    const placed = await system.waitForChain('R-12', () => true);
+    const t1 = clock.now();
+    // The event's own job decided a partial, then died before sending it.
+    await leftByDeadJob(system, 'R-12', 'crashed-seat-job', () => ({
+      partialCount: 1,
+      intent: {
+        kind: 'partial',
+        method: 'createOrder',
+        orderId: 'R-12.p1',
+        params: {
+          customer: placed.customer,
+          id: 'R-12.p1',
+          product: 'no-such-product',
+          licenses: 3,
+          startsAt: t1,
+          expiresAt: placed.term.expiresAt,
+        },
+        jobId: webhookJobId('lost-seat-r12'),
+        event: { webhookId: 'lost-seat-r12', occurredAt: t1, total: 8 },
+      },
+    }));
+    // The renewal finds it first: the provider refuses it, and the renewal goes on.
+    await system.ops('PUT', '/ops/chains/R-12/auto-renew', { enabled: true });
+    await system.waitForChain('R-12', (c) => c.term.count === 2);
+
+    // The event's own job, retried: it fails with that refusal instead of buying again.
+    clock.advance(60);
+    await seats(system, 'R-12', 8, { occurredAt: t1 }, 'lost-seat-r12');
+    const seatJob = () => system.queue('seat-changes').getJob(webhookJobId('lost-seat-r12'));
+    await expect.poll(async () => (await seatJob())?.getState()).toBe('failed');
+    expect((await seatJob())?.failedReason).toContain('the provider refused R-12.p1');
+    expect(await system.providerOrder('R-12.p2')).toBeNull();
+    const chain = await system.chain('R-12');
+    expect(chain.partials).toEqual([]);
+    expect(chain.history.filter((h) => h.event === 'seats.refused')).toHaveLength(1);
+  });
+
   it('finishes a purchase a crashed seat job left half done before renewing', async () => {
     const startsAt = clock.now() - 25 * DAY;
     await system.send(
