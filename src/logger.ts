@@ -1,7 +1,11 @@
 // The root pino logger: JSON lines, with secrets redacted wherever they could appear.
 import { type Logger, pino } from 'pino';
 
-/** Paths that can carry API keys, tokens, passwords or signatures. */
+/**
+ * Paths that can carry API keys, tokens, passwords or signatures, for pino's own redaction (the
+ * top two levels). Deeper ones are found by name (scrubSecrets): pino's paths cannot say "at any
+ * depth".
+ */
 export const REDACT_PATHS = [
   'req.headers["x-api-key"]',
   'req.headers.authorization',
@@ -29,6 +33,7 @@ export function createLogger(level: string, destination?: pino.DestinationStream
       level,
       redact: { paths: REDACT_PATHS, censor: CENSOR },
       serializers: { err: serializeError },
+      formatters: { log: (object) => scrubSecrets(object, 0) as Record<string, unknown> },
       base: { service: 'billing' },
     },
     destination,
@@ -36,28 +41,57 @@ export function createLogger(level: string, destination?: pino.DestinationStream
 }
 
 /**
- * pino's error serializer, minus the arguments of Redis commands: ioredis attaches the failed
- * command to its reply errors (`command: {name, args}`), and the args of a refused HELLO or
- * AUTH (a rotated or mistyped password) are the password itself.
+ * pino's error serializer, minus secrets: fields named as secrets at any depth (an error's
+ * details may hold the params of the call it refused), and the arguments of Redis commands:
+ * ioredis attaches the failed command to its reply errors (`command: {name, args}`), and the
+ * args of a refused HELLO or AUTH (a rotated or mistyped password) are the password itself.
  */
 export function serializeError(error: Error): unknown {
-  return withoutCommandArgs(pino.stdSerializers.err(error), 0);
+  return scrubSecrets(pino.stdSerializers.err(error), 0);
 }
 
-/** How deep withoutCommandArgs looks: errors nest a few levels at most (cause, errors). */
+/** Field names whose values are secrets wherever they appear (compared in lower case). */
+const SECRET_NAMES = new Set([
+  'apikey',
+  'x-api-key',
+  'password',
+  'token',
+  'secret',
+  'signature',
+  'webhook-signature',
+  'authorization',
+]);
+
+/** How deep scrubSecrets looks: log fields and errors nest a few levels at most. */
 const MAX_DEPTH = 8;
 
-function withoutCommandArgs(value: unknown, depth: number): unknown {
+/**
+ * `value` with every secret-named field censored, in plain objects and arrays at any depth (up
+ * to MAX_DEPTH). Copies only what it changes: most log lines hold no secret and pass as they are.
+ * An Error is left to its serializer (serializeError, which scrubs what it makes), and a Date or
+ * a Buffer to JSON.
+ */
+function scrubSecrets(value: unknown, depth: number): unknown {
   if (value === null || typeof value !== 'object' || depth > MAX_DEPTH) return value;
-  if (Array.isArray(value)) return value.map((item) => withoutCommandArgs(item, depth + 1));
-  const copy: Record<string, unknown> = {};
-  for (const [key, item] of Object.entries(value)) {
-    copy[key] =
-      key === 'command' && isRedisCommand(item)
-        ? { ...item, args: CENSOR }
-        : withoutCommandArgs(item, depth + 1);
+  if (Array.isArray(value)) {
+    const items = value.map((item) => scrubSecrets(item, depth + 1));
+    return items.some((item, i) => item !== value[i]) ? items : value;
   }
-  return copy;
+  if (value instanceof Error || value instanceof Date || ArrayBuffer.isView(value)) return value;
+  let copy: Record<string, unknown> | null = null;
+  for (const [key, item] of Object.entries(value)) {
+    const scrubbed = scrubField(key, item, depth);
+    if (scrubbed === item) continue;
+    copy = copy ?? { ...value };
+    copy[key] = scrubbed;
+  }
+  return copy ?? value;
+}
+
+function scrubField(key: string, item: unknown, depth: number): unknown {
+  if (SECRET_NAMES.has(key.toLowerCase())) return item === undefined ? item : CENSOR;
+  if (key === 'command' && isRedisCommand(item)) return { ...item, args: CENSOR };
+  return scrubSecrets(item, depth + 1);
 }
 
 function isRedisCommand(value: unknown): value is { args: unknown } {

@@ -2,6 +2,7 @@
 import { Writable } from 'node:stream';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { RefusalError } from '../../src/errors.js';
 import { createLogger } from '../../src/logger.js';
 import { startTestApp, type TestApp } from '../helpers/app.js';
 import { startTestRedis, type TestRedis } from '../helpers/redis-server.js';
@@ -94,6 +95,38 @@ describe('request logs', () => {
     const out = captured.join('');
     for (const secret of ['k-123', 't-456', 'k-789', 'p-000']) expect(out).not.toContain(secret);
     expect(out).toContain('[redacted]');
+  });
+
+  it('redact secret fields at any depth, in arrays and in errors, and leave the rest', () => {
+    const captured: string[] = [];
+    const log = createLogger(
+      'info',
+      new Writable({
+        write(chunk: Buffer, _e, done) {
+          captured.push(chunk.toString());
+          done();
+        },
+      }),
+    );
+    const call = { method: 'createUser', params: { user: { email: 'u@x.test', password: 'p-1' } } };
+    const refusal = new RefusalError('provisioning_refused', 'too short', {
+      params: { admin: { Password: 'p-2' } },
+    });
+    log.info({ call, users: [{ id: 'u1', apiKey: 'k-3' }], deep: { a: { b: { token: 't-4' } } } });
+    log.error({ err: refusal }, 'refused');
+    const [first, second] = captured.map((line) => JSON.parse(line));
+    expect(first.call).toEqual({
+      method: 'createUser',
+      params: { user: { email: 'u@x.test', password: '[redacted]' } },
+    });
+    expect(first.users).toEqual([{ id: 'u1', apiKey: '[redacted]' }]);
+    expect(first.deep.a.b.token).toBe('[redacted]');
+    expect(second.err).toMatchObject({
+      message: 'too short',
+      details: { params: { admin: { Password: '[redacted]' } } },
+    });
+    // The caller's own objects are left as they were.
+    expect(call.params.user.password).toBe('p-1');
   });
 });
 
