@@ -11,7 +11,7 @@ import { formatInstant } from '../src/format.js';
 import { defaultJobOptions } from '../src/queues.js';
 import type { WorkerDeps } from './deps.js';
 import { finishUnsuspension } from './payment-signals.js';
-import { ensureRenewalJob, schedulesRenewals } from './renewals.js';
+import { ensureRenewalJob, renewalJobsInPlace, schedulesRenewals } from './renewals.js';
 import { ensureAddOnJob } from './waiting-add-ons.js';
 
 export const schema = z.object({}).loose();
@@ -58,6 +58,16 @@ function isAtRest(chain: Chain): boolean {
   return chain.status === 'cancelled' && chain.intent === null && !chain.unsuspending;
 }
 
+/** An add-on whose main chain is cancelled, not yet recorded as cancelled itself. */
+function goesWithCancelledMain(chain: Chain, main: Chain | null): boolean {
+  return main?.status === 'cancelled' && chain.status !== 'cancelled' && chain.intent === null;
+}
+
+/** Whether reconcile has jobs to ensure for the chain (or an unsuspension to finish). */
+function hasJobsToEnsure(chain: Chain): boolean {
+  return schedulesRenewals(chain) || chain.pendingAddOn !== null || chain.unsuspending;
+}
+
 /** What reconcile does with one chain: whether it marked it expired. */
 async function reconcileChain(deps: WorkerDeps, chain: Chain, jobId: string): Promise<boolean> {
   if (isAtRest(chain)) return false;
@@ -65,13 +75,66 @@ async function reconcileChain(deps: WorkerDeps, chain: Chain, jobId: string): Pr
   // Read once for both: whether the add-on goes with a cancelled main chain, and its schedule as
   // that main chain governs it (both decided again under the locks before anything is written).
   const main = chain.mainChain === null ? null : await deps.chains.get(chain.mainChain);
-  if (await cancelledWithMainChain(deps, chain, main, now, jobId)) return false;
+  if (goesWithCancelledMain(chain, main)) {
+    await markCancelledWithMainChain(deps, chain, now, jobId);
+    return false;
+  }
   const schedule = main ? governedBy(main, chain) : chain;
   if (hasExpired(schedule, now)) return markExpired(deps, chain, now, jobId);
-  if (schedulesRenewals(chain) || chain.pendingAddOn || chain.unsuspending) {
-    await ensureJobs(deps, chain, now, jobId);
-  }
+  if (hasJobsToEnsure(chain)) await ensureJobs(deps, chain, now, jobId);
   return false;
+}
+
+/**
+ * The chains of a page that reconcile would leave as they are, told from the page's copies and
+ * their renewal jobs without taking any lock: most chains, every round (two round trips for the
+ * page, where each chain's own check takes several). The others go through reconcileChain. A
+ * chain changed since the page was read was changed under its lock by a job that ensures its
+ * jobs itself, or left an intent that the next round sees.
+ */
+async function settledChains(
+  deps: WorkerDeps,
+  page: readonly Chain[],
+  now: number,
+): Promise<Set<string>> {
+  const mainIds = [...new Set(page.flatMap((c) => (c.mainChain === null ? [] : [c.mainChain])))];
+  const mains = new Map((await deps.chains.getMany(mainIds)).map((main) => [main.id, main]));
+  const settled = new Set<string>();
+  const schedules: Chain[] = [];
+  for (const chain of page) {
+    const main = chain.mainChain === null ? null : (mains.get(chain.mainChain) ?? null);
+    const verdict = seenWithoutLock(chain, main, now, deps.settings.leadDays);
+    if (verdict === 'settled') settled.add(chain.id);
+    else if (verdict !== 'look closer') schedules.push(verdict);
+  }
+  const inPlace = await renewalJobsInPlace(deps.queues.renewals, schedules, now);
+  schedules.forEach((schedule, i) => {
+    if (inPlace[i]) settled.add(schedule.id);
+  });
+  return settled;
+}
+
+/**
+ * reconcileChain's decisions on the page's copy: nothing to do ('settled'), only the renewal job
+ * to check (against the schedule returned), or more ('look closer': a half-done step, a waiting
+ * add-on, an expiry, a lead to move).
+ */
+function seenWithoutLock(
+  chain: Chain,
+  main: Chain | null,
+  now: number,
+  leadDays: number,
+): 'settled' | 'look closer' | Chain {
+  if (isAtRest(chain)) return 'settled';
+  if (goesWithCancelledMain(chain, main)) return 'look closer';
+  const schedule = main ? governedBy(main, chain) : chain;
+  if (hasExpired(schedule, now)) return 'look closer';
+  if (!hasJobsToEnsure(chain)) return 'settled';
+  if (chain.intent !== null || chain.pendingAddOn !== null || chain.unsuspending) {
+    return 'look closer';
+  }
+  if (renewalTimeUnderLead(chain, now, leadDays) !== null) return 'look closer';
+  return schedule;
 }
 
 export function makeProcessor(deps: WorkerDeps) {
@@ -85,8 +148,11 @@ export function makeProcessor(deps: WorkerDeps) {
     for (let offset = 0; ; offset += PAGE) {
       const ids = await deps.chains.pageOfChainIds(offset, PAGE);
       if (ids.length === 0) break;
-      for (const chain of await deps.chains.getMany(ids)) {
+      const page = await deps.chains.getMany(ids);
+      const settled = await settledChains(deps, page, deps.clock.now());
+      for (const chain of page) {
         checked += 1;
+        if (settled.has(chain.id)) continue;
         try {
           if (await reconcileChain(deps, chain, job.id ?? '')) expired += 1;
         } catch (error) {
@@ -108,16 +174,12 @@ export function makeProcessor(deps: WorkerDeps) {
  * (again at best effort, for the next round). One with a renewal in flight is its job's: that job
  * cancels what it ordered.
  */
-async function cancelledWithMainChain(
+async function markCancelledWithMainChain(
   deps: WorkerDeps,
   chain: Chain,
-  main: Chain | null,
   now: number,
   jobId: string,
-): Promise<boolean> {
-  if (main?.status !== 'cancelled' || chain.status === 'cancelled' || chain.intent !== null) {
-    return false;
-  }
+): Promise<void> {
   await markAddOnCancelled(
     deps.chains,
     chain,
@@ -127,7 +189,6 @@ async function cancelledWithMainChain(
       detail: 'cancelled with its main chain (recorded by reconcile)',
     },
   );
-  return true;
 }
 
 /**
@@ -188,12 +249,9 @@ async function withCurrentLead(
 ): Promise<Chain> {
   const { chain, token } = held;
   const stored = chain.nextRenewalAt;
-  // A renewal in flight is replayed at once, whatever the lead says now.
-  if (stored === null || chain.intent !== null) return chain;
   const { leadDays } = deps.settings;
-  const wanted = Math.max(now, renewalDueAt(chain.term, leadDays));
-  // Due by either time: the job runs now all the same.
-  if (wanted === stored || (stored <= now && wanted <= now)) return chain;
+  const wanted = renewalTimeUnderLead(chain, now, leadDays);
+  if (stored === null || wanted === null) return chain;
   return deps.chains.save({
     chainId: chain.id,
     token,
@@ -209,6 +267,20 @@ async function withCurrentLead(
     ],
     release: false,
   });
+}
+
+/**
+ * The chain's renewal time under `leadDays` when it differs from the stored one (a restart with
+ * another RENEWAL_LEAD_DAYS), else null. A renewal in flight is replayed at once, whatever the
+ * lead says now.
+ */
+export function renewalTimeUnderLead(chain: Chain, now: number, leadDays: number): number | null {
+  const stored = chain.nextRenewalAt;
+  if (stored === null || chain.intent !== null) return null;
+  const wanted = Math.max(now, renewalDueAt(chain.term, leadDays));
+  // Due by either time: the job runs now all the same.
+  if (wanted === stored || (stored <= now && wanted <= now)) return null;
+  return wanted;
 }
 
 /** A failure of the provider's (away, misconfigured, refusing), not of Redis or the chain's lock. */

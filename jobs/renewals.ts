@@ -203,10 +203,10 @@ export async function ensureRenewalJob(
       // reason went away (a payment, an operator): reconcile must not re-send it every round.
       const deferredUntil = renewalJobData.safeParse(existing.data).data?.deferredUntil;
       if (deferredUntil !== undefined && deferredUntil > now && !options.overrideDeferral) return;
-      const wanted = queueTimeMs() + delayMs;
       const firesAt = await delayedFireTime(queue, id);
-      if (firesAt === null || Math.abs(firesAt - wanted) > 1000)
+      if (!firesAsScheduled(firesAt, schedule.nextRenewalAt, now)) {
         await existing.changeDelay(delayMs);
+      }
       const preparedChanged =
         options.prepared !== undefined &&
         existing.data.prepared?.version !== options.prepared.version;
@@ -260,8 +260,65 @@ async function stateOnceInactive(job: Job): Promise<Awaited<ReturnType<Job['getS
  */
 export async function delayedFireTime(queue: Queue, jobId: string): Promise<number | null> {
   const client = await queue.backend.client;
-  const score = await client.zscore(queue.keys.delayed as string, jobId);
+  return fireTimeOfScore(await client.zscore(queue.keys.delayed as string, jobId));
+}
+
+/**
+ * For each schedule, whether its renewal job stands as ensureRenewalJob would leave it: delayed
+ * to its time, or (a chain that does not renew) none waiting to run. Read in one round trip and
+ * without the chains' locks, for reconcile to pass over the chains that need nothing. False means
+ * "look closer" (ensureRenewalJob, under the lock), not "wrong": a job running now, or one that
+ * put itself off for a payment, is fine as it is too.
+ */
+export async function renewalJobsInPlace(
+  queue: Queue,
+  schedules: readonly Schedulable[],
+  now: number,
+): Promise<boolean[]> {
+  if (schedules.length === 0) return [];
+  const { delayed, completed, failed } = queue.keys as Record<string, string>;
+  const pipeline = (await queue.backend.client).pipeline();
+  for (const schedule of schedules) {
+    const id = renewalJobId(schedule.id, schedule.term.count + 1);
+    pipeline.runCommand('zscore', [delayed, id]);
+    // Not renewing: a job left over is fine only when finished (or gone).
+    if (schedule.nextRenewalAt === null) {
+      pipeline
+        .runCommand('exists', [queue.toKey(id)])
+        .runCommand('zscore', [completed, id])
+        .runCommand('zscore', [failed, id]);
+    }
+  }
+  const replies = (await pipeline.exec()) ?? [];
+  const values = replies.map(([error, value]) => {
+    if (error) throw error;
+    return value as string | number | null;
+  });
+  let next = 0;
+  return schedules.map((schedule) => {
+    const firesAt = fireTimeOfScore(values[next] as string | null);
+    if (schedule.nextRenewalAt !== null) {
+      next += 1;
+      return firesAsScheduled(firesAt, schedule.nextRenewalAt, now);
+    }
+    const [exists, completedScore, failedScore] = values.slice(next + 1, next + 4);
+    next += 4;
+    return firesAt === null && (exists === 0 || completedScore !== null || failedScore !== null);
+  });
+}
+
+/** A delayed job's fire time (queue time, ms) from its score in BullMQ's delayed set. */
+export function fireTimeOfScore(score: string | null): number | null {
   return score === null ? null : Math.floor(Number(score) / 0x1000);
+}
+
+/**
+ * Whether a delayed job firing at `firesAt` (queue time, ms; null: not delayed) fires when a
+ * chain renewing at `nextRenewalAt` wants it, within a second.
+ */
+export function firesAsScheduled(firesAt: number | null, nextRenewalAt: number, now: number) {
+  const wanted = queueTimeMs() + Math.max(0, nextRenewalAt - now) * 1000;
+  return firesAt !== null && Math.abs(firesAt - wanted) <= 1000;
 }
 
 /**

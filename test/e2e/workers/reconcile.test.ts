@@ -185,10 +185,16 @@ describe('reconcile with the provider away for an unsuspension left halfway', ()
 describe('reconcile and cancelled chains', () => {
   const system = useSystem();
 
-  it('leaves a cancelled chain at rest without taking its lock, and checks the others', async () => {
-    for (const order of ['REST-1', 'LIVE-1']) await placedTwoDaysAgo(system, order);
+  it('takes the lock only of chains that need something: not at rest, not in place', async () => {
+    for (const order of ['REST-1', 'LIVE-1', 'OFF-1', 'LOST-1']) {
+      await placedTwoDaysAgo(system, order);
+    }
     await system.send('order.cancelled', { order: 'REST-1' });
     await system.waitForChain('REST-1', (chain) => chain.status === 'cancelled');
+    await system.ops('PUT', '/ops/chains/OFF-1/auto-renew', { enabled: false });
+    await system.waitForChain('OFF-1', (chain) => chain.nextRenewalAt === null);
+    const lostJob = renewalJobId(chainIdOf('LOST-1'), 2);
+    await (await system.queue('renewals').getJob(lostJob))?.remove();
 
     const locked: string[] = [];
     const store = new ChainStore(system.started.runtime.redis);
@@ -197,13 +203,17 @@ describe('reconcile and cancelled chains', () => {
       locked.push(chainId);
       return store.lock(chainId, token);
     };
-    const result = await makeMaintenanceProcessor(workerDepsOf(system, { chains }))({
-      id: 'reconcile-rest',
-      data: {},
-    } as Job);
+    const round = (id: string) =>
+      makeMaintenanceProcessor(workerDepsOf(system, { chains }))({ id, data: {} } as Job);
 
-    expect(result).toMatchObject({ checked: 2, failed: 0 });
-    expect(locked).toEqual([chainIdOf('LIVE-1')]);
+    expect(await round('reconcile-locks-1')).toMatchObject({ checked: 4, failed: 0 });
+    expect(locked).toEqual([chainIdOf('LOST-1')]);
+    expect(await (await system.queue('renewals').getJob(lostJob))?.getState()).toBe('delayed');
+
+    // With every job in place, a round takes no lock at all.
+    locked.length = 0;
+    expect(await round('reconcile-locks-2')).toMatchObject({ checked: 4, failed: 0 });
+    expect(locked).toEqual([]);
   });
 });
 
