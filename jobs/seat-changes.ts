@@ -54,10 +54,24 @@ async function applySeatEvent(
       await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, chain, now);
       return `already applied: ${data.webhookId}`;
     }
-    const refused = chain.refusedSeatEvents.find((r) => r.webhookId === data.webhookId);
-    if (refused) throw new UnrecoverableError(refused.reason);
-
     const now = deps.clock.now();
+    const refused = chain.refusedSeatEvents.find((r) => r.webhookId === data.webhookId);
+    if (refused) {
+      // Taken once: a person who fixed the cause and retries the failed job has it decided
+      // afresh, as with a job that met its refusal itself.
+      await deps.chains.save({
+        chainId,
+        token,
+        previous: chain,
+        next: {
+          ...chain,
+          refusedSeatEvents: chain.refusedSeatEvents.filter((r) => r !== refused),
+          updatedAt: now,
+        },
+        release: false,
+      });
+      throw new UnrecoverableError(refused.reason);
+    }
     const cause = { webhookId: data.webhookId, jobId: job.id ?? '' };
     const save = (next: Chain, entry: Omit<HistoryEntry, 'cause' | 'at'>) =>
       deps.chains.save({

@@ -605,10 +605,10 @@ export async function finishSeatIntent(
           ? { ...applied(chain, chain.unfinishedSeatEvent), unfinishedSeatEvent: null }
           : {}),
         ...counts,
-        // An event not applied ends with its refusal: its own job, whenever it runs again
-        // (after this job met the refusal for it, or after it died before failing), fails with
-        // it rather than deciding the purchase afresh under another order id.
-        ...(!eventApplied && event.webhookId !== ''
+        // Met for another job's event, not applied: that job, when it runs again, fails with
+        // this refusal as it would have itself, rather than deciding the purchase afresh under
+        // another order id. (A job failing on its own refusal needs no note.)
+        ...(options.refusal === 'record' && !eventApplied && event.webhookId !== ''
           ? { refusedSeatEvents: refusedWith(chain, event.webhookId, reason) }
           : {}),
         updatedAt: now,

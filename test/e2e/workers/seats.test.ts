@@ -2,8 +2,8 @@
 import { execFile } from 'node:child_process';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { type Job, Worker } from 'bullmq';
-import { describe, expect, it } from 'vitest';
+import { Job, Worker } from 'bullmq';
+import { describe, expect, it, vi } from 'vitest';
 import { makeProcessor as makeMaintenanceProcessor } from '../../../jobs/maintenance.js';
 import { renewalJobId } from '../../../jobs/renewals.js';
 import { makeProcessor as makeSeatProcessor } from '../../../jobs/seat-changes.js';
@@ -614,6 +614,11 @@ describe('marketplace, after an early renewal', () => {
     const chain = await system.chain('R-12');
     expect(chain.partials).toEqual([]);
     expect(chain.history.filter((h) => h.event === 'seats.refused')).toHaveLength(1);
+
+    // Retried by a person (the cause fixed), it decides afresh, as any refused seat job does.
+    await (await seatJob())?.retry();
+    const bought = await system.waitForChain('R-12', (c) => c.partials.length === 1);
+    expect(bought.partials[0]).toMatchObject({ orderId: 'R-12.p2', licenses: 3 });
   });
 
   it('finishes a purchase a crashed seat job left half done before renewing', async () => {
@@ -1409,54 +1414,82 @@ describe('the external variant (add-ons only)', () => {
     expect(await system.providerOrder('E-4.a2')).toBeNull();
   });
 
-  it('moves a waiting add-on whose job is running just then, without failing the seat job', async () => {
-    await system.send('order.placed', orderPlaced({ order: 'E-41', licenses: 5 }));
-    await system.waitForChain('E-41', () => true);
-    const jobId = addOnJobId(chainIdOf('E-41'));
-    const scheduled = (c: ChainView) =>
-      c.history.filter((h) => h.event === 'seats.addon_scheduled').length;
-    await seats(system, 'E-41', 7, { effectiveAt: clock.now() + 3 * DAY });
-    await system.waitForChain('E-41', (c) => scheduled(c) === 1);
+  it.each([
+    ['E-41', 'lets go after the seat job looked'],
+    ['E-42', 'lets go between the refused removal and anything the seat job reads next'],
+  ])(
+    'moves a waiting add-on (%s) whose job is running just then and %s, without failing the seat job',
+    async (order, when) => {
+      await system.send('order.placed', orderPlaced({ order, licenses: 5 }));
+      await system.waitForChain(order, () => true);
+      const jobId = addOnJobId(chainIdOf(order));
+      const scheduled = (c: ChainView) =>
+        c.history.filter((h) => h.event === 'seats.addon_scheduled').length;
+      await seats(system, order, 7, { effectiveAt: clock.now() + 3 * DAY });
+      await system.waitForChain(order, (c) => scheduled(c) === 1);
 
-    // The waiting add-on's job is running (a worker fetched it) when a newer event moves it.
-    const seatWorker = system.started.workers?.workers.find((w) => w.name === 'seat-changes');
-    if (!seatWorker) throw new Error('no seat-changes worker');
-    await seatWorker.pause(true);
-    // A paused worker still takes the job its fetch in flight brings: give it one to finish.
-    const flush = await system
-      .queue('seat-changes')
-      .add(`${ADD_ON_DUE} none`, { chainId: 'none', order: 'none', customer: 'none', startsAt: 0 });
-    await expect.poll(() => flush.getState()).toBe('completed');
-    const connection = await connectRedis(system.redisUrl, 'worker');
-    const holder = new Worker('seat-changes', null, { connection, prefix: QUEUE_PREFIX });
-    try {
-      await system.promote('seat-changes', jobId);
+      // The waiting add-on's job is running (a worker fetched it) when a newer event moves it.
+      const seatWorker = system.started.workers?.workers.find((w) => w.name === 'seat-changes');
+      if (!seatWorker) throw new Error('no seat-changes worker');
+      await seatWorker.pause(true);
+      // A paused worker still takes the job its fetch in flight brings: give it one to finish.
+      const flush = await system.queue('seat-changes').add(`${ADD_ON_DUE} none`, {
+        chainId: 'none',
+        order: 'none',
+        customer: 'none',
+        startsAt: 0,
+      });
+      await expect.poll(() => flush.getState()).toBe('completed');
+      const connection = await connectRedis(system.redisUrl, 'worker');
+      const holder = new Worker('seat-changes', null, { connection, prefix: QUEUE_PREFIX });
       let running: Job | undefined;
-      await expect
-        .poll(async () => (running ??= await holder.getNextJob('holder-token', { block: false })))
-        .toBeDefined();
-      expect(running?.id).toBe(jobId);
-      seatWorker.resume();
+      // The running job puts itself off (as when it finds the chain locked), +1 min.
+      const letGo = async () => {
+        const job = running;
+        running = undefined;
+        await job?.moveToDelayed(Date.now() + 60_000, 'holder-token');
+      };
+      const remove = Job.prototype.remove;
+      if (when.startsWith('lets go between')) {
+        vi.spyOn(Job.prototype, 'remove').mockImplementation(async function (this: Job, ...args) {
+          try {
+            return await remove.apply(this, args);
+          } catch (error) {
+            if (this.id === jobId) await letGo();
+            throw error;
+          }
+        });
+      }
+      try {
+        await system.promote('seat-changes', jobId);
+        await expect
+          .poll(async () => (running ??= await holder.getNextJob('holder-token', { block: false })))
+          .toBeDefined();
+        expect(running?.id).toBe(jobId);
+        seatWorker.resume();
 
-      clock.advance(60);
-      const laterDate = clock.now() + 5 * DAY;
-      await seats(system, 'E-41', 10, { effectiveAt: laterDate }, 'wh-seats-e-41-10');
-      const seatJob = () => system.queue('seat-changes').getJob(webhookJobId('wh-seats-e-41-10'));
-      await expect.poll(async () => (await seatJob())?.getState()).toBe('delayed');
-
-      // The running job ends (it puts itself off, as it does when its day has not come).
-      await (running as Job).moveToDelayed(Date.now() + 60_000, 'holder-token');
-      await system.waitForChain('E-41', (c) => scheduled(c) === 2);
-      await expect.poll(async () => (await seatJob())?.getState()).toBe('completed');
-      // It waited for the running job instead of failing an attempt on it.
-      expect((await seatJob())?.failedReason).toBeUndefined();
-      const moved = await system.queue('seat-changes').getJob(jobId);
-      expect(moved?.data).toMatchObject({ startsAt: laterDate });
-    } finally {
-      await holder.close();
-      await connection.quit();
-    }
-  });
+        clock.advance(60);
+        const laterDate = clock.now() + 5 * DAY;
+        const webhookId = `wh-seats-${order.toLowerCase()}-10`;
+        await seats(system, order, 10, { effectiveAt: laterDate }, webhookId);
+        const seatJob = () => system.queue('seat-changes').getJob(webhookJobId(webhookId));
+        if (running) {
+          await expect.poll(async () => (await seatJob())?.getState()).toBe('delayed');
+          await letGo();
+        }
+        await system.waitForChain(order, (c) => scheduled(c) === 2);
+        await expect.poll(async () => (await seatJob())?.getState()).toBe('completed');
+        // It waited for the running job instead of failing an attempt on it.
+        expect((await seatJob())?.failedReason).toBeUndefined();
+        const moved = await system.queue('seat-changes').getJob(jobId);
+        expect(moved?.data).toMatchObject({ startsAt: laterDate });
+      } finally {
+        vi.restoreAllMocks();
+        await holder.close();
+        await connection.quit();
+      }
+    },
+  );
 
   it('never buys a license twice or loses one under concurrent events on one chain', async () => {
     await system.send('order.placed', orderPlaced({ order: 'E-5', licenses: 5 }));
