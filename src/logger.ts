@@ -33,7 +33,7 @@ export function createLogger(level: string, destination?: pino.DestinationStream
       level,
       redact: { paths: REDACT_PATHS, censor: CENSOR },
       serializers: { err: serializeError },
-      formatters: { log: (object) => scrubSecrets(object, 0) as Record<string, unknown> },
+      formatters: { log: (object) => scrubSecrets(object, 0, 'plain') as Record<string, unknown> },
       base: { service: 'billing' },
     },
     destination,
@@ -47,7 +47,7 @@ export function createLogger(level: string, destination?: pino.DestinationStream
  * args of a refused HELLO or AUTH (a rotated or mistyped password) are the password itself.
  */
 export function serializeError(error: Error): unknown {
-  return scrubSecrets(pino.stdSerializers.err(error), 0);
+  return scrubSecrets(pino.stdSerializers.err(error), 0, 'any');
 }
 
 /** Field names whose values are secrets wherever they appear (compared in lower case). */
@@ -66,21 +66,29 @@ const SECRET_NAMES = new Set([
 const MAX_DEPTH = 8;
 
 /**
- * `value` with every secret-named field censored, in plain objects and arrays at any depth (up
- * to MAX_DEPTH). Copies only what it changes: most log lines hold no secret and pass as they are.
- * An Error is left to its serializer (serializeError, which scrubs what it makes), and a Date or
- * a Buffer to JSON.
+ * Which objects scrubSecrets looks into. A log line's fields (`plain`): plain objects and arrays
+ * only. pino formats a line before its serializers run, so the line still holds Fastify's request
+ * and reply, an Error for `err`: a copy would lose what their classes give them (the reply's
+ * status code, the error's message), and their graphs are large. An error's serialized form
+ * (`any`): everything in it, Errors it holds too (ioredis's `previousErrors`, a cause in
+ * `details`), which JSON prints by their own fields, as the copy has them.
  */
-function scrubSecrets(value: unknown, depth: number): unknown {
+type Walk = 'plain' | 'any';
+
+/**
+ * `value` with every secret-named field censored, at any depth (up to MAX_DEPTH), in the objects
+ * `walk` names. Copies only what it changes: most log lines hold no secret and pass as they are.
+ */
+function scrubSecrets(value: unknown, depth: number, walk: Walk): unknown {
   if (value === null || typeof value !== 'object' || depth > MAX_DEPTH) return value;
   if (Array.isArray(value)) {
-    const items = value.map((item) => scrubSecrets(item, depth + 1));
+    const items = value.map((item) => scrubSecrets(item, depth + 1, walk));
     return items.some((item, i) => item !== value[i]) ? items : value;
   }
-  if (value instanceof Error || value instanceof Date || ArrayBuffer.isView(value)) return value;
+  if (!walksInto(value, walk)) return value;
   let copy: Record<string, unknown> | null = null;
   for (const [key, item] of Object.entries(value)) {
-    const scrubbed = scrubField(key, item, depth);
+    const scrubbed = scrubField(key, item, depth, walk);
     if (scrubbed === item) continue;
     copy = copy ?? { ...value };
     copy[key] = scrubbed;
@@ -88,10 +96,16 @@ function scrubSecrets(value: unknown, depth: number): unknown {
   return copy ?? value;
 }
 
-function scrubField(key: string, item: unknown, depth: number): unknown {
+function walksInto(value: object, walk: Walk): boolean {
+  if (walk === 'any') return !(value instanceof Date || ArrayBuffer.isView(value));
+  const proto = Object.getPrototypeOf(value);
+  return proto === Object.prototype || proto === null;
+}
+
+function scrubField(key: string, item: unknown, depth: number, walk: Walk): unknown {
   if (SECRET_NAMES.has(key.toLowerCase())) return item === undefined ? item : CENSOR;
   if (key === 'command' && isRedisCommand(item)) return { ...item, args: CENSOR };
-  return scrubSecrets(item, depth + 1);
+  return scrubSecrets(item, depth + 1, walk);
 }
 
 function isRedisCommand(value: unknown): value is { args: unknown } {

@@ -63,6 +63,14 @@ describe('request logs', () => {
     for (const line of lines) expect(() => JSON.parse(line)).not.toThrow();
     const all = lines.join('\n');
     expect(all).toContain('request completed');
+    // Scrubbing leaves the request and the reply whole: createUser carried a password.
+    const parsed = lines.map((line) => JSON.parse(line));
+    const completed = parsed.filter((l) => l.msg === 'request completed');
+    expect(completed.length).toBeGreaterThan(3);
+    for (const line of completed) expect(line.res.statusCode).toEqual(expect.any(Number));
+    for (const line of parsed.filter((l) => l.msg === 'incoming request')) {
+      expect(line.req).toMatchObject({ method: 'GET', url: expect.any(String) });
+    }
     for (const secret of [
       apiKey,
       'hunter2-very-secret',
@@ -114,7 +122,24 @@ describe('request logs', () => {
     });
     log.info({ call, users: [{ id: 'u1', apiKey: 'k-3' }], deep: { a: { b: { token: 't-4' } } } });
     log.error({ err: refusal }, 'refused');
-    const [first, second] = captured.map((line) => JSON.parse(line));
+    // Errors an error holds: ioredis's EXECABORT keeps the commands' own errors, and a cause may
+    // sit in the details.
+    const auth = Object.assign(new Error('WRONGPASS'), {
+      command: { name: 'auth', args: ['r-5'] },
+    });
+    const upstream = new RefusalError('x', 'upstream', { params: { password: 'p-6' } });
+    log.error(
+      {
+        err: Object.assign(new Error('EXECABORT'), {
+          previousErrors: [auth],
+          details: { upstream },
+        }),
+      },
+      'aborted',
+    );
+    const [first, second, third] = captured.map((line) => JSON.parse(line));
+    for (const secret of ['r-5', 'p-6']) expect(captured[2]).not.toContain(secret);
+    expect(third.err.previousErrors[0].command).toEqual({ name: 'auth', args: '[redacted]' });
     expect(first.call).toEqual({
       method: 'createUser',
       params: { user: { email: 'u@x.test', password: '[redacted]' } },
