@@ -28,6 +28,21 @@ afterAll(async () => {
   await redis.stop();
 });
 
+/** A logger at `info` whose lines are kept in `captured`. */
+function capturingLogger() {
+  const captured: string[] = [];
+  const log = createLogger(
+    'info',
+    new Writable({
+      write(chunk: Buffer, _e, done) {
+        captured.push(chunk.toString());
+        done();
+      },
+    }),
+  );
+  return { log, captured };
+}
+
 describe('request logs', () => {
   it('are JSON and hold no API key or password, even for refused calls', async () => {
     const { apiKey } = await app.addPartner('marketplace');
@@ -82,16 +97,7 @@ describe('request logs', () => {
   });
 
   it('redact secrets that a caller passes to the logger by mistake', () => {
-    const captured: string[] = [];
-    const log = createLogger(
-      'info',
-      new Writable({
-        write(chunk: Buffer, _e, done) {
-          captured.push(chunk.toString());
-          done();
-        },
-      }),
-    );
+    const { log, captured } = capturingLogger();
     log.info(
       {
         req: { headers: { 'x-api-key': 'k-123', authorization: 'Bearer t-456' } },
@@ -106,16 +112,7 @@ describe('request logs', () => {
   });
 
   it('redact secret fields at any depth, in arrays and in errors, and leave the rest', () => {
-    const captured: string[] = [];
-    const log = createLogger(
-      'info',
-      new Writable({
-        write(chunk: Buffer, _e, done) {
-          captured.push(chunk.toString());
-          done();
-        },
-      }),
-    );
+    const { log, captured } = capturingLogger();
     const call = { method: 'createUser', params: { user: { email: 'u@x.test', password: 'p-1' } } };
     const refusal = new RefusalError('provisioning_refused', 'too short', {
       params: { admin: { Password: 'p-2' } },
