@@ -149,7 +149,11 @@ export function makeProcessor(deps: WorkerDeps) {
       const ids = await deps.chains.pageOfChainIds(offset, PAGE);
       if (ids.length === 0) break;
       const page = await deps.chains.getMany(ids);
-      const settled = await settledChains(deps, page, deps.clock.now());
+      const settled = await settledChains(deps, page, deps.clock.now()).catch((error) => {
+        // Redis failing that read fails no chain: each is then checked under its lock.
+        deps.log.warn({ err: error }, 'reconcile checks a page under the locks');
+        return new Set<string>();
+      });
       for (const chain of page) {
         checked += 1;
         if (settled.has(chain.id)) continue;

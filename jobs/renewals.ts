@@ -280,13 +280,11 @@ export async function renewalJobsInPlace(
   const pipeline = (await queue.backend.client).pipeline();
   for (const schedule of schedules) {
     const id = renewalJobId(schedule.id, schedule.term.count + 1);
-    pipeline.runCommand('zscore', [delayed, id]);
+    // Its record as well as its place: an entry whose record was lost would fire with no data.
+    pipeline.runCommand('zscore', [delayed, id]).runCommand('exists', [queue.toKey(id)]);
     // Not renewing: a job left over is fine only when finished (or gone).
     if (schedule.nextRenewalAt === null) {
-      pipeline
-        .runCommand('exists', [queue.toKey(id)])
-        .runCommand('zscore', [completed, id])
-        .runCommand('zscore', [failed, id]);
+      pipeline.runCommand('zscore', [completed, id]).runCommand('zscore', [failed, id]);
     }
   }
   const replies = (await pipeline.exec()) ?? [];
@@ -297,13 +295,14 @@ export async function renewalJobsInPlace(
   let next = 0;
   return schedules.map((schedule) => {
     const firesAt = fireTimeOfScore(values[next] as string | null);
+    const exists = values[next + 1] === 1;
     if (schedule.nextRenewalAt !== null) {
-      next += 1;
-      return firesAsScheduled(firesAt, schedule.nextRenewalAt, now);
+      next += 2;
+      return exists && firesAsScheduled(firesAt, schedule.nextRenewalAt, now);
     }
-    const [exists, completedScore, failedScore] = values.slice(next + 1, next + 4);
+    const [completedScore, failedScore] = values.slice(next + 2, next + 4);
     next += 4;
-    return firesAt === null && (exists === 0 || completedScore !== null || failedScore !== null);
+    return firesAt === null && (!exists || completedScore !== null || failedScore !== null);
   });
 }
 

@@ -195,6 +195,11 @@ describe('reconcile and cancelled chains', () => {
     await system.waitForChain('OFF-1', (chain) => chain.nextRenewalAt === null);
     const lostJob = renewalJobId(chainIdOf('LOST-1'), 2);
     await (await system.queue('renewals').getJob(lostJob))?.remove();
+    // LOST-2's job lost its record, while its entry in the delayed set stayed.
+    await placedTwoDaysAgo(system, 'LOST-2');
+    const recordless = renewalJobId(chainIdOf('LOST-2'), 2);
+    const client = await system.queue('renewals').backend.client;
+    await client.del(system.queue('renewals').toKey(recordless));
 
     const locked: string[] = [];
     const store = new ChainStore(system.started.runtime.redis);
@@ -206,13 +211,15 @@ describe('reconcile and cancelled chains', () => {
     const round = (id: string) =>
       makeMaintenanceProcessor(workerDepsOf(system, { chains }))({ id, data: {} } as Job);
 
-    expect(await round('reconcile-locks-1')).toMatchObject({ checked: 4, failed: 0 });
-    expect(locked).toEqual([chainIdOf('LOST-1')]);
-    expect(await (await system.queue('renewals').getJob(lostJob))?.getState()).toBe('delayed');
+    expect(await round('reconcile-locks-1')).toMatchObject({ checked: 5, failed: 0 });
+    expect(locked.sort()).toEqual([chainIdOf('LOST-1'), chainIdOf('LOST-2')].sort());
+    for (const id of [lostJob, recordless]) {
+      expect(await (await system.queue('renewals').getJob(id))?.getState()).toBe('delayed');
+    }
 
     // With every job in place, a round takes no lock at all.
     locked.length = 0;
-    expect(await round('reconcile-locks-2')).toMatchObject({ checked: 4, failed: 0 });
+    expect(await round('reconcile-locks-2')).toMatchObject({ checked: 5, failed: 0 });
     expect(locked).toEqual([]);
   });
 });
