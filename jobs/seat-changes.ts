@@ -19,6 +19,7 @@ import {
   finishSeatIntent,
   paidAhead,
   paidInForce,
+  withRefusalSettled,
 } from './seat-purchases.js';
 import { ADD_ON_DUE, addOnDueData, removeAddOnJob, scheduleAddOnJob } from './waiting-add-ons.js';
 
@@ -42,36 +43,21 @@ async function applySeatEvent(
     if (!lock.chain)
       throw new UnrecoverableError(`seats.changed names an unknown order: ${ev.order}`);
     const { token } = lock;
-    const chain = await finishPendingSeatPurchase(deps, job, { chain: lock.chain, token });
-    if (chain.intent) return waitForOtherJob(job, jobToken, deps.clock.now());
-    if (chain.appliedSeatEvents.includes(data.webhookId)) {
+    const finished = await finishPendingSeatPurchase(deps, job, { chain: lock.chain, token });
+    if (finished.intent) return waitForOtherJob(job, jobToken, deps.clock.now());
+    if (finished.appliedSeatEvents.includes(data.webhookId)) {
       // A retry after a crash right after the save: the waiting add-on's job may be missing,
       // or the renewal jobs of what it bought.
       const now = deps.clock.now();
-      if (chain.pendingAddOn) {
-        await scheduleAddOnJob(deps, chain, chain.pendingAddOn.startsAt, now, job);
+      if (finished.pendingAddOn) {
+        await scheduleAddOnJob(deps, finished, finished.pendingAddOn.startsAt, now, job);
       }
-      await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, chain, now);
+      await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, finished, now);
       return `already applied: ${data.webhookId}`;
     }
     const now = deps.clock.now();
-    const refused = chain.refusedSeatEvents.find((r) => r.webhookId === data.webhookId);
-    if (refused) {
-      // Taken once: a person who fixed the cause and retries the failed job has it decided
-      // afresh, as with a job that met its refusal itself.
-      await deps.chains.save({
-        chainId,
-        token,
-        previous: chain,
-        next: {
-          ...chain,
-          refusedSeatEvents: chain.refusedSeatEvents.filter((r) => r !== refused),
-          updatedAt: now,
-        },
-        release: false,
-      });
-      throw new UnrecoverableError(refused.reason);
-    }
+    const held = { chain: finished, token };
+    const chain = await withRefusalSettled(deps, job, held, data.webhookId, now);
     const cause = { webhookId: data.webhookId, jobId: job.id ?? '' };
     const save = (next: Chain, entry: Omit<HistoryEntry, 'cause' | 'at'>) =>
       deps.chains.save({

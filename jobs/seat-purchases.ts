@@ -34,12 +34,45 @@ export function applied(
   return { ...lastSeen(chain, event), appliedSeatEvents: remembered };
 }
 
-/** The chain's refused seat events with one more (the latest few are remembered). */
-function refusedWith(chain: Chain, webhookId: string, reason: string) {
-  return [
-    ...chain.refusedSeatEvents.filter((r) => r.webhookId !== webhookId),
-    { webhookId, reason },
-  ].slice(-REMEMBERED_EVENTS);
+type RefusalNote = Chain['refusedSeatEvents'][number];
+
+/** The chain's refused seat events with `note` for its event (the latest few are remembered). */
+function refusedWith(chain: Chain, note: RefusalNote) {
+  return [...chain.refusedSeatEvents.filter((r) => r.webhookId !== note.webhookId), note].slice(
+    -REMEMBERED_EVENTS,
+  );
+}
+
+/**
+ * The chain once the refusal noted for the event of `job` (if any) is settled for this run: the
+ * attempt that met it, run again because its worker died before the failure was recorded, or
+ * the first run since another job met it, fails with the refusal (noting its attempt), rather
+ * than deciding the purchase afresh under another order id; a run after that failure was
+ * recorded (a person fixed the cause and retried the job) drops the note and decides afresh.
+ */
+export async function withRefusalSettled(
+  deps: WorkerDeps,
+  job: Job,
+  { chain, token }: { chain: Chain; token: string },
+  webhookId: string,
+  now: number,
+): Promise<Chain> {
+  const note = chain.refusedSeatEvents.find((r) => r.webhookId === webhookId);
+  if (!note) return chain;
+  const attempt = job.attemptsMade ?? 0;
+  const save = (refusedSeatEvents: RefusalNote[]) =>
+    deps.chains.save({
+      chainId: chain.id,
+      token,
+      previous: chain,
+      next: { ...chain, refusedSeatEvents, updatedAt: now },
+      release: false,
+    });
+  if (note.attempt !== null && attempt > note.attempt) {
+    return save(chain.refusedSeatEvents.filter((r) => r !== note));
+  }
+  if (note.attempt === null) await save(refusedWith(chain, { ...note, attempt }));
+  throw new UnrecoverableError(note.reason);
 }
 
 /**
@@ -605,11 +638,16 @@ export async function finishSeatIntent(
           ? { ...applied(chain, chain.unfinishedSeatEvent), unfinishedSeatEvent: null }
           : {}),
         ...counts,
-        // Met for another job's event, not applied: that job, when it runs again, fails with
-        // this refusal as it would have itself, rather than deciding the purchase afresh under
-        // another order id. (A job failing on its own refusal needs no note.)
-        ...(options.refusal === 'record' && !eventApplied && event.webhookId !== ''
-          ? { refusedSeatEvents: refusedWith(chain, event.webhookId, reason) }
+        // An event not applied ends with its refusal, also for its own job run again after its
+        // worker died, or after another job met the refusal for it (withRefusalSettled).
+        ...(!eventApplied && event.webhookId !== ''
+          ? {
+              refusedSeatEvents: refusedWith(chain, {
+                webhookId: event.webhookId,
+                reason,
+                attempt: options.refusal === 'fail' ? (job.attemptsMade ?? 0) : null,
+              }),
+            }
           : {}),
         updatedAt: now,
       },

@@ -155,10 +155,21 @@ export const chainRecord = z.object({
   /** Webhook ids of the latest applied seat events: a retried job never applies one twice. */
   appliedSeatEvents: z.array(z.string()).default([]),
   /**
-   * Seat events whose purchase the provider refused, with the refusal: the event's own job, run
-   * again after another job met the refusal for it, fails with it instead of buying again.
+   * Seat events whose purchase the provider refused and that are not applied, with the refusal
+   * and the attempt of the event's own job that fails with it (null until that job has run since
+   * another job met the refusal): run again within that attempt (its worker died), the job fails
+   * with it instead of deciding the purchase afresh; retried after that failure, it decides
+   * afresh (jobs/seat-purchases.ts, withRefusalSettled).
    */
-  refusedSeatEvents: z.array(z.object({ webhookId: z.string(), reason: z.string() })).default([]),
+  refusedSeatEvents: z
+    .array(
+      z.object({
+        webhookId: z.string(),
+        reason: z.string(),
+        attempt: z.int().min(0).nullable().default(null),
+      }),
+    )
+    .default([]),
   version: z.int().min(0),
   createdAt: z.int(),
   updatedAt: z.int(),

@@ -793,10 +793,12 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
       switched ??= system.ops('PUT', '/ops/chains/A-21/auto-renew', { enabled: true });
       return switched;
     };
+    // The page itself is the first read of the main chain; the second, for its add-ons.
     const getMany = chains.getMany.bind(chains);
+    let manyReads = 0;
     chains.getMany = async (ids) => {
       const found = await getMany(ids);
-      if (ids.length === 1 && ids[0] === mainId) await switchOn();
+      if (ids.includes(mainId) && ++manyReads === 2) await switchOn();
       return found;
     };
     const get = chains.get.bind(chains);
@@ -1248,6 +1250,13 @@ describe('the external variant (add-ons only)', () => {
     expect(refused.nextLicenses).toBe(5);
     const stored = await new ChainStore(system.started.runtime.redis).get(chainIdOf('E-32'));
     expect(stored?.pendingAddOn).toMatchObject({ licenses: 3, startsAt: neededAt });
+
+    // Its worker died before the failure was recorded: run again (the provider would now take
+    // it), the job fails with the same refusal instead of deciding afresh.
+    await expect(makeSeatProcessor(workerDepsOf(system))(seatJob)).rejects.toThrow(
+      'licenses over the contract limit',
+    );
+    expect(await system.providerOrder('E-32.a2')).toBeNull();
 
     // The earlier event's 3 are still bought on their day.
     const bought = await buyWaitingAddOn(system, clock, 'E-32', { at: neededAt, nth: 1 });
