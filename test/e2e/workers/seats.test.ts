@@ -34,9 +34,15 @@ const run = promisify(execFile);
 const BIN = join(import.meta.dirname, '../../../bin/billing.js');
 
 /** Places a chain and waits for it; its first term started `daysAgo` days ago. */
-async function place(system: System, order: string, licenses: number, daysAgo = 10) {
+async function place(
+  system: System,
+  order: string,
+  licenses: number,
+  daysAgo = 10,
+  options: { autoRenew?: boolean } = {},
+) {
   const startsAt = system.started.runtime.clock.now() - daysAgo * DAY;
-  await system.send('order.placed', orderPlaced({ order, licenses, startsAt }));
+  await system.send('order.placed', orderPlaced({ order, licenses, startsAt, ...options }));
   return system.waitForChain(order, () => true);
 }
 
@@ -574,12 +580,7 @@ describe('marketplace, after an early renewal', () => {
   });
 
   it('fails an event whose purchase another job found refused, so its own job buys nothing', async () => {
-    const startsAt = clock.now() - 25 * DAY;
-    await system.send(
-      'order.placed',
-      orderPlaced({ order: 'R-12', licenses: 5, startsAt, autoRenew: false }),
-    );
-    const placed = await system.waitForChain('R-12', () => true);
+    const placed = await place(system, 'R-12', 5, 25, { autoRenew: false });
     const t1 = clock.now();
     // The event's own job decided a partial, then died before sending it.
     await leftByDeadJob(system, 'R-12', 'crashed-seat-job', () => ({
@@ -622,12 +623,7 @@ describe('marketplace, after an early renewal', () => {
   });
 
   it('finishes a purchase a crashed seat job left half done before renewing', async () => {
-    const startsAt = clock.now() - 25 * DAY;
-    await system.send(
-      'order.placed',
-      orderPlaced({ order: 'R-2', licenses: 4, startsAt, autoRenew: false }),
-    );
-    const placed = await system.waitForChain('R-2', () => true);
+    const placed = await place(system, 'R-2', 4, 25, { autoRenew: false });
     const params = {
       customer: placed.customer,
       id: 'R-2.p1',
