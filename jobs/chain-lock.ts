@@ -38,12 +38,21 @@ export async function withChainLock<T>(
   const lock = await take(token);
   if (lock.kind === 'locked') return waitForLock(job, jobToken);
   const lease = keepLease(chains, chainId, token);
-  try {
-    return await work({ chainId, token, chain: lock.chain, claimed: lock.kind === 'claimed' });
-  } finally {
+  const release = async () => {
     await lease.stop();
     await chains.unlock(chainId, token);
+  };
+  let result: T;
+  try {
+    result = await work({ chainId, token, chain: lock.chain, claimed: lock.kind === 'claimed' });
+  } catch (error) {
+    // The work's own failure is what the job fails with (a refusal must not turn into a retry
+    // because Redis dropped the unlock): a lock not released lapses with its lease.
+    await release().catch(() => {});
+    throw error;
   }
+  await release();
+  return result;
 }
 
 /**

@@ -48,7 +48,8 @@ function refusedWith(chain: Chain, note: RefusalNote) {
  * attempt that met it, run again because its worker died before the failure was recorded, or
  * the first run since another job met it, fails with the refusal (noting its attempt), rather
  * than deciding the purchase afresh under another order id; a run after that failure was
- * recorded (a person fixed the cause and retried the job) drops the note and decides afresh.
+ * recorded and a person retried the job (having fixed the cause) drops the note and decides
+ * afresh.
  */
 export async function withRefusalSettled(
   deps: WorkerDeps,
@@ -68,7 +69,9 @@ export async function withRefusalSettled(
       next: { ...chain, refusedSeatEvents, updatedAt: now },
       release: false,
     });
-  if (note.attempt !== null && attempt > note.attempt) {
+  // A person's retry clears the job's failure (BullMQ's own retries keep the last one): only
+  // then is the refusal taken as dealt with. A retry for any other reason fails with it again.
+  if (note.attempt !== null && attempt > note.attempt && !job.failedReason) {
     return save(chain.refusedSeatEvents.filter((r) => r !== note));
   }
   if (note.attempt === null) await save(refusedWith(chain, { ...note, attempt }));

@@ -1252,11 +1252,56 @@ describe('the external variant (add-ons only)', () => {
     await expect(makeSeatProcessor(workerDepsOf(system))(seatJob)).rejects.toThrow(
       'licenses over the contract limit',
     );
+    // So does BullMQ's own retry of it after a Redis failure (its attempts counted up, its last
+    // failure kept): only a person's retry, which clears the failure, decides afresh.
+    const retried = { ...seatJob, attemptsMade: 1, failedReason: 'Connection is closed.' } as Job;
+    await expect(makeSeatProcessor(workerDepsOf(system))(retried)).rejects.toThrow(
+      'licenses over the contract limit',
+    );
     expect(await system.providerOrder('E-32.a2')).toBeNull();
 
     // The earlier event's 3 are still bought on their day.
     const bought = await buyWaitingAddOn(system, clock, 'E-32', { at: neededAt, nth: 1 });
     expect(bought.addOns[0]).toMatchObject({ order: 'E-32.a2', licenses: 3 });
+  });
+
+  it('fails a refused seat job even when Redis drops the unlock right after the refusal', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'E-43', licenses: 5 }));
+    await system.waitForChain('E-43', () => true);
+    const provisioning = system.started.provisioning;
+    const create = provisioning.createFirstOrder;
+    // Refused once: a second try, under another order id, would be taken.
+    let refused = false;
+    provisioning.createFirstOrder = async (params) => {
+      if (refused) return create.call(provisioning, params);
+      refused = true;
+      throw new RefusalError('provisioning_refused', 'licenses over the contract limit');
+    };
+    // The unlock after the refusal is saved runs, but its reply is lost (a Redis blip).
+    const unlock = ChainStore.prototype.unlock;
+    let dropped = false;
+    vi.spyOn(ChainStore.prototype, 'unlock').mockImplementation(async function (
+      this: ChainStore,
+      chainId: string,
+      token: string,
+    ) {
+      await unlock.call(this, chainId, token);
+      if (!dropped && chainId === chainIdOf('E-43')) {
+        dropped = true;
+        throw new Error('Connection is closed.');
+      }
+    });
+    try {
+      await seats(system, 'E-43', 8, {}, 'wh-seats-e-43-8');
+      const job = () => system.queue('seat-changes').getJob(webhookJobId('wh-seats-e-43-8'));
+      await expect.poll(async () => (await job())?.getState(), { timeout: 10_000 }).toBe('failed');
+      expect(dropped).toBe(true);
+      expect((await job())?.failedReason).toContain('licenses over the contract limit');
+    } finally {
+      vi.restoreAllMocks();
+      provisioning.createFirstOrder = create;
+    }
+    expect(await system.providerOrder('E-43.a2')).toBeNull();
   });
 
   describe('a waiting add-on whose job comes only after its term ended', () => {
