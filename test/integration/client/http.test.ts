@@ -43,6 +43,16 @@ describe('the HTTP client when the service fails', () => {
     return client;
   }
 
+  /** A client of a service that answers every request with `handler` (both closed after). */
+  async function clientAnswering(
+    handler: Parameters<typeof listen>[0],
+    options: { timeoutMs?: number } = {},
+  ) {
+    const server = await listen(handler);
+    stops.push(server.close);
+    return track(httpClient({ url: server.url, apiKey: 'k', variant: 'marketplace', ...options }));
+  }
+
   it('answers ConfigError for a wrong API key, without the key in the error', async () => {
     const apiKey = 'wrong-key-7f3a9c1e5b2d4f6a8c0e1b3d5f7a9c1e';
     const client = track(httpClient({ url: app.url, apiKey, variant: 'marketplace' }));
@@ -70,12 +80,10 @@ describe('the HTTP client when the service fails', () => {
   });
 
   it('answers TransientError for a 503, quoting the body', async () => {
-    const server = await listen((_req, res) => {
+    const client = await clientAnswering((_req, res) => {
       res.writeHead(503, { 'content-type': 'application/json' });
       res.end(JSON.stringify('service unavailable: storage unreachable, retry later'));
     });
-    stops.push(server.close);
-    const client = track(httpClient({ url: server.url, apiKey: 'k', variant: 'marketplace' }));
     const error = await client.suspendOrder({ id: 'A-1' }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(TransientError);
     expect(error).toMatchObject({
@@ -95,13 +103,11 @@ describe('the HTTP client when the service fails', () => {
         { 'retry-after': 'Sun, 22 Nov 2026 10:00:30 GMT', date: 'Sun, 22 Nov 2026 10:00:00 GMT' },
       ],
     ];
-    const server = await listen((_req, res) => {
+    const client = await clientAnswering((_req, res) => {
       const [status, headers] = answers.shift() ?? [500, {}];
       res.writeHead(status, { 'content-type': 'application/json', ...headers });
       res.end(JSON.stringify('slow down'));
     });
-    stops.push(server.close);
-    const client = track(httpClient({ url: server.url, apiKey: 'k', variant: 'marketplace' }));
     const first = await client.suspendOrder({ id: 'A-1' }).catch((e: unknown) => e);
     expect(first).toBeInstanceOf(TransientError);
     expect(first).toMatchObject({ details: { status: 429, retryAfterMs: 120_000 } });
@@ -113,12 +119,11 @@ describe('the HTTP client when the service fails', () => {
   });
 
   it('answers TransientError when the service does not answer within timeoutMs', async () => {
-    const server = await listen(() => {
-      // Holds every request: the call's deadline must end the wait.
-    });
-    stops.push(server.close);
-    const client = track(
-      httpClient({ url: server.url, apiKey: 'k', variant: 'marketplace', timeoutMs: 200 }),
+    const client = await clientAnswering(
+      () => {
+        // Holds every request: the call's deadline must end the wait.
+      },
+      { timeoutMs: 200 },
     );
     const error = await client.cancelOrder({ id: 'A-1' }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(TransientError);
@@ -126,15 +131,14 @@ describe('the HTTP client when the service fails', () => {
   });
 
   it('ends a call whose answer trickles in at timeoutMs, whole call included', async () => {
-    const server = await listen((_req, res) => {
-      res.writeHead(200, { 'content-type': 'application/json' });
-      // A byte every 50 ms: no single wait is long, the whole answer is.
-      const timer = setInterval(() => res.write(' '), 50);
-      res.on('close', () => clearInterval(timer));
-    });
-    stops.push(server.close);
-    const client = track(
-      httpClient({ url: server.url, apiKey: 'k', variant: 'marketplace', timeoutMs: 300 }),
+    const client = await clientAnswering(
+      (_req, res) => {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        // A byte every 50 ms: no single wait is long, the whole answer is.
+        const timer = setInterval(() => res.write(' '), 50);
+        res.on('close', () => clearInterval(timer));
+      },
+      { timeoutMs: 300 },
     );
     const started = Date.now();
     const error = await client.cancelOrder({ id: 'A-1' }).catch((e: unknown) => e);
@@ -145,12 +149,10 @@ describe('the HTTP client when the service fails', () => {
 
   it('throws a plain Error naming the method for a malformed 200 answer', async () => {
     const bodies = ['{"id": "A-1"}', 'not json'];
-    const server = await listen((_req, res) => {
+    const client = await clientAnswering((_req, res) => {
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end(bodies.shift());
     });
-    stops.push(server.close);
-    const client = track(httpClient({ url: server.url, apiKey: 'k', variant: 'marketplace' }));
     const order = { customer: 'C', id: 'A-1', product: 'suite-std', licenses: 1 };
     for (const expected of [/answered an unexpected shape: answer\.customer/, /not JSON/]) {
       const error = await client.createOrder(order).catch((e: unknown) => e);
@@ -169,12 +171,10 @@ describe('the HTTP client when the service fails', () => {
   ])(
     'takes a 400 with %s for no refusal of the service: a configuration error, retried',
     async (_, page) => {
-      const server = await listen((_req, res) => {
+      const client = await clientAnswering((_req, res) => {
         res.writeHead(400, { 'content-type': 'text/html' });
         res.end(page);
       });
-      stops.push(server.close);
-      const client = track(httpClient({ url: server.url, apiKey: 'k', variant: 'marketplace' }));
       const error = await client.cancelOrder({ id: 'A-1' }).catch((e: unknown) => e);
       expect(error).toBeInstanceOf(ConfigError);
       expect(error).toMatchObject({
@@ -188,12 +188,10 @@ describe('the HTTP client when the service fails', () => {
   );
 
   it('takes a redirect for a configuration error naming where it points, without its query', async () => {
-    const server = await listen((_req, res) => {
+    const client = await clientAnswering((_req, res) => {
       res.writeHead(308, { location: 'https://provisioning.example/api/?code=SECRET-1' });
       res.end();
     });
-    stops.push(server.close);
-    const client = track(httpClient({ url: server.url, apiKey: 'k', variant: 'marketplace' }));
     const error = await client.cancelOrder({ id: 'A-1' }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(ConfigError);
     expect((error as Error).message).toBe(
@@ -218,7 +216,7 @@ describe('the HTTP client when the service fails', () => {
   });
 
   it('throws a plain Error for an answer about another order than the one sent', async () => {
-    const server = await listen((_req, res) => {
+    const client = await clientAnswering((_req, res) => {
       res.writeHead(200, { 'content-type': 'application/json' });
       // A gateway's cached answer for the chain's first order, not the renewal asked for.
       res.end(
@@ -237,8 +235,6 @@ describe('the HTTP client when the service fails', () => {
         }),
       );
     });
-    stops.push(server.close);
-    const client = track(httpClient({ url: server.url, apiKey: 'k', variant: 'marketplace' }));
     const renewal = { customer: 'C', id: 'A-1.r2', product: 'suite-std', licenses: 1 };
     const error = await client.createOrder(renewal).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(Error);
@@ -291,12 +287,10 @@ describe('the HTTP client when the service fails', () => {
   });
 
   it('keeps an excerpt of a long refusal: it goes into a job failure and a chain history', async () => {
-    const server = await listen((_req, res) => {
+    const client = await clientAnswering((_req, res) => {
       res.writeHead(400, { 'content-type': 'application/json' });
       res.end(JSON.stringify(`refused: ${'x'.repeat(100_000)}`));
     });
-    stops.push(server.close);
-    const client = track(httpClient({ url: server.url, apiKey: 'k', variant: 'marketplace' }));
     const refusal = await refusalOf(client.cancelOrder({ id: 'A-1' }), 'cancelOrder');
     expect(refusal.message).toMatch(/^refused: x+\.\.\.$/);
     expect(refusal.message.length).toBe(500);
@@ -360,12 +354,10 @@ describe('the HTTP client when the service fails', () => {
   ])(
     'does not take a %i (a gateway, a deploy, a wrong path) for a refusal',
     async (status, kind) => {
-      const server = await listen((_req, res) => {
+      const client = await clientAnswering((_req, res) => {
         res.writeHead(status, { 'content-type': 'text/html' });
         res.end('<h1>Not the service</h1>');
       });
-      stops.push(server.close);
-      const client = track(httpClient({ url: server.url, apiKey: 'k', variant: 'marketplace' }));
       const error = await client.cancelOrder({ id: 'A-1' }).catch((e: unknown) => e);
       expect(error).toBeInstanceOf(kind);
       expect(error).not.toBeInstanceOf(RefusalError);
