@@ -2,7 +2,7 @@
 import { randomUUID } from 'node:crypto';
 import { DelayedError, type Job } from 'bullmq';
 import { mainChainIdOf } from '../src/chains/family.js';
-import { keepLease } from '../src/chains/lease.js';
+import { whileHeld } from '../src/chains/lease.js';
 import type { Chain } from '../src/chains/records.js';
 import type { ChainStore, ClaimResult } from '../src/chains/store.js';
 import { queueTimeMs } from '../src/clock.js';
@@ -37,22 +37,9 @@ export async function withChainLock<T>(
   const token = `${job.id}/${randomUUID()}`;
   const lock = await take(token);
   if (lock.kind === 'locked') return waitForLock(job, jobToken);
-  const lease = keepLease(chains, chainId, token);
-  const release = async () => {
-    await lease.stop();
-    await chains.unlock(chainId, token);
-  };
-  let result: T;
-  try {
-    result = await work({ chainId, token, chain: lock.chain, claimed: lock.kind === 'claimed' });
-  } catch (error) {
-    // The work's own failure is what the job fails with (a refusal must not turn into a retry
-    // because Redis dropped the unlock): a lock not released lapses with its lease.
-    await release().catch(() => {});
-    throw error;
-  }
-  await release();
-  return result;
+  return whileHeld(chains, chainId, token, () =>
+    work({ chainId, token, chain: lock.chain, claimed: lock.kind === 'claimed' }),
+  );
 }
 
 /**

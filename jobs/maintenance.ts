@@ -3,7 +3,7 @@ import type { Job, Queue } from 'bullmq';
 import { z } from 'zod';
 import { markAddOnCancelled } from '../src/chains/cancel.js';
 import { governedNextRenewalAt } from '../src/chains/family.js';
-import { keepLease } from '../src/chains/lease.js';
+import { whileHeld } from '../src/chains/lease.js';
 import type { Chain } from '../src/chains/records.js';
 import { renewalDueAt } from '../src/domain/renewal.js';
 import { ConfigError, RefusalError, TransientError } from '../src/errors.js';
@@ -211,13 +211,7 @@ async function underLock<T>(
   const token = `reconcile/${jobId}/${chainId}`;
   const lock = await deps.chains.lock(chainId, token);
   if (lock.kind === 'locked') return busy;
-  const lease = keepLease(deps.chains, chainId, token);
-  try {
-    return await work(lock.chain, token);
-  } finally {
-    await lease.stop();
-    await deps.chains.unlock(chainId, token);
-  }
+  return whileHeld(deps.chains, chainId, token, () => work(lock.chain, token));
 }
 
 /**

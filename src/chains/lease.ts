@@ -1,4 +1,4 @@
-// Keeps a chain lock's lease alive while its holder works.
+// Keeps a chain lock's lease alive while its holder works, and lets the lock go after.
 import type { ChainStore } from './store.js';
 
 /**
@@ -8,7 +8,7 @@ import type { ChainStore } from './store.js';
  * later, or a suspension be overtaken by a late unsuspension. A holder that dies stops renewing,
  * and its lease lapses as before. Every holder uses it: jobs, reconcile and operators.
  */
-export function keepLease(chains: ChainStore, chainId: string, token: string) {
+function keepLease(chains: ChainStore, chainId: string, token: string) {
   let renewing: Promise<unknown> = Promise.resolve();
   const timer = setInterval(() => {
     // A lock lost meanwhile is noticed by the holder's next save, which checks the token.
@@ -21,4 +21,32 @@ export function keepLease(chains: ChainStore, chainId: string, token: string) {
       await renewing;
     },
   };
+}
+
+/**
+ * Runs `work` while the lock `token` holds the chain (the lease kept alive), then releases it.
+ * The work's own failure is what the holder fails with: a release that fails after it (Redis
+ * dropping the unlock) must not turn a refusal into a retry; a lock not released lapses with its
+ * lease.
+ */
+export async function whileHeld<T>(
+  chains: ChainStore,
+  chainId: string,
+  token: string,
+  work: () => Promise<T>,
+): Promise<T> {
+  const lease = keepLease(chains, chainId, token);
+  const release = async () => {
+    await lease.stop();
+    await chains.unlock(chainId, token);
+  };
+  let result: T;
+  try {
+    result = await work();
+  } catch (error) {
+    await release().catch(() => {});
+    throw error;
+  }
+  await release();
+  return result;
 }

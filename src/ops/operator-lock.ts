@@ -1,7 +1,7 @@
 // Operators change chains under the same lock as jobs; a request waits briefly, then gives up (409).
 import { randomUUID } from 'node:crypto';
 import { setTimeout as wait } from 'node:timers/promises';
-import { keepLease } from '../chains/lease.js';
+import { whileHeld } from '../chains/lease.js';
 import type { Chain } from '../chains/records.js';
 import type { ChainStore } from '../chains/store.js';
 import { NotFoundError, RefusalError } from '../errors.js';
@@ -18,15 +18,11 @@ export async function withOperatorLock(
   for (let attempt = 0; attempt < ATTEMPTS; attempt += 1) {
     const lock = await chains.lock(chainId, token);
     if (lock.kind === 'held') {
-      const lease = keepLease(chains, chainId, token);
-      try {
-        if (!lock.chain)
-          throw new NotFoundError('chain_not_found', `chain ${chainId} does not exist`);
-        return await work({ chain: lock.chain, token });
-      } finally {
-        await lease.stop();
-        await chains.unlock(chainId, token);
-      }
+      const { chain } = lock;
+      return whileHeld(chains, chainId, token, () => {
+        if (!chain) throw new NotFoundError('chain_not_found', `chain ${chainId} does not exist`);
+        return work({ chain, token });
+      });
     }
     await wait(PAUSE_MS);
   }
