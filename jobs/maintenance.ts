@@ -68,6 +68,18 @@ function hasJobsToEnsure(chain: Chain): boolean {
   return schedulesRenewals(chain) || chain.pendingAddOn !== null || chain.unsuspending;
 }
 
+/** What reconcile has to do with a chain, as `chain` and its main chain `main` stand. */
+function reconcileStep(
+  chain: Chain,
+  main: Chain | null,
+  now: number,
+): 'nothing' | 'cancel with main' | 'expire' | 'ensure jobs' {
+  if (isAtRest(chain)) return 'nothing';
+  if (goesWithCancelledMain(chain, main)) return 'cancel with main';
+  if (hasExpired(main ? governedBy(main, chain) : chain, now)) return 'expire';
+  return hasJobsToEnsure(chain) ? 'ensure jobs' : 'nothing';
+}
+
 /** What reconcile does with one chain: whether it marked it expired. */
 async function reconcileChain(deps: WorkerDeps, chain: Chain, jobId: string): Promise<boolean> {
   if (isAtRest(chain)) return false;
@@ -75,14 +87,18 @@ async function reconcileChain(deps: WorkerDeps, chain: Chain, jobId: string): Pr
   // Read once for both: whether the add-on goes with a cancelled main chain, and its schedule as
   // that main chain governs it (both decided again under the locks before anything is written).
   const main = chain.mainChain === null ? null : await deps.chains.get(chain.mainChain);
-  if (goesWithCancelledMain(chain, main)) {
-    await markCancelledWithMainChain(deps, chain, now, jobId);
-    return false;
+  switch (reconcileStep(chain, main, now)) {
+    case 'cancel with main':
+      await markCancelledWithMainChain(deps, chain, now, jobId);
+      return false;
+    case 'expire':
+      return markExpired(deps, chain, now, jobId);
+    case 'ensure jobs':
+      await ensureJobs(deps, chain, now, jobId);
+      return false;
+    case 'nothing':
+      return false;
   }
-  const schedule = main ? governedBy(main, chain) : chain;
-  if (hasExpired(schedule, now)) return markExpired(deps, chain, now, jobId);
-  if (hasJobsToEnsure(chain)) await ensureJobs(deps, chain, now, jobId);
-  return false;
 }
 
 /**
@@ -125,16 +141,18 @@ function seenWithoutLock(
   now: number,
   leadDays: number,
 ): 'settled' | 'look closer' | Chain {
-  if (isAtRest(chain)) return 'settled';
-  if (goesWithCancelledMain(chain, main)) return 'look closer';
-  const schedule = main ? governedBy(main, chain) : chain;
-  if (hasExpired(schedule, now)) return 'look closer';
-  if (!hasJobsToEnsure(chain)) return 'settled';
-  if (chain.intent !== null || chain.pendingAddOn !== null || chain.unsuspending) {
+  const step = reconcileStep(chain, main, now);
+  if (step === 'nothing') return 'settled';
+  if (
+    step !== 'ensure jobs' ||
+    chain.intent !== null ||
+    chain.pendingAddOn !== null ||
+    chain.unsuspending ||
+    renewalTimeUnderLead(chain, now, leadDays) !== null
+  ) {
     return 'look closer';
   }
-  if (renewalTimeUnderLead(chain, now, leadDays) !== null) return 'look closer';
-  return schedule;
+  return main ? governedBy(main, chain) : chain;
 }
 
 export function makeProcessor(deps: WorkerDeps) {
