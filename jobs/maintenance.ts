@@ -2,7 +2,7 @@
 import type { Job, Queue } from 'bullmq';
 import { z } from 'zod';
 import { markAddOnCancelled } from '../src/chains/cancel.js';
-import { governedNextRenewalAt } from '../src/chains/family.js';
+import { governedNextRenewalAt, mainChainsOf } from '../src/chains/family.js';
 import { whileHeld } from '../src/chains/lease.js';
 import type { Chain } from '../src/chains/records.js';
 import { renewalDueAt } from '../src/domain/renewal.js';
@@ -113,8 +113,7 @@ async function settledChains(
   page: readonly Chain[],
   now: number,
 ): Promise<Set<string>> {
-  const mainIds = [...new Set(page.flatMap((c) => (c.mainChain === null ? [] : [c.mainChain])))];
-  const mains = new Map((await deps.chains.getMany(mainIds)).map((main) => [main.id, main]));
+  const mains = await mainChainsOf(deps.chains, page);
   const settled = new Set<string>();
   const schedules: Chain[] = [];
   for (const chain of page) {

@@ -11,6 +11,15 @@ export async function mainChainIdOf(chains: ChainStore, orderId: string): Promis
   return chain.mainChain ?? chain.id;
 }
 
+/** The main chains of the add-ons among `chains`, by id, read together (one that is gone is absent). */
+export async function mainChainsOf(
+  store: ChainStore,
+  chains: readonly Chain[],
+): Promise<Map<string, Chain>> {
+  const ids = [...new Set(chains.flatMap((c) => (c.mainChain === null ? [] : [c.mainChain])))];
+  return new Map((await store.getMany(ids)).map((main) => [main.id, main]));
+}
+
 /** Stores a chain that does not exist yet (an add-on), under its own fresh lock. */
 export async function createChain(
   chains: ChainStore,

@@ -3,7 +3,7 @@ import type { Queue } from 'bullmq';
 import { ensureSuspensionJob } from '../../jobs/payment-signals.js';
 import { ensureFamilyRenewalJobs } from '../../jobs/renewals.js';
 import { cancelChain } from '../chains/cancel.js';
-import { governedNextRenewalAt } from '../chains/family.js';
+import { governedNextRenewalAt, mainChainsOf } from '../chains/family.js';
 import type { Cause, Chain } from '../chains/records.js';
 import type { ChainStore } from '../chains/store.js';
 import { type ChainView, chainView } from '../chains/view.js';
@@ -72,8 +72,7 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
 
   /** The due chains that still renew: an add-on renews only while its main chain renews it. */
   async function stillRenewing(due: Chain[]): Promise<Chain[]> {
-    const mainIds = [...new Set(due.flatMap((c) => (c.mainChain ? [c.mainChain] : [])))];
-    const mains = new Map((await chains.getMany(mainIds)).map((m) => [m.id, m]));
+    const mains = await mainChainsOf(chains, due);
     return due.filter((c) => {
       const main = c.mainChain ? mains.get(c.mainChain) : undefined;
       return (main ? governedNextRenewalAt(main, c) : c.nextRenewalAt) !== null;
