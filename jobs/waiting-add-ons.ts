@@ -35,9 +35,8 @@ export async function scheduleAddOnJob(
   now: number,
   current: Job,
 ): Promise<void> {
-  const id = addOnJobId(chain.id);
-  if (current.id === id) return;
-  const existing = await deps.queues['seat-changes'].getJob(id);
+  if (current.id === addOnJobId(chain.id)) return;
+  const existing = await waitingAddOnJob(deps, chain);
   if (existing && !(await removedUnlessRunning(existing))) {
     // A worker is running it just now (about to find the chain locked, or reporting what it
     // did): it can be neither removed nor replaced under its id. This job looks again shortly;
@@ -45,6 +44,11 @@ export async function scheduleAddOnJob(
     await waitForOtherJob(current, current.token, now);
   }
   await addAddOnJob(deps, chain, startsAt, now);
+}
+
+/** The chain's waiting add-on job, if there is one (in any state). */
+function waitingAddOnJob(deps: WorkerDeps, chain: Chain): Promise<Job | undefined> {
+  return deps.queues['seat-changes'].getJob(addOnJobId(chain.id));
 }
 
 /**
@@ -69,7 +73,7 @@ async function removedUnlessRunning(job: Job): Promise<boolean> {
 export async function ensureAddOnJob(deps: WorkerDeps, chain: Chain, now: number) {
   const pending = chain.pendingAddOn;
   if (!pending || chain.status === 'cancelled' || chain.status === 'expired') return false;
-  const existing = await deps.queues['seat-changes'].getJob(addOnJobId(chain.id));
+  const existing = await waitingAddOnJob(deps, chain);
   if (existing) {
     if ((await existing.getState()) !== 'completed') return false;
     await existing.remove();
@@ -94,9 +98,8 @@ async function addAddOnJob(deps: WorkerDeps, chain: Chain, startsAt: number, now
 
 /** Drops the chain's waiting add-on job (a newer event needs none, or buys otherwise). */
 export async function removeAddOnJob(deps: WorkerDeps, chain: Chain, current: Job): Promise<void> {
-  const id = addOnJobId(chain.id);
-  if (current.id === id) return;
-  const existing = await deps.queues['seat-changes'].getJob(id);
+  if (current.id === addOnJobId(chain.id)) return;
+  const existing = await waitingAddOnJob(deps, chain);
   // One running just now finds no waiting add-on on the chain and does nothing.
   if (existing) await removedUnlessRunning(existing);
 }
