@@ -5,7 +5,12 @@ import { type Job, type Queue, UnrecoverableError } from 'bullmq';
 import { z } from 'zod';
 import { familyHasOrdersInForce, familyOrdersInForce } from '../src/chains/orders-in-force.js';
 import type { Chain, HistoryEntry } from '../src/chains/records.js';
-import { isStaleEvent } from '../src/domain/event-order.js';
+import {
+  eventOrderOf,
+  isStaleEvent,
+  lastAppliedEvent,
+  staleEventReason,
+} from '../src/domain/event-order.js';
 import { planPaymentReceived, suspensionDueAt } from '../src/domain/suspension.js';
 import { RefusalError } from '../src/errors.js';
 import { formatInstant } from '../src/format.js';
@@ -396,18 +401,10 @@ async function applyPaymentEvent(
       });
       return `ignored: ${detail}`;
     };
-    const lastApplied =
-      chain.lastPaymentEventAt === null
-        ? null
-        : { occurredAt: chain.lastPaymentEventAt, sequence: chain.lastPaymentEventSequence };
-    if (
-      isStaleEvent({ occurredAt: data.occurredAt, sequence: data.sequence ?? null }, lastApplied)
-    ) {
-      return ignore(
-        data.occurredAt === chain.lastPaymentEventAt
-          ? `event of ${formatInstant(data.occurredAt)} was accepted before the last applied payment event of the same second`
-          : `event of ${formatInstant(data.occurredAt)} is older than the last applied payment event (${formatInstant(chain.lastPaymentEventAt ?? 0)})`,
-      );
+    const event = eventOrderOf(data);
+    const lastApplied = lastAppliedEvent(chain.lastPaymentEventAt, chain.lastPaymentEventSequence);
+    if (lastApplied !== null && isStaleEvent(event, lastApplied)) {
+      return ignore(staleEventReason(event, lastApplied, 'payment'));
     }
     if (chain.status === 'cancelled') return ignore('the chain is cancelled');
     return data.type === 'payment.overdue'

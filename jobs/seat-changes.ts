@@ -3,6 +3,7 @@
 
 import { type Job, UnrecoverableError } from 'bullmq';
 import type { Chain, HistoryEntry } from '../src/chains/records.js';
+import { eventOrderOf, staleEventReason } from '../src/domain/event-order.js';
 import { planSeatChange } from '../src/domain/seats.js';
 import { formatInstant } from '../src/format.js';
 import { type EventJobData, eventJobData, eventSchemas } from '../src/intake/events.js';
@@ -96,10 +97,7 @@ async function applySeatEvent(
         { ...chain, appliedSeatEvents: applied(chain, event).appliedSeatEvents },
         {
           event: 'seats.stale',
-          detail:
-            data.occurredAt === decision.lastAppliedAt
-              ? `event of ${formatInstant(data.occurredAt)} was accepted before the last applied seat event of the same second: ignored`
-              : `event of ${formatInstant(data.occurredAt)} is older than the last applied one (${formatInstant(decision.lastAppliedAt)}): ignored`,
+          detail: `${staleEventReason(eventOrderOf(data), decision.lastApplied, 'seat')}: ignored`,
         },
       );
       return 'stale';

@@ -1,5 +1,6 @@
 // Events of one kind (payments, seats) keep their own order on a chain: one older than the last
 // applied is stale, so an event delayed on its way (a retry, a lock) never undoes a newer one.
+import { formatInstant } from '../format.js';
 
 /** Where an event stands in its chain's order. */
 export interface EventOrder {
@@ -23,4 +24,31 @@ export function isStaleEvent(event: EventOrder, lastApplied: EventOrder | null):
     lastApplied.sequence !== null &&
     event.sequence < lastApplied.sequence
   );
+}
+
+/** Where an event of a job's data stands: its time and intake's number, when it has one. */
+export function eventOrderOf(event: {
+  occurredAt: number;
+  sequence?: number | null | undefined;
+}): EventOrder {
+  return { occurredAt: event.occurredAt, sequence: event.sequence ?? null };
+}
+
+/** The last applied event of a kind as a chain keeps it, or null before the first. */
+export function lastAppliedEvent(
+  occurredAt: number | null,
+  sequence: number | null | undefined,
+): EventOrder | null {
+  return occurredAt === null ? null : { occurredAt, sequence: sequence ?? null };
+}
+
+/**
+ * Why a stale event is ignored, in the chain's history; `kind` names the events of its order
+ * ('payment', 'seat').
+ */
+export function staleEventReason(event: EventOrder, lastApplied: EventOrder, kind: string): string {
+  const at = formatInstant(event.occurredAt);
+  return event.occurredAt === lastApplied.occurredAt
+    ? `event of ${at} was accepted before the last applied ${kind} event of the same second`
+    : `event of ${at} is older than the last applied ${kind} event (${formatInstant(lastApplied.occurredAt)})`;
 }

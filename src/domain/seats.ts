@@ -14,10 +14,10 @@
 // the day it ends, not from now, so its last days are not paid twice. With several such orders
 // ending on different days, the licenses are bought in steps, each from the day it is missing.
 
-import { isStaleEvent } from './event-order.js';
+import { type EventOrder, eventOrderOf, isStaleEvent, lastAppliedEvent } from './event-order.js';
 
 export type SeatDecision =
-  | { readonly kind: 'stale'; readonly lastAppliedAt: number }
+  | { readonly kind: 'stale'; readonly lastApplied: EventOrder }
   /** Nothing to buy: the total is already paid for, or it is needed only from the next term. */
   | { readonly kind: 'next_renewal_only'; readonly total: number; readonly reason: SeatNoBuyReason }
   | {
@@ -180,15 +180,9 @@ function shortfallAt(stretch: PaidStretch, t: number, total: number): number {
  * never over-bought; the term in force at most for the days it has left.
  */
 export function planSeatChange(input: SeatChangeInput): SeatDecision {
-  const lastApplied =
-    input.lastAppliedAt === null
-      ? null
-      : { occurredAt: input.lastAppliedAt, sequence: input.lastAppliedSequence ?? null };
-  if (
-    lastApplied !== null &&
-    isStaleEvent({ occurredAt: input.occurredAt, sequence: input.sequence ?? null }, lastApplied)
-  ) {
-    return { kind: 'stale', lastAppliedAt: lastApplied.occurredAt };
+  const lastApplied = lastAppliedEvent(input.lastAppliedAt, input.lastAppliedSequence);
+  if (lastApplied !== null && isStaleEvent(eventOrderOf(input), lastApplied)) {
+    return { kind: 'stale', lastApplied };
   }
   const startsAt = Math.max(input.neededAt, input.now, input.servedFrom ?? input.now);
   if (startsAt >= input.termEnd) {

@@ -1,7 +1,11 @@
 // The order of a chain's events of one kind: which are stale.
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { isStaleEvent } from '../../../src/domain/event-order.js';
+import {
+  isStaleEvent,
+  lastAppliedEvent,
+  staleEventReason,
+} from '../../../src/domain/event-order.js';
 
 const overdueAt = Date.UTC(2025, 4, 12, 9, 30) / 1000;
 
@@ -46,5 +50,34 @@ describe('isStaleEvent', () => {
         expect(isStaleEvent(a, b)).toBe(!isStaleEvent(b, a));
       }),
     );
+  });
+});
+
+describe('staleEventReason', () => {
+  const last = { occurredAt: overdueAt, sequence: 7 };
+
+  it('names both times when the event is older', () => {
+    expect(staleEventReason({ occurredAt: overdueAt - 90, sequence: 9 }, last, 'seat')).toBe(
+      'event of 2025-05-12T09:28:30Z is older than the last applied seat event (2025-05-12T09:30:00Z)',
+    );
+  });
+
+  it('says intake accepted it first when both occurred in the same second', () => {
+    expect(staleEventReason({ occurredAt: overdueAt, sequence: 6 }, last, 'payment')).toBe(
+      'event of 2025-05-12T09:30:00Z was accepted before the last applied payment event of the same second',
+    );
+  });
+});
+
+describe('lastAppliedEvent', () => {
+  it('is null before a chain applied any event of the kind', () => {
+    expect(lastAppliedEvent(null, null)).toBeNull();
+  });
+
+  it('keeps an event recorded before intake numbered them as unnumbered', () => {
+    expect(lastAppliedEvent(overdueAt, undefined)).toEqual({
+      occurredAt: overdueAt,
+      sequence: null,
+    });
   });
 });

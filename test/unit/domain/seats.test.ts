@@ -49,7 +49,7 @@ describe('planSeatChange', () => {
     it('is stale and buys nothing, even for an increase', () => {
       expect(plan({ total: 50, occurredAt: now - 1, lastAppliedAt: now })).toEqual({
         kind: 'stale',
-        lastAppliedAt: now,
+        lastApplied: { occurredAt: now, sequence: null },
       });
     });
 
