@@ -28,6 +28,15 @@ export interface ChainView extends AddOnView {
   addOns: AddOnView[];
 }
 
+/**
+ * When the chain's renewal fires, as shown (DESIGN §5): null while it is expired. An expired
+ * chain with auto-renew on renews at once when it becomes payable (a payment, an operator), so
+ * until then no time can be named; the record keeps the due time its jobs are scheduled by.
+ */
+export function shownNextRenewalAt(chain: Pick<Chain, 'status' | 'nextRenewalAt'>): number | null {
+  return chain.status === 'expired' ? null : chain.nextRenewalAt;
+}
+
 function baseView({ chain, history }: ChainWithHistory, now: number): AddOnView {
   return {
     order: chain.order,
@@ -40,7 +49,7 @@ function baseView({ chain, history }: ChainWithHistory, now: number): AddOnView 
     licenses: chain.licenses,
     nextLicenses: chain.nextLicenses,
     term: chain.term,
-    nextRenewalAt: chain.nextRenewalAt,
+    nextRenewalAt: shownNextRenewalAt(chain),
     // In force or ahead (DESIGN §5): the record drops ended ones only at its next write.
     partials: chain.partials.filter((p) => p.expiresAt > now),
     needsReactivation: chain.needsReactivation,

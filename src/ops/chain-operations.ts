@@ -6,7 +6,7 @@ import { cancelChain } from '../chains/cancel.js';
 import { governedNextRenewalAt, mainChainsOf } from '../chains/family.js';
 import type { Cause, Chain } from '../chains/records.js';
 import type { ChainStore } from '../chains/store.js';
-import { type ChainView, chainView } from '../chains/view.js';
+import { type ChainView, chainView, shownNextRenewalAt } from '../chains/view.js';
 import type { ProvisioningClient } from '../client/provisioning-client.js';
 import type { Clock } from '../clock.js';
 import { SECONDS_PER_DAY } from '../domain/periods.js';
@@ -70,12 +70,15 @@ function upcomingRenewal(chain: Chain): UpcomingRenewal {
 export function makeChainOperations(deps: ChainOperationsDeps) {
   const { chains, clock } = deps;
 
-  /** The due chains that still renew: an add-on renews only while its main chain renews it. */
+  /**
+   * The due chains that still renew as their views show them: an add-on renews only while its
+   * main chain renews it, and an expired chain only once it becomes payable.
+   */
   async function stillRenewing(due: Chain[]): Promise<Chain[]> {
     const mains = await mainChainsOf(chains, due);
     return due.filter((c) => {
       const main = c.mainChain ? mains.get(c.mainChain) : undefined;
-      return (main ? governedNextRenewalAt(main, c) : c.nextRenewalAt) !== null;
+      return shownNextRenewalAt(main ? asGovernedBy(main, c) : c) !== null;
     });
   }
 

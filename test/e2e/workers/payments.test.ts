@@ -157,6 +157,40 @@ describe('marketplace, 3 days of grace', () => {
     expect(renewed.term.startsAt).toBe(clock.now());
   });
 
+  it('shows no renewal time for an expired chain waiting for its payment, and renews it when paid', async () => {
+    const startsAt = clock.now() - 40 * DAY;
+    await system.send('order.placed', orderPlaced({ order: 'P-10', startsAt, autoRenew: false }));
+    await system.waitForChain('P-10', (c) => c.status === 'expired');
+    await system.send('payment.overdue', { order: 'P-10' });
+    await system.waitForChain('P-10', (c) => c.payment === 'overdue');
+
+    const on = await system.ops('PUT', '/ops/chains/P-10/auto-renew', { enabled: true });
+    expect(on.status).toBe(200);
+    // Its renewal job runs, sees the overdue payment and waits: no time can be named (DESIGN §5).
+    const job = renewalJobId(chainIdOf('P-10'), 2);
+    await expect
+      .poll(async () => (await system.queue('renewals').getJob(job))?.getState(), {
+        timeout: 10_000,
+      })
+      .toBe('delayed');
+    expect(await system.chain('P-10')).toMatchObject({
+      status: 'expired',
+      autoRenew: true,
+      nextRenewalAt: null,
+    });
+    const upcoming = async () => {
+      const res = await system.ops('GET', '/ops/renewals?within=60');
+      return (res.body as { renewals: { order: string }[] }).renewals.map((r) => r.order);
+    };
+    expect(await upcoming()).not.toContain('P-10');
+
+    await system.send('payment.received', { order: 'P-10' });
+    const renewed = await system.waitForChain('P-10', (c) => c.term.count === 2);
+    expect(renewed.status).toBe('active');
+    expect(renewed.nextRenewalAt).not.toBeNull();
+    expect(await upcoming()).toContain('P-10');
+  });
+
   it('restores a missing suspension job when the overdue event is repeated', async () => {
     await system.send('order.placed', orderPlaced({ order: 'P-5' }));
     await system.waitForChain('P-5', () => true);
