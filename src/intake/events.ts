@@ -81,13 +81,30 @@ export type OrderCancelledData = z.infer<(typeof eventSchemas)['order.cancelled'
 export type SeatsChangedData = z.infer<(typeof eventSchemas)['seats.changed']>;
 export type PaymentData = z.infer<(typeof eventSchemas)['payment.overdue']>;
 
-/** The envelope: `{ "type": ..., "data": {...} }`. */
-export const webhookBody = z.looseObject({
-  type: z.enum(eventTypes as [EventType, ...EventType[]], {
-    error: `must be one of ${eventTypes.join(', ')}`,
-  }),
-  data: z.looseObject({}, 'must be an object'),
-});
+/** Every field the events' data reads: sent beside `data` instead of in it, one would be lost. */
+const DATA_FIELDS = new Set(Object.values(eventSchemas).flatMap((s) => Object.keys(s.shape)));
+
+/**
+ * The envelope: `{ "type": ..., "data": {...} }`. Other fields are accepted, except one that
+ * `data` reads: an `occurredAt` or `effectiveAt` beside `data` would be ignored without a word,
+ * and the event applied as of the wrong time.
+ */
+export const webhookBody = z
+  .looseObject({
+    type: z.enum(eventTypes as [EventType, ...EventType[]], {
+      error: `must be one of ${eventTypes.join(', ')}`,
+    }),
+    data: z.looseObject({}, 'must be an object'),
+  })
+  .superRefine((body, ctx) => {
+    for (const key of Object.keys(body).filter((k) => DATA_FIELDS.has(k))) {
+      ctx.addIssue({
+        code: 'custom',
+        path: [key],
+        message: `belongs inside data (data.${key}), where it is read`,
+      });
+    }
+  });
 
 /**
  * The job name people read in Bull Board: the event type and the order it is about (and, for a

@@ -479,6 +479,22 @@ describe('a signed request with a bad body', () => {
     await expectInvalid(answer, 'invalid_event', 'data.occurredAt');
   });
 
+  it('is refused 400 naming occurredAt when it is sent beside data instead of in it', async () => {
+    const answer = await deliver({
+      type: 'seats.changed',
+      occurredAt: T0 - 60,
+      data: { order: 'A-1', licenses: 3 },
+    });
+    await expectInvalid(
+      answer,
+      'invalid_event',
+      'occurredAt: belongs inside data (data.occurredAt)',
+    );
+    // Fields of its own beside data are a producer's to add.
+    const extra = { type: 'seats.changed', timestamp: T0, data: { order: 'A-1', licenses: 3 } };
+    expect((await deliver(extra)).status).toBe(202);
+  });
+
   it('is refused 400 when the JSON carries a __proto__ key', async () => {
     const body = '{"type": "payment.received", "data": {"order": "A-1", "__proto__": {"x": 1}}}';
     await expectInvalid(await deliver(body), 'invalid_json');
