@@ -7,7 +7,7 @@ import { BullMQAdapter } from '@bull-board/api/bullMQAdapter';
 import { FastifyAdapter } from '@bull-board/fastify';
 import type { Queue } from 'bullmq';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
-import { sendError } from './http-errors.js';
+import { JSON_ONLY, sendError } from './http-errors.js';
 import { type WebhookDeps, webhookRoutes } from './intake/webhooks.js';
 import type { Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
@@ -113,7 +113,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       done(null, undefined);
       return;
     }
-    done(Object.assign(new Error('Content-Type must be application/json'), { statusCode: 415 }));
+    done(Object.assign(new Error(JSON_ONLY), { statusCode: 415 }));
   });
   // An empty body with a JSON content type is "no body", so health and ops GETs still work.
   const jsonParser = app.getDefaultJsonParser('error', 'error');

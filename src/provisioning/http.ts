@@ -2,6 +2,7 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { RefusalError, TransientError } from '../errors.js';
+import { JSON_ONLY } from '../http-errors.js';
 import { isRedisTimeout, isRedisUnavailable } from '../redis/connection.js';
 import { describeIssues } from '../validation.js';
 import type { ProvisioningCore } from './operations.js';
@@ -70,7 +71,7 @@ export function provisioningRoutes(deps: { core: ProvisioningCore; partners: Par
       }
       const status = error.statusCode ?? 500;
       if (status === 413) return sendError(reply, 413, 'request body too large (limit: 1 MiB)');
-      if (status === 415) return sendError(reply, 400, 'Content-Type must be application/json');
+      if (status === 415) return sendError(reply, 400, JSON_ONLY);
       if (status >= 400 && status < 500) return sendError(reply, 400, error.message);
       request.log.error({ err: error }, 'provisioning failed');
       return sendError(reply, 500, 'internal error');

@@ -219,6 +219,21 @@ describe('the ops API', () => {
     });
   });
 
+  it('names the content type it reads when a form body comes in (curl -d without a header)', async () => {
+    const form = {
+      authorization: `Bearer ${system.settings.OPS_TOKEN}`,
+      'content-type': 'application/x-www-form-urlencoded',
+    };
+    const before = await system.chain('OPS-2');
+    const res = await raw('/ops/chains/OPS-2/auto-renew', form, 'PUT', '{"enabled":false}');
+    expect(res.status).toBe(400);
+    expect(JSON.parse(res.text)).toEqual({
+      error: 'invalid_request',
+      message: 'Content-Type must be application/json',
+    });
+    expect(await system.chain('OPS-2')).toEqual(before);
+  });
+
   it('answers a path that does not decode with its {error, message} object', async () => {
     const res = await raw(
       '/ops/chains/%E0%A4%A',
