@@ -34,6 +34,14 @@ async function withRuntime<T>(run: (runtime: Runtime) => Promise<T>): Promise<T>
   // The CLI's own logs would clutter its output: only warnings and errors, on stderr.
   const log: Logger = createLogger('warn', process.stderr);
   const runtime = await openRuntime(settings, log);
+  if (runtime.startedPrivateRedis !== null) {
+    // No service runs on DATA_DIR's Redis: the one the person means may be elsewhere.
+    process.stderr.write(
+      `billing: REDIS_URL is not set and no service runs the private Redis of DATA_DIR=${settings.DATA_DIR}: ` +
+        `this command started it (${runtime.startedPrivateRedis}) and works on its data. ` +
+        'For a service started with REDIS_URL, set REDIS_URL for this command too.\n',
+    );
+  }
   try {
     return await run(runtime);
   } finally {
@@ -167,6 +175,16 @@ export function buildCli(): Command {
       const { before, partner } = await withRuntime((rt) =>
         rt.partners.setRenewalWindow(opts.name, opts.days),
       );
+      const settings = settingsOrExit();
+      if (
+        partner.name === settings.PARTNER_NAME &&
+        partner.renewalWindowDays !== settings.PARTNER_RENEWAL_WINDOW_DAYS
+      ) {
+        // The service sets its own partner's window at every start (the setting wins).
+        process.stderr.write(
+          `billing: ${partner.name} is the workers' partner (PARTNER_NAME): the service's next start sets its window back to PARTNER_RENEWAL_WINDOW_DAYS=${settings.PARTNER_RENEWAL_WINDOW_DAYS}; set PARTNER_RENEWAL_WINDOW_DAYS=${partner.renewalWindowDays} to keep it.\n`,
+        );
+      }
       if (opts.json) {
         const changed = {
           name: partner.name,

@@ -22,6 +22,8 @@ export interface Runtime {
   core: ProvisioningCore;
   partners: PartnerDirectory;
   clock: Clock;
+  /** The private Redis this process started itself (none ran for DATA_DIR), or null. */
+  startedPrivateRedis: string | null;
   /**
    * Stops here when this process's KEY_HASH_SECRET is not the one this Redis's partner keys are
    * hashed with: for the processes that check keys or issue keys someone sees (the provisioning
@@ -101,6 +103,7 @@ export async function openRuntime(
     core,
     partners,
     clock,
+    startedPrivateRedis: privateRedis?.startedHere ? redisUrl : null,
     holdKeyHashSecret: () => holdKeyHashSecret(store, keyHashSecret),
     async close() {
       const quit = () => redis.quit().catch(() => redis.disconnect());

@@ -157,6 +157,22 @@ describe('billing partners', () => {
       env,
     );
     expect(tooLong.stderr).toContain('--days must be an integer from 1 to 365, got "366"');
+    // Another partner's change says nothing more.
+    expect(changed.stderr).toBe('');
+  });
+
+  it("says that the service's next start resets the window of its own partner", async () => {
+    const env = { REDIS_URL: redis.url, PARTNER_NAME: 'cli-workers' };
+    await billing(['partners', 'add', '--name', 'cli-workers', '--variant', 'marketplace'], env);
+    const changed = await billing(
+      ['partners', 'set-window', '--name', 'cli-workers', '--days', '20'],
+      env,
+    );
+    expect(changed.code).toBe(0);
+    expect(changed.stdout).toBe('Partner cli-workers: renewal window 20 days (was 15).\n');
+    expect(changed.stderr).toBe(
+      "billing: cli-workers is the workers' partner (PARTNER_NAME): the service's next start sets its window back to PARTNER_RENEWAL_WINDOW_DAYS=15; set PARTNER_RENEWAL_WINDOW_DAYS=20 to keep it.\n",
+    );
   });
 
   it('refuses partner commands in remote mode, where the core is not served', async () => {
@@ -185,6 +201,11 @@ describe('billing partners', () => {
       'external',
     ]);
     expect(first.code).toBe(0);
+    // Nothing ran it: the person may have meant a service's REDIS_URL, so the command says so.
+    expect(first.stderr).toContain(
+      `billing: REDIS_URL is not set and no service runs the private Redis of DATA_DIR=${dataDir}: this command started it`,
+    );
+    expect(first.stderr).toContain('set REDIS_URL for this command too');
     const list = await billing(['partners', 'list', '--json']);
     expect(JSON.parse(list.stdout).partners.map((p: { name: string }) => p.name)).toEqual([
       'private-one',
