@@ -267,7 +267,8 @@ function printChain(chain: ChainView): void {
     `chain     ${chain.order} (customer ${chain.customer})`,
     `product   ${chain.product}, ${chain.duration}`,
     `status    ${chain.status}, payment ${chain.payment}, auto-renew ${chain.autoRenew ? 'on' : 'off'}`,
-    `licenses  ${chain.licenses} now, ${chain.nextLicenses} at the next renewal`,
+    // The main order of the latest term, which may start later: partials and add-ons add theirs.
+    `licenses  ${chain.licenses} in ${chain.term.orderId}${chain.partials.length + chain.addOns.length > 0 ? ' (partials and add-ons below)' : ''}, ${chain.nextLicenses} at the next renewal`,
     `term      #${chain.term.count} ${chain.term.orderId}: ${iso(chain.term.startsAt)} – ${iso(chain.term.expiresAt)}`,
     `renews    ${iso(chain.nextRenewalAt)}`,
   ];

@@ -363,6 +363,7 @@ describe('the CLI', () => {
     expect(JSON.parse(shown.stdout)).toMatchObject({ order: 'OPS-2', term: { count: 2 } });
     const table = await run(process.execPath, [BIN, 'chains', 'show', 'OPS-2'], { env: env() });
     expect(table.stdout).toMatch(/^chain {5}OPS-2 \(customer ops-cust\)/);
+    expect(table.stdout).toMatch(/^licenses {2}\d+ in OPS-2\.r2, \d+ at the next renewal$/m);
     expect(table.stdout).toContain('renewal.ordered');
 
     const off = await run(

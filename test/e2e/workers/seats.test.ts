@@ -683,6 +683,9 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
       env: { ...process.env, REDIS_URL: system.redisUrl, DATA_DIR: system.settings.DATA_DIR },
     });
     expect(shown.stdout).toMatch(/^add-on {4}A-1\.a1: 3 licenses \(3 next\), term #1/m);
+    expect(shown.stdout).toMatch(
+      /^licenses {2}5 in A-1 \(partials and add-ons below\), 5 at the next renewal$/m,
+    );
 
     clock.advance(60);
     await seats(system, 'A-1', 6);
