@@ -14,6 +14,7 @@ import { createMetrics } from './metrics.js';
 import { makeProvisioningClient } from './provisioning-client-factory.js';
 import { queueNames } from './queues.js';
 import { answersForKeys, connectRedis, type RedisClient } from './redis/connection.js';
+import { warnUnlessDurable } from './redis/durability.js';
 import { describeRedisTarget } from './redis/target.js';
 import { loadOrCreateSecret } from './secrets.js';
 import { buildApp } from './server.js';
@@ -139,6 +140,9 @@ export async function start(
   try {
     // The provisioning API checks partner keys: against the secret they were hashed with.
     if (serveApi && !settings.remote) await runtime.holdKeyHashSecret();
+    if (settings.REDIS_URL) {
+      await warnUnlessDurable(runtime.redis, describeRedisTarget(runtime.redisUrl), log);
+    }
     workerRedis = await connectRedis(runtime.redisUrl, 'worker');
     storeRedis = await connectRedis(runtime.redisUrl, 'store');
     provisioning = instrumentClient(await makeProvisioningClient(settings, runtime), metrics);

@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { RefusalError } from '../../src/errors.js';
 import { createLogger } from '../../src/logger.js';
 import { startTestApp, type TestApp } from '../helpers/app.js';
+import { capturingLogger } from '../helpers/logger.js';
 import { startTestRedis, type TestRedis } from '../helpers/redis-server.js';
 import { OPS_TOKEN, startSystem } from '../helpers/system.js';
 
@@ -27,21 +28,6 @@ afterAll(async () => {
   await app.close();
   await redis.stop();
 });
-
-/** A logger at `info` whose lines are kept in `captured`. */
-function capturingLogger() {
-  const captured: string[] = [];
-  const log = createLogger(
-    'info',
-    new Writable({
-      write(chunk: Buffer, _e, done) {
-        captured.push(chunk.toString());
-        done();
-      },
-    }),
-  );
-  return { log, captured };
-}
 
 describe('request logs', () => {
   it('are JSON and hold no API key or password, even for refused calls', async () => {

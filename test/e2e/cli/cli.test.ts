@@ -244,7 +244,13 @@ describe('billing start', () => {
 
   it('serves the provisioning core and health, and stops cleanly on SIGTERM', async () => {
     server = spawnBilling(redis.url);
+    let output = '';
+    server.stdout?.on('data', (chunk: Buffer) => {
+      output += chunk.toString();
+    });
     const started = await serviceStarted(server);
+    // The test Redis keeps nothing on disk: the start says what a restart of it would lose.
+    expect(output).toContain('"msg":"the Redis of REDIS_URL keeps nothing on disk');
     const health = await request(started.provisioning.replace('/provisioning', '/healthz'));
     expect(await health.body.json()).toEqual({ status: 'ok' });
     const noKey = await request(started.provisioning, {

@@ -1,0 +1,50 @@
+// Whether a Redis the operator gave us keeps what the product writes across its own restart.
+import type { Logger } from '../logger.js';
+import type { RedisClient } from './connection.js';
+
+/**
+ * What a Redis with these persistence settings loses when it restarts, or null when it keeps
+ * every write (append-only file). `save` is the RDB save points ('' when none).
+ */
+export function persistenceWarning(appendonly: string, save: string): string | null {
+  if (appendonly === 'yes') return null;
+  if (save.trim() === '') {
+    return 'keeps nothing on disk (appendonly no, no save points): when it restarts, every chain, order, partner and scheduled renewal is lost';
+  }
+  return `keeps only RDB snapshots (appendonly no, save ${save}): when it restarts, what changed since the last snapshot is lost, orders made at the provider included`;
+}
+
+/** One setting of CONFIG GET: ioredis answers [name, value]. */
+async function configValue(redis: RedisClient, name: string): Promise<string> {
+  const reply = (await redis.config('GET', name)) as unknown;
+  return Array.isArray(reply) && typeof reply[1] === 'string' ? reply[1] : '';
+}
+
+/**
+ * Warns at start when the Redis of REDIS_URL would lose the product's state on a restart (its
+ * private Redis always runs with appendonly yes). A server that refuses CONFIG (managed Redis
+ * often does) is not judged: nothing is said.
+ */
+export async function warnUnlessDurable(
+  redis: RedisClient,
+  target: string,
+  log: Logger,
+): Promise<void> {
+  let warning: string | null;
+  try {
+    const [appendonly, save] = await Promise.all([
+      configValue(redis, 'appendonly'),
+      configValue(redis, 'save'),
+    ]);
+    warning = persistenceWarning(appendonly, save);
+  } catch (error) {
+    log.debug({ err: error }, 'redis persistence not checked: CONFIG GET refused');
+    return;
+  }
+  if (warning !== null) {
+    log.warn(
+      { redis: target },
+      `the Redis of REDIS_URL ${warning}; run it with appendonly yes (README: Running it again)`,
+    );
+  }
+}
