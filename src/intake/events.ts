@@ -81,13 +81,11 @@ export type OrderCancelledData = z.infer<(typeof eventSchemas)['order.cancelled'
 export type SeatsChangedData = z.infer<(typeof eventSchemas)['seats.changed']>;
 export type PaymentData = z.infer<(typeof eventSchemas)['payment.overdue']>;
 
-/** Every field the events' data reads: sent beside `data` instead of in it, one would be lost. */
-const DATA_FIELDS = new Set(Object.values(eventSchemas).flatMap((s) => Object.keys(s.shape)));
-
 /**
  * The envelope: `{ "type": ..., "data": {...} }`. Other fields are accepted, except one that
- * `data` reads: an `occurredAt` or `effectiveAt` beside `data` would be ignored without a word,
- * and the event applied as of the wrong time.
+ * this type's `data` reads and `data` lacks: an `occurredAt` or `effectiveAt` beside `data`
+ * would be ignored without a word, and the event applied as of the wrong time. (A routing field
+ * beside `data` that the type does not read, or that `data` holds too, is the producer's own.)
  */
 export const webhookBody = z
   .looseObject({
@@ -97,11 +95,12 @@ export const webhookBody = z
     data: z.looseObject({}, 'must be an object'),
   })
   .superRefine((body, ctx) => {
-    for (const key of Object.keys(body).filter((k) => DATA_FIELDS.has(k))) {
+    const read = Object.keys(eventSchemas[body.type].shape);
+    for (const key of read.filter((k) => k in body && !(k in body.data))) {
       ctx.addIssue({
         code: 'custom',
         path: [key],
-        message: `belongs inside data (data.${key}), where it is read`,
+        message: `belongs inside data (data.${key}), where ${body.type} reads it`,
       });
     }
   });
