@@ -259,6 +259,14 @@ async function withChainOperations<T>(run: (ops: ChainOperations) => Promise<T>)
   });
 }
 
+/** What the license line leaves to the lines below it: partials and add-ons still going. */
+function alsoBelow(chain: ChainView): string {
+  const addOns = chain.addOns.some((a) => a.status === 'active' || a.status === 'suspended');
+  if (chain.partials.length > 0 && addOns) return ' (partials and add-ons below)';
+  if (chain.partials.length > 0) return ' (partials below)';
+  return addOns ? ' (add-ons below)' : '';
+}
+
 const iso = (epochSeconds: number | null) =>
   epochSeconds === null ? '-' : formatInstant(epochSeconds);
 
@@ -268,7 +276,7 @@ function printChain(chain: ChainView): void {
     `product   ${chain.product}, ${chain.duration}`,
     `status    ${chain.status}, payment ${chain.payment}, auto-renew ${chain.autoRenew ? 'on' : 'off'}`,
     // The main order of the latest term, which may start later: partials and add-ons add theirs.
-    `licenses  ${chain.licenses} in ${chain.term.orderId}${chain.partials.length + chain.addOns.length > 0 ? ' (partials and add-ons below)' : ''}, ${chain.nextLicenses} at the next renewal`,
+    `licenses  ${chain.licenses} in ${chain.term.orderId}${alsoBelow(chain)}, ${chain.nextLicenses} at the next renewal`,
     `term      #${chain.term.count} ${chain.term.orderId}: ${iso(chain.term.startsAt)} – ${iso(chain.term.expiresAt)}`,
     `renews    ${iso(chain.nextRenewalAt)}`,
   ];

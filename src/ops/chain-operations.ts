@@ -43,7 +43,9 @@ export type ChainOperations = ReturnType<typeof makeChainOperations>;
  * next license count.
  */
 function asGovernedBy(main: Chain, addOn: Chain): Chain {
-  const governed = main.status === 'suspended' || main.status === 'cancelled';
+  // An add-on that ended stays expired under a suspended main chain: nothing of it is in force.
+  const governed =
+    main.status === 'cancelled' || (main.status === 'suspended' && addOn.status !== 'expired');
   return {
     ...addOn,
     status: governed ? main.status : addOn.status,

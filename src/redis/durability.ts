@@ -14,16 +14,19 @@ export function persistenceWarning(appendonly: string, save: string): string | n
   return `keeps only RDB snapshots (appendonly no, save ${save}): when it restarts, what changed since the last snapshot is lost, orders made at the provider included`;
 }
 
-/** One setting of CONFIG GET: ioredis answers [name, value]. */
-async function configValue(redis: RedisClient, name: string): Promise<string> {
+/**
+ * One setting of CONFIG GET (ioredis answers [name, value]), or null when the server does not
+ * know it (an empty answer: a Redis-compatible server without that setting).
+ */
+async function configValue(redis: RedisClient, name: string): Promise<string | null> {
   const reply = (await redis.config('GET', name)) as unknown;
-  return Array.isArray(reply) && typeof reply[1] === 'string' ? reply[1] : '';
+  return Array.isArray(reply) && typeof reply[1] === 'string' ? reply[1] : null;
 }
 
 /**
  * Warns at start when the Redis of REDIS_URL would lose the product's state on a restart (its
  * private Redis always runs with appendonly yes). A server that refuses CONFIG (managed Redis
- * often does) is not judged: nothing is said.
+ * often does), or does not know these settings, is not judged: nothing is said.
  */
 export async function warnUnlessDurable(
   redis: RedisClient,
@@ -36,9 +39,10 @@ export async function warnUnlessDurable(
       configValue(redis, 'appendonly'),
       configValue(redis, 'save'),
     ]);
+    if (appendonly === null || save === null) return;
     warning = persistenceWarning(appendonly, save);
   } catch (error) {
-    log.debug({ err: error }, 'redis persistence not checked: CONFIG GET refused');
+    log.debug({ err: error }, 'redis persistence not checked: CONFIG GET failed');
     return;
   }
   if (warning !== null) {

@@ -807,4 +807,19 @@ describe('marketplace with add-on seat increases', () => {
     });
     expect(await providerStatus(system, 'MA-2')).toBe('active');
   });
+
+  it('shows an add-on that ended under a suspended main chain as expired, with no renewal time', async () => {
+    await suspendedWithAddOn(system, 'MA-3', 8);
+    // Its term ended while the family stayed suspended, and reconcile marked it expired.
+    await leftByDeadJob(system, 'MA-3.a1', 'term-ended', (addOn) => ({
+      status: 'expired',
+      term: { ...addOn.term, expiresAt: systemClock.now() - 60 },
+    }));
+    const chain = await system.chain('MA-3');
+    expect(chain.status).toBe('suspended');
+    expect(chain.addOns[0]).toMatchObject({ status: 'expired', nextRenewalAt: null });
+    const upcoming = await system.ops('GET', '/ops/renewals?within=60');
+    const listed = (upcoming.body as { renewals: { order: string }[] }).renewals;
+    expect(listed.map((r) => r.order)).not.toContain('MA-3.a1');
+  });
 });

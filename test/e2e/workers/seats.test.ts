@@ -684,7 +684,7 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     });
     expect(shown.stdout).toMatch(/^add-on {4}A-1\.a1: 3 licenses \(3 next\), term #1/m);
     expect(shown.stdout).toMatch(
-      /^licenses {2}5 in A-1 \(partials and add-ons below\), 5 at the next renewal$/m,
+      /^licenses {2}5 in A-1 \(add-ons below\), 5 at the next renewal$/m,
     );
 
     clock.advance(60);
