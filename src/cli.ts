@@ -28,8 +28,13 @@ function settingsOrExit(): Settings {
   }
 }
 
-/** Runs a command with a runtime open, and closes it (and a Redis it started) afterwards. */
-async function withRuntime<T>(run: (runtime: Runtime) => Promise<T>): Promise<T> {
+/**
+ * Runs a command with a runtime open, and closes it (and a Redis it started) afterwards. The
+ * command gets the settings the runtime was opened with, read once.
+ */
+async function withRuntime<T>(
+  run: (runtime: Runtime, settings: Settings) => Promise<T>,
+): Promise<T> {
   const settings = settingsOrExit();
   // The CLI's own logs would clutter its output: only warnings and errors, on stderr.
   const log: Logger = createLogger('warn', process.stderr);
@@ -43,7 +48,7 @@ async function withRuntime<T>(run: (runtime: Runtime) => Promise<T>): Promise<T>
     );
   }
   try {
-    return await run(runtime);
+    return await run(runtime, settings);
   } finally {
     await runtime.close();
   }
@@ -172,10 +177,10 @@ export function buildCli(): Command {
     .requiredOption('--days <days>', 'renewal window in days', positiveInt('--days'))
     .option('--json', 'print {"name","renewalWindowDays","before"} on one line')
     .action(async (opts: { name: string; days: number; json?: boolean }) => {
-      const { before, partner } = await withRuntime((rt) =>
-        rt.partners.setRenewalWindow(opts.name, opts.days),
-      );
-      const settings = settingsOrExit();
+      const { before, partner, settings } = await withRuntime(async (rt, settings) => ({
+        ...(await rt.partners.setRenewalWindow(opts.name, opts.days)),
+        settings,
+      }));
       if (
         partner.name === settings.PARTNER_NAME &&
         partner.renewalWindowDays !== settings.PARTNER_RENEWAL_WINDOW_DAYS
@@ -224,8 +229,7 @@ export function buildCli(): Command {
 
 /** Runs chain operations against the configured Redis, as the ops API would. */
 async function withChainOperations<T>(run: (ops: ChainOperations) => Promise<T>): Promise<T> {
-  return withRuntime(async (rt) => {
-    const settings = settingsOrExit();
+  return withRuntime(async (rt, settings) => {
     const queue = (name: string) =>
       // A failed call reports itself; without a listener BullMQ would also print the connection's
       // errors, with the failed command's arguments (a password), on stderr.
