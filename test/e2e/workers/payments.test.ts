@@ -26,6 +26,12 @@ import {
 
 const lastEvent = (chain: ChainView) => chain.history.at(-1)?.event;
 
+/** The orders GET /ops/renewals lists within 60 days. */
+async function upcomingOrders(system: System): Promise<string[]> {
+  const res = await system.ops('GET', '/ops/renewals?within=60');
+  return (res.body as { renewals: { order: string }[] }).renewals.map((r) => r.order);
+}
+
 async function providerStatus(system: System, order: string) {
   return (await system.providerOrder(order))?.status;
 }
@@ -178,17 +184,13 @@ describe('marketplace, 3 days of grace', () => {
       autoRenew: true,
       nextRenewalAt: null,
     });
-    const upcoming = async () => {
-      const res = await system.ops('GET', '/ops/renewals?within=60');
-      return (res.body as { renewals: { order: string }[] }).renewals.map((r) => r.order);
-    };
-    expect(await upcoming()).not.toContain('P-10');
+    expect(await upcomingOrders(system)).not.toContain('P-10');
 
     await system.send('payment.received', { order: 'P-10' });
     const renewed = await system.waitForChain('P-10', (c) => c.term.count === 2);
     expect(renewed.status).toBe('active');
     expect(renewed.nextRenewalAt).not.toBeNull();
-    expect(await upcoming()).toContain('P-10');
+    expect(await upcomingOrders(system)).toContain('P-10');
   });
 
   it('restores a missing suspension job when the overdue event is repeated', async () => {
@@ -818,8 +820,6 @@ describe('marketplace with add-on seat increases', () => {
     const chain = await system.chain('MA-3');
     expect(chain.status).toBe('suspended');
     expect(chain.addOns[0]).toMatchObject({ status: 'expired', nextRenewalAt: null });
-    const upcoming = await system.ops('GET', '/ops/renewals?within=60');
-    const listed = (upcoming.body as { renewals: { order: string }[] }).renewals;
-    expect(listed.map((r) => r.order)).not.toContain('MA-3.a1');
+    expect(await upcomingOrders(system)).not.toContain('MA-3.a1');
   });
 });
