@@ -2,6 +2,7 @@
 import type { Job, Queue } from 'bullmq';
 import { z } from 'zod';
 import { markAddOnCancelled } from '../src/chains/cancel.js';
+import { expired, expiryOf } from '../src/chains/expiry.js';
 import { governedNextRenewalAt, mainChainsOf } from '../src/chains/family.js';
 import { whileHeld } from '../src/chains/lease.js';
 import type { Chain } from '../src/chains/records.js';
@@ -32,20 +33,12 @@ export async function scheduleMaintenance(queue: Queue, everySeconds: number): P
   );
 }
 
-/** An add-on's schedule as its main chain governs it (no renewals while the main one stops). */
+/**
+ * An add-on's schedule and payment as its main chain governs them (no renewals while the main one
+ * stops; its renewals wait for the main chain's payment).
+ */
 function governedBy(main: Chain, addOn: Chain): Chain {
-  return { ...addOn, nextRenewalAt: governedNextRenewalAt(main, addOn) };
-}
-
-/** A term that ended with nothing ordered after it: the chain is expired (DESIGN §4 status). */
-function hasExpired(chain: Chain, now: number): boolean {
-  // A renewal in flight is finished by its job (reconcile restores it), not expired.
-  return (
-    chain.status === 'active' &&
-    chain.nextRenewalAt === null &&
-    chain.intent?.kind !== 'renewal' &&
-    chain.term.expiresAt <= now
-  );
+  return { ...addOn, nextRenewalAt: governedNextRenewalAt(main, addOn), payment: main.payment };
 }
 
 /**
@@ -76,7 +69,7 @@ function reconcileStep(
 ): 'nothing' | 'cancel with main' | 'expire' | 'ensure jobs' {
   if (isAtRest(chain)) return 'nothing';
   if (goesWithCancelledMain(chain, main)) return 'cancel with main';
-  if (hasExpired(main ? governedBy(main, chain) : chain, now)) return 'expire';
+  if (expiryOf(main ? governedBy(main, chain) : chain, now) !== null) return 'expire';
   return hasJobsToEnsure(chain) ? 'ensure jobs' : 'nothing';
 }
 
@@ -348,26 +341,21 @@ function ensureJobs(deps: WorkerDeps, seen: Chain, now: number, jobId: string): 
   });
 }
 
-/** Marks the chain `expired` if, as it is now, its term ended with nothing after it. */
+/** Marks the chain `expired` if, as it is now, its term ended with nothing after it (expiryOf). */
 function markExpired(deps: WorkerDeps, seen: Chain, now: number, jobId: string): Promise<boolean> {
   return underLock(deps, seen.id, jobId, false, async (chain, token) => {
     if (!chain) return false;
     // Checked again under the locks, with the add-on's schedule as its main chain governs it.
     return withGovernedSchedule(deps, chain, jobId, false, async (schedule) => {
-      if (!hasExpired(schedule, now)) return false;
+      const reason = expiryOf(schedule, now);
+      if (reason === null) return false;
+      const { next, history } = expired(chain, reason, now, { jobId });
       await deps.chains.save({
         chainId: chain.id,
         token,
         previous: chain,
-        next: { ...chain, status: 'expired', updatedAt: now },
-        history: [
-          {
-            at: now,
-            event: 'chain.expired',
-            detail: `term ${chain.term.count} (${chain.term.orderId}) ended with no renewal`,
-            cause: { jobId },
-          },
-        ],
+        next,
+        history,
         release: false,
       });
       return true;

@@ -216,10 +216,7 @@ async function markPaid(deps: WorkerDeps, job: Job, held: Held, data: EventJobDa
         {
           at: now,
           event: 'payment.received',
-          detail:
-            chain.payment === 'overdue'
-              ? 'paid within the grace period: no suspension'
-              : 'payment received',
+          detail: paidWithNothingSuspended(chain),
           cause,
         },
       ],
@@ -267,6 +264,15 @@ async function markPaid(deps: WorkerDeps, job: Job, held: Held, data: EventJobDa
     release: false,
   });
   throw new UnrecoverableError(reason);
+}
+
+/** What a payment that finds nothing suspended does, for its history entry. */
+function paidWithNothingSuspended(chain: Chain): string {
+  if (chain.payment !== 'overdue') return 'payment received';
+  if (chain.status !== 'expired') return 'paid within the grace period: no suspension';
+  return chain.nextRenewalAt === null
+    ? 'payment received after the term ended'
+    : 'payment received after the term ended: the renewal that waited for it is made now, its term starting now';
 }
 
 /** The orders the provider refused to unsuspend, with its reasons, for a history entry. */

@@ -3,6 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { type Job, type Queue, UnrecoverableError } from 'bullmq';
 import { z } from 'zod';
 import { cancelIfMade, markAddOnCancelled } from '../src/chains/cancel.js';
+import { expired, expiryOf } from '../src/chains/expiry.js';
 import { governedNextRenewalAt } from '../src/chains/family.js';
 import { orderToChange } from '../src/chains/orders-in-force.js';
 import { type Chain, chainRecord, type Intent, intentRecord } from '../src/chains/records.js';
@@ -919,6 +920,7 @@ async function notRenewing(
   now: number,
 ): Promise<string> {
   if (decision.kind === 'wait') {
+    if (decision.reason === 'payment_overdue') await expireWhileUnpaid(deps, job, held, now);
     if (decision.reason !== 'not_due') await job.updateData(deferredJobData(data, decision.until));
     return delayJobUntil(job, jobToken, decision.until, now);
   }
@@ -932,6 +934,29 @@ async function notRenewing(
     }
   }
   return `skipped: ${decision.reason}`;
+}
+
+/**
+ * A due renewal that waits for its payment past the end of its term: the chain is expired
+ * meanwhile (DESIGN §4), and the payment renews it at once, the new term starting then. The
+ * decision read the payment as it governs the chain (an add-on's is its main chain's).
+ */
+async function expireWhileUnpaid(
+  deps: WorkerDeps,
+  job: Job,
+  { chain, token }: { chain: Chain; token: string },
+  now: number,
+): Promise<void> {
+  if (expiryOf({ ...chain, payment: 'overdue' }, now) !== 'payment_overdue') return;
+  const { next, history } = expired(chain, 'payment_overdue', now, { jobId: job.id ?? '' });
+  await deps.chains.save({
+    chainId: chain.id,
+    token,
+    previous: chain,
+    next,
+    history,
+    release: false,
+  });
 }
 
 /** What deciding a renewal left to do: nothing (a skip or a wait), or send the intent written. */

@@ -2,6 +2,7 @@
 // order with its own renewals, or only the next renewal's count (DESIGN §4, seat change).
 
 import { type Job, UnrecoverableError } from 'bullmq';
+import { renewsNoMore } from '../src/chains/expiry.js';
 import type { Chain, HistoryEntry } from '../src/chains/records.js';
 import { eventOrderOf, staleEventReason } from '../src/domain/event-order.js';
 import { planSeatChange } from '../src/domain/seats.js';
@@ -70,7 +71,7 @@ async function applySeatEvent(
         release: false,
       });
 
-    if (chain.status === 'cancelled' || chain.status === 'expired') {
+    if (renewsNoMore(chain)) {
       await save(
         { ...chain, ...applied(chain, event) },
         {
@@ -191,11 +192,12 @@ async function settleLateAddOn(
       history: [{ at: now, event, detail, cause: { jobId: job.id ?? '' } }],
       release: false,
     });
-  if (chain.status === 'expired') {
+  if (renewsNoMore(chain)) {
     await record(chain, 'seats.ignored', `${waiting} are not bought: the chain expired first`);
     return 'skipped: chain expired';
   }
-  // Not marked expired yet (reconcile does that), but nothing will renew it either.
+  // Not marked expired yet (reconcile does that), but nothing will renew it either. (Expired
+  // while its payment is overdue, it renews when paid: the waiting licenses go into that term.)
   if (chain.nextRenewalAt === null && chain.intent?.kind !== 'renewal') {
     await record(
       chain,

@@ -1,6 +1,7 @@
 // Seat purchases: what is paid, how a total splits over the next renewals, and the partial or
 // add-on order that buys the rest, written as an intent and finished exactly once.
 import { type Job, UnrecoverableError } from 'bullmq';
+import { renewsNoMore } from '../src/chains/expiry.js';
 import { addOnsRenew, createChain, governedNextRenewalAt } from '../src/chains/family.js';
 import { chainIdOf } from '../src/chains/keys.js';
 import { type Cause, type Chain, type Intent, newChainRecord } from '../src/chains/records.js';
@@ -447,8 +448,8 @@ async function finishUnfinishedSeatEvent(
 ): Promise<Chain> {
   const unfinished = chain.unfinishedSeatEvent as NonNullable<Chain['unfinishedSeatEvent']>;
   const now = deps.clock.now();
-  // A chain cancelled (or expired) meanwhile buys nothing more.
-  const ended = chain.status === 'cancelled' || chain.status === 'expired';
+  // A chain cancelled (or expired, not to renew) meanwhile buys nothing more.
+  const ended = renewsNoMore(chain);
   const addOns = await deps.chains.getMany(chain.addOns);
   const decision = ended
     ? null

@@ -2,6 +2,7 @@
 // a later date is bought by a delayed job on that date (one per chain, in `seat-changes`).
 import type { Job } from 'bullmq';
 import { z } from 'zod';
+import { renewsNoMore } from '../src/chains/expiry.js';
 import type { Chain } from '../src/chains/records.js';
 import { defaultJobOptions } from '../src/queues.js';
 import { waitForOtherJob } from './chain-lock.js';
@@ -72,7 +73,7 @@ async function removedUnlessRunning(job: Job): Promise<boolean> {
  */
 export async function ensureAddOnJob(deps: WorkerDeps, chain: Chain, now: number) {
   const pending = chain.pendingAddOn;
-  if (!pending || chain.status === 'cancelled' || chain.status === 'expired') return false;
+  if (!pending || renewsNoMore(chain)) return false;
   const existing = await waitingAddOnJob(deps, chain);
   if (existing) {
     if ((await existing.getState()) !== 'completed') return false;

@@ -193,6 +193,72 @@ describe('marketplace, 3 days of grace', () => {
     expect(await upcomingOrders(system)).toContain('P-10');
   });
 
+  /** A chain due for renewal whose payment is overdue, its renewal job waiting for the payment. */
+  async function renewalWaitingForPayment(order: string) {
+    const startsAt = clock.now() - 25 * DAY;
+    await system.send('order.placed', orderPlaced({ order, startsAt, autoRenew: false }));
+    const placed = await system.waitForChain(order, () => true);
+    await system.send('payment.overdue', { order });
+    await system.waitForChain(order, (c) => c.payment === 'overdue');
+    await system.ops('PUT', `/ops/chains/${order}/auto-renew`, { enabled: true });
+    const job = renewalJobId(chainIdOf(order), 2);
+    await expect
+      .poll(async () => (await system.queue('renewals').getJob(job))?.data.deferredUntil, {
+        timeout: 10_000,
+      })
+      .toBeGreaterThan(clock.now());
+    return { placed, job };
+  }
+
+  it('expires a chain whose term ends while its renewal waits for payment, and renews it when paid, starting then', async () => {
+    const { placed, job } = await renewalWaitingForPayment('P-EXP-1');
+    clock.set(placed.term.expiresAt + DAY);
+    await system.promote('renewals', job);
+    const expired = await system.waitForChain('P-EXP-1', (c) => c.status === 'expired');
+    expect(expired).toMatchObject({ payment: 'overdue', autoRenew: true, nextRenewalAt: null });
+    expect(expired.history.at(-1)).toMatchObject({
+      event: 'chain.expired',
+      detail: expect.stringContaining('ended while the payment is overdue'),
+      cause: { jobId: job },
+    });
+    expect(await upcomingOrders(system)).not.toContain('P-EXP-1');
+    // Still waiting for the payment, not skipped: the payment moves it to now.
+    await expect
+      .poll(async () => (await system.queue('renewals').getJob(job))?.getState(), {
+        timeout: 10_000,
+      })
+      .toBe('delayed');
+
+    // A seat change meanwhile is for the term the payment brings (an expired chain that will
+    // not renew ignores it).
+    await system.send('seats.changed', { order: 'P-EXP-1', licenses: 9 });
+    await system.waitForChain('P-EXP-1', (c) => c.nextLicenses === 9);
+
+    clock.set(clock.now() + DAY);
+    await system.send('payment.received', { order: 'P-EXP-1' });
+    const renewed = await system.waitForChain('P-EXP-1', (c) => c.term.count === 2);
+    expect(renewed).toMatchObject({ status: 'active', payment: 'ok', licenses: 9 });
+    expect(renewed.term.startsAt).toBe(clock.now());
+    expect(renewed.history.map((h) => h.detail)).toContainEqual(
+      expect.stringContaining('payment received after the term ended'),
+    );
+  });
+
+  it('lets reconcile expire a chain whose term ended while its renewal waits for payment', async () => {
+    const { placed } = await renewalWaitingForPayment('P-EXP-2');
+    clock.set(placed.term.expiresAt + DAY);
+    const reconcile = await system.queue('maintenance').add('reconcile now', {});
+    await expect.poll(async () => reconcile.getState(), { timeout: 10_000 }).toBe('completed');
+    const expired = await system.chain('P-EXP-2');
+    expect(expired).toMatchObject({ status: 'expired', payment: 'overdue', nextRenewalAt: null });
+    expect(expired.history.at(-1)?.detail).toContain('ended while the payment is overdue');
+
+    await system.send('payment.received', { order: 'P-EXP-2' });
+    const renewed = await system.waitForChain('P-EXP-2', (c) => c.term.count === 2);
+    expect(renewed.status).toBe('active');
+    expect(renewed.term.startsAt).toBe(clock.now());
+  });
+
   it('restores a missing suspension job when the overdue event is repeated', async () => {
     await system.send('order.placed', orderPlaced({ order: 'P-5' }));
     await system.waitForChain('P-5', () => true);
@@ -358,6 +424,40 @@ describe('marketplace with add-on seat increases, 3 days of grace', () => {
       (c) => c.term.count === 2 && c.addOns[0]?.term.count === 2,
     );
     expect(renewed.addOns[0]?.term.startsAt).toBe(addOn.term.expiresAt);
+  });
+
+  it('expires an add-on with its main chain when both terms end while the payment is overdue', async () => {
+    await system.send(
+      'order.placed',
+      orderPlaced({ order: 'P-EXP-3', startsAt: clock.now() - 2 * DAY }),
+    );
+    const placed = await system.waitForChain('P-EXP-3', () => true);
+    await system.send('seats.changed', { order: 'P-EXP-3', licenses: 8 });
+    const [addOn] = (await system.waitForChain('P-EXP-3', (c) => c.addOns.length === 1)).addOns;
+    if (!addOn) throw new Error('no add-on');
+    await system.send('payment.overdue', { order: 'P-EXP-3' });
+    await system.waitForChain('P-EXP-3', (c) => c.payment === 'overdue');
+
+    // Past both ends, with nothing renewed: the grace period ended too, and the suspension
+    // finds nothing in force. The add-on's job reads the payment of its main chain.
+    clock.set(Math.max(placed.term.expiresAt, addOn.term.expiresAt) + DAY);
+    await system.promote('payment-signals', suspensionJobId(chainIdOf('P-EXP-3'), 1));
+    for (const order of ['P-EXP-3', addOn.order]) {
+      await system.promote('renewals', renewalJobId(chainIdOf(order), 2));
+    }
+    const expired = await system.waitForChain(
+      'P-EXP-3',
+      (c) => c.status === 'expired' && c.addOns[0]?.status === 'expired',
+    );
+    expect(expired.addOns[0]).toMatchObject({ nextRenewalAt: null, payment: 'overdue' });
+
+    await system.send('payment.received', { order: 'P-EXP-3' });
+    const renewed = await system.waitForChain(
+      'P-EXP-3',
+      (c) => c.term.count === 2 && c.addOns[0]?.term.count === 2,
+    );
+    expect(renewed.term.startsAt).toBe(clock.now());
+    expect(renewed.addOns[0]).toMatchObject({ status: 'active', term: { startsAt: clock.now() } });
   });
 });
 
