@@ -1,12 +1,13 @@
 // Runs a job's work under its chain's lock: one chain is changed by one job at a time.
 import { randomUUID } from 'node:crypto';
-import { DelayedError, type Job } from 'bullmq';
+import { DelayedError, type Job, type Queue } from 'bullmq';
 import { mainChainIdOf } from '../src/chains/family.js';
 import { whileHeld } from '../src/chains/lease.js';
-import type { Chain } from '../src/chains/records.js';
+import type { Chain, Intent } from '../src/chains/records.js';
 import type { ChainStore, ClaimResult } from '../src/chains/store.js';
 import { queueTimeMs } from '../src/clock.js';
 import { TransientError } from '../src/errors.js';
+import { delayedFireTime, QUEUES, type QueueName } from '../src/queues.js';
 
 export interface HeldChain {
   chainId: string;
@@ -54,13 +55,49 @@ export async function waitForLock(job: Job, jobToken: string | undefined): Promi
 /** How soon a job looks again when another job's work is half done on its chain (seconds). */
 const OTHER_JOB_RETRY_SECONDS = 2;
 
-/** Puts the job back for a moment: a renewal's own job is finishing its intent on the chain. */
+/** Puts the job back for a moment: another job (running now) is about to finish its work. */
 export function waitForOtherJob(
   job: Job,
   jobToken: string | undefined,
   now: number,
 ): Promise<never> {
   return delayJobUntil(job, jobToken, now + OTHER_JOB_RETRY_SECONDS, now);
+}
+
+/** The queue of the job that finishes an intent of this kind (seat purchases: any seat job). */
+const OWNER_QUEUE: Partial<Record<Intent['kind'], QueueName>> = {
+  renewal: QUEUES.renewals,
+  first_order: QUEUES.orders,
+};
+
+/**
+ * The longest a job waits for another's next attempt (ms): that job may run sooner than it was
+ * due (a person retrying it in Bull Board, a payment moving a renewal to now).
+ */
+const OWNER_WAIT_MAX_MS = 60_000;
+
+/**
+ * Puts the job back until the job that owns `intent`, a renewal or first order half done on the
+ * chain, has had its next attempt (at most OWNER_WAIT_MAX_MS): one waiting out a provider's
+ * outage retries on its backoff, up to 15 minutes apart, and looking every 2 seconds meanwhile
+ * only loads Redis and the log. Looks again in 2 seconds when that job is not delayed (running
+ * now, about to, or gone: reconcile gives a renewal intent's job back).
+ */
+export async function waitForIntent(
+  queues: Record<QueueName, Queue>,
+  job: Job,
+  jobToken: string | undefined,
+  intent: Intent,
+): Promise<never> {
+  const queue = OWNER_QUEUE[intent.kind];
+  const ownerFiresAt =
+    queue && intent.jobId !== null ? await delayedFireTime(queues[queue], intent.jobId) : null;
+  const queueNow = queueTimeMs();
+  const soon = queueNow + OTHER_JOB_RETRY_SECONDS * 1000;
+  // A second after the owner's attempt, to find its work done.
+  const afterOwner = Math.min((ownerFiresAt ?? 0) + 1000, queueNow + OWNER_WAIT_MAX_MS);
+  await job.moveToDelayed(Math.max(soon, afterOwner), jobToken);
+  throw new DelayedError();
 }
 
 /** Puts the job back in the delayed set until `until` (epoch seconds by the Clock). */

@@ -16,7 +16,7 @@ import { RefusalError } from '../src/errors.js';
 import { formatInstant } from '../src/format.js';
 import { type EventJobData, eventJobData, eventSchemas } from '../src/intake/events.js';
 import { defaultJobOptions } from '../src/queues.js';
-import { chainOfEvent, delayJobUntil, waitForOtherJob, withChainLock } from './chain-lock.js';
+import { chainOfEvent, delayJobUntil, waitForIntent, withChainLock } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
 import { ensureFamilyRenewalJobs } from './renewals.js';
 import { finishPendingSeatPurchase } from './seat-purchases.js';
@@ -384,7 +384,9 @@ async function applyPaymentEvent(
       token,
     });
     const now = deps.clock.now();
-    if (afterPurchase.intent) return waitForOtherJob(job, jobToken, now);
+    if (afterPurchase.intent) {
+      return waitForIntent(deps.queues, job, jobToken, afterPurchase.intent);
+    }
     const { chain } = await finishUnsuspension(
       deps,
       job.id ?? '',

@@ -20,7 +20,7 @@ import {
 } from '../src/domain/renewal.js';
 import { isRenewalWindowRefusal } from '../src/domain/renewal-window.js';
 import { RefusalError, TransientError } from '../src/errors.js';
-import { defaultJobOptions } from '../src/queues.js';
+import { defaultJobOptions, delayedFireTime, fireTimeOfScore } from '../src/queues.js';
 import { delayJobUntil, waitForLock, withChainLock } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
 import { describeTerm, sendIntent } from './intents.js';
@@ -256,15 +256,6 @@ async function stateOnceInactive(job: Job): Promise<Awaited<ReturnType<Job['getS
 }
 
 /**
- * When a delayed job really fires (ms), from its score in the delayed set: BullMQ scores it
- * `fireTime * 0x1000 + counter`, and `changeDelay` moves the score but not `job.timestamp`.
- */
-export async function delayedFireTime(queue: Queue, jobId: string): Promise<number | null> {
-  const client = await queue.backend.client;
-  return fireTimeOfScore(await client.zscore(queue.keys.delayed as string, jobId));
-}
-
-/**
  * For each schedule, whether its renewal job stands as ensureRenewalJob would leave it: delayed
  * to its time, or (a chain that does not renew) none waiting to run. Read in one round trip and
  * without the chains' locks, for reconcile to pass over the chains that need nothing. False means
@@ -305,11 +296,6 @@ export async function renewalJobsInPlace(
     next += 4;
     return firesAt === null && (!exists || completedScore !== null || failedScore !== null);
   });
-}
-
-/** A delayed job's fire time (queue time, ms) from its score in BullMQ's delayed set. */
-export function fireTimeOfScore(score: string | null): number | null {
-  return score === null ? null : Math.floor(Number(score) / 0x1000);
 }
 
 /**

@@ -3,12 +3,12 @@
 
 import { type Job, UnrecoverableError } from 'bullmq';
 import { renewsNoMore } from '../src/chains/expiry.js';
-import type { Chain, HistoryEntry } from '../src/chains/records.js';
+import type { Chain, HistoryEntry, Intent } from '../src/chains/records.js';
 import { eventOrderOf, staleEventReason } from '../src/domain/event-order.js';
 import { planSeatChange } from '../src/domain/seats.js';
 import { formatInstant } from '../src/format.js';
 import { type EventJobData, eventJobData, eventSchemas } from '../src/intake/events.js';
-import { chainOfEvent, delayJobUntil, waitForOtherJob, withChainLock } from './chain-lock.js';
+import { chainOfEvent, delayJobUntil, waitForIntent, withChainLock } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
 import { ensureFamilyRenewalJobs } from './renewals.js';
 import {
@@ -46,7 +46,7 @@ async function applySeatEvent(
       throw new UnrecoverableError(`seats.changed names an unknown order: ${ev.order}`);
     const { token } = lock;
     const finished = await finishPendingSeatPurchase(deps, job, { chain: lock.chain, token });
-    if (finished.intent) return waitForOtherJob(job, jobToken, deps.clock.now());
+    if (finished.intent) return waitForIntent(deps.queues, job, jobToken, finished.intent);
     if (finished.appliedSeatEvents.includes(data.webhookId)) {
       // A retry after a crash right after the save: the waiting add-on's job may be missing,
       // or the renewal jobs of what it bought.
@@ -82,7 +82,8 @@ async function applySeatEvent(
       return `ignored: chain ${chain.status}`;
     }
     const addOns = await deps.chains.getMany(chain.addOns);
-    if (addOnRenewing(addOns)) return waitForOtherJob(job, jobToken, now);
+    const renewing = addOnRenewal(addOns);
+    if (renewing) return waitForIntent(deps.queues, job, jobToken, renewing);
     const decision = planSeatChange({
       ...paidAhead(chain, addOns, now, deps.settings.seatIncrease),
       total: ev.licenses,
@@ -143,12 +144,12 @@ async function applySeatEvent(
 }
 
 /**
- * Whether an add-on's renewal is in flight: its intent carries the share it decided under the
+ * An add-on's renewal in flight, if any: its intent carries the share it decided under the
  * main chain's lock (renewals.ts, decideWithFamilyShare), so a seat job waits until the renewal
  * is recorded and then counts the term it ordered, instead of changing a share already sent.
  */
-function addOnRenewing(addOns: readonly Chain[]): boolean {
-  return addOns.some((addOn) => addOn.intent?.kind === 'renewal');
+function addOnRenewal(addOns: readonly Chain[]): Intent | undefined {
+  return addOns.find((addOn) => addOn.intent?.kind === 'renewal')?.intent ?? undefined;
 }
 
 /** What a seat job bought (or scheduled), for its return value in Bull Board. */
@@ -229,14 +230,15 @@ async function buyDueAddOn(deps: WorkerDeps, job: Job, jobToken: string | undefi
     if (!lock.chain) return 'skipped: unknown chain';
     const { token } = lock;
     const chain = await finishPendingSeatPurchase(deps, job, { chain: lock.chain, token });
-    if (chain.intent) return waitForOtherJob(job, jobToken, deps.clock.now());
+    if (chain.intent) return waitForIntent(deps.queues, job, jobToken, chain.intent);
     const pending = chain.pendingAddOn;
     if (!pending) return 'skipped: no add-on waiting';
     const now = deps.clock.now();
     if (now < pending.startsAt) return delayJobUntil(job, jobToken, pending.startsAt, now);
     if (chain.status === 'cancelled') return 'skipped: chain cancelled';
     const addOns = await deps.chains.getMany(chain.addOns);
-    if (addOnRenewing(addOns)) return waitForOtherJob(job, jobToken, now);
+    const renewing = addOnRenewal(addOns);
+    if (renewing) return waitForIntent(deps.queues, job, jobToken, renewing);
     if (chain.status === 'expired' || now >= chain.term.expiresAt) {
       return settleLateAddOn(deps, job, { chain, token }, addOns, now);
     }

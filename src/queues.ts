@@ -1,5 +1,5 @@
 // The queues, which event goes to which, and the job options every queue shares.
-import type { JobsOptions } from 'bullmq';
+import type { JobsOptions, Queue } from 'bullmq';
 import type { EventType } from './intake/events.js';
 import { QUEUE_KEY_PREFIX } from './redis/key-space.js';
 import { JOB_ATTEMPTS, KEPT_FAILURES, RETRY_BACKOFF_TYPE } from './retry-policy.js';
@@ -54,3 +54,17 @@ export const defaultJobOptions: JobsOptions = {
   removeOnComplete: { age: 7 * DAY_SECONDS, count: 100_000 },
   removeOnFail: { age: 90 * DAY_SECONDS },
 };
+
+/**
+ * When a delayed job really fires (ms), from its score in the delayed set: BullMQ scores it
+ * `fireTime * 0x1000 + counter`, and `changeDelay` moves the score but not `job.timestamp`.
+ */
+export async function delayedFireTime(queue: Queue, jobId: string): Promise<number | null> {
+  const client = await queue.backend.client;
+  return fireTimeOfScore(await client.zscore(queue.keys.delayed as string, jobId));
+}
+
+/** A delayed job's fire time (queue time, ms) from its score in BullMQ's delayed set. */
+export function fireTimeOfScore(score: string | null): number | null {
+  return score === null ? null : Math.floor(Number(score) / 0x1000);
+}

@@ -3,12 +3,13 @@ import { setTimeout as delay } from 'node:timers/promises';
 import type { Job } from 'bullmq';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeProcessor as makeMaintenanceProcessor } from '../../../jobs/maintenance.js';
-import { delayedFireTime, renewalJobId } from '../../../jobs/renewals.js';
+import { renewalJobId } from '../../../jobs/renewals.js';
 import { chainIdOf, chainKeys } from '../../../src/chains/keys.js';
 import { ChainStore } from '../../../src/chains/store.js';
 import type { ProvisioningClient } from '../../../src/client/provisioning-client.js';
 import { manualClock, systemClock } from '../../../src/clock.js';
 import { TransientError } from '../../../src/errors.js';
+import { delayedFireTime } from '../../../src/queues.js';
 import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
 import {
   DAY,

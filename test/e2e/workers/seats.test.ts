@@ -14,11 +14,12 @@ import { ChainStore } from '../../../src/chains/store.js';
 import type { ChainView } from '../../../src/chains/view.js';
 import type { ProvisioningClient } from '../../../src/client/provisioning-client.js';
 import { type ManualClock, manualClock, systemClock } from '../../../src/clock.js';
+import { renewalOrderId } from '../../../src/domain/ids.js';
 import { addTerms } from '../../../src/domain/periods.js';
 import { RefusalError, TransientError } from '../../../src/errors.js';
 import { formatInstant } from '../../../src/format.js';
 import { webhookJobId } from '../../../src/intake/webhooks.js';
-import { QUEUE_PREFIX } from '../../../src/queues.js';
+import { delayedFireTime, QUEUE_PREFIX } from '../../../src/queues.js';
 import { connectRedis } from '../../../src/redis/connection.js';
 import {
   DAY,
@@ -236,6 +237,58 @@ async function leftBetweenPartials(
 describe('marketplace, co-terminated partial orders (the default)', () => {
   const clock = manualClock(systemClock.now());
   const system = useSystem({ clock });
+
+  it('waits for the next attempt of a renewal left half done, not every 2 seconds', async () => {
+    const placed = await place(system, 'W-1', 5);
+    const renewal = renewalJobId(chainIdOf('W-1'), 2);
+    const orderId = renewalOrderId('W-1', 2);
+    // A renewal job whose provider went away after it wrote its intent: it retries in 30 s.
+    await leftByDeadJob(system, 'W-1', 'renewal-waiting-to-retry', () => ({
+      intent: {
+        kind: 'renewal',
+        method: 'createOrder',
+        orderId,
+        params: { customer: placed.customer, id: orderId, licenses: 5 },
+        jobId: renewal,
+      },
+    }));
+    const renewals = system.queue('renewals');
+    await (await renewals.getJob(renewal))?.changeDelay(30_000);
+    const ownerFiresAt = (await delayedFireTime(renewals, renewal)) as number;
+
+    await seats(system, 'W-1', 7, {}, 'wait-for-owner');
+    const seatQueue = system.queue('seat-changes');
+    const seatJob = webhookJobId('wait-for-owner');
+    // A second after the renewal's attempt, when its order is recorded.
+    await expect
+      .poll(() => delayedFireTime(seatQueue, seatJob), { timeout: 10_000 })
+      .toBe(ownerFiresAt + 1000);
+
+    // A renewal due much later may still run sooner (retried by a person): a minute at most.
+    await (await renewals.getJob(renewal))?.changeDelay(10 * 60_000);
+    const promotedAt = Date.now();
+    await system.promote('seat-changes', seatJob);
+    await expect
+      .poll(async () => ((await delayedFireTime(seatQueue, seatJob)) ?? 0) - promotedAt, {
+        timeout: 10_000,
+      })
+      .toBeGreaterThanOrEqual(60_000);
+    expect(((await delayedFireTime(seatQueue, seatJob)) as number) - promotedAt).toBeLessThan(
+      70_000,
+    );
+
+    // With the renewal's job gone (reconcile gives it back), it looks again in 2 seconds.
+    await (await renewals.getJob(renewal))?.remove();
+    const before = Date.now();
+    await system.promote('seat-changes', seatJob);
+    await expect
+      .poll(async () => ((await delayedFireTime(seatQueue, seatJob)) ?? 0) - before, {
+        timeout: 10_000,
+      })
+      .toBeGreaterThanOrEqual(2000);
+    expect(((await delayedFireTime(seatQueue, seatJob)) as number) - before).toBeLessThan(10_000);
+    expect((await system.chain('W-1')).nextLicenses).toBe(5);
+  });
 
   it('orders two seat events of the same second as intake accepted them, whichever runs first', async () => {
     await place(system, 'S-40', 10);
@@ -1040,8 +1093,12 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     await seats(system, 'A-17', 8);
     await expect.poll(async () => (await system.queue('seat-changes').getDelayed()).length).toBe(1);
     expect((await system.chain('A-17')).addOns[0]?.nextLicenses).toBe(1);
+    const [waiting] = await system.queue('seat-changes').getDelayed();
 
     await system.promote('renewals', jobId);
+    await system.waitForChain('A-17', (c) => c.addOns[0]?.term.count === 2);
+    // The seat job waits for the renewal job's next attempt, due later than it was promoted.
+    await system.promote('seat-changes', waiting?.id ?? '');
     const settled = await system.waitForChain('A-17', (c) => c.addOns.length === 2);
     expect(settled.addOns[0]).toMatchObject({ licenses: 1, term: { count: 2 } });
     // From the day the add-on's first term ends, 5 + 1 + 2 are in force: the total asked for.

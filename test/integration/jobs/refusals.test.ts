@@ -3,9 +3,8 @@
 import { randomUUID } from 'node:crypto';
 import { type Job, Queue, Worker } from 'bullmq';
 import { describe, expect, it } from 'vitest';
-import { delayedFireTime } from '../../../jobs/renewals.js';
 import { RefusalError, TransientError } from '../../../src/errors.js';
-import { defaultJobOptions } from '../../../src/queues.js';
+import { defaultJobOptions, delayedFireTime } from '../../../src/queues.js';
 import { retryBackoff, UNEXPECTED_FAILURES_IN_A_ROW } from '../../../src/retry-policy.js';
 import { classifyFailures } from '../../../src/workers.js';
 import { useTestRedisConnection } from '../../helpers/redis-server.js';

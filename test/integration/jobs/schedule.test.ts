@@ -5,14 +5,13 @@ import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import {
   addNextRenewalJob,
-  delayedFireTime,
   ensureRenewalJob,
   renewalJobData,
   renewalJobId,
 } from '../../../jobs/renewals.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
 import { type Chain, chainRecord } from '../../../src/chains/records.js';
-import { QUEUES } from '../../../src/queues.js';
+import { delayedFireTime, QUEUES } from '../../../src/queues.js';
 import { chainFor as chainAt } from '../../helpers/chains.js';
 import { useTestRedisConnection } from '../../helpers/redis-server.js';
 
