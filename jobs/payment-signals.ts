@@ -123,6 +123,7 @@ async function markOverdue(
   held: Held,
   data: EventJobData,
   now: number,
+  aboutInvoice: string,
 ) {
   const { chain, token } = held;
   const queue = deps.queues['payment-signals'];
@@ -141,7 +142,12 @@ async function markOverdue(
         updatedAt: now,
       },
       history: [
-        { at: now, event: 'payment.overdue', detail: 'already overdue: nothing changes', cause },
+        {
+          at: now,
+          event: 'payment.overdue',
+          detail: `${aboutInvoice}already overdue: nothing changes`,
+          cause,
+        },
       ],
       release: false,
     });
@@ -172,8 +178,8 @@ async function markOverdue(
         event: 'payment.overdue',
         detail:
           chain.status === 'suspended'
-            ? `payment overdue (episode ${episode}) while the chain is suspended, awaiting its manual reactivation: renewals wait; unless paid, the family is suspended again at ${formatInstant(suspendAt)} (what was reactivated or bought since too), and a reactivation waits for the payment`
-            : `payment overdue (episode ${episode}): renewals wait; the chain is suspended at ${formatInstant(suspendAt)} unless paid`,
+            ? `${aboutInvoice}payment overdue (episode ${episode}) while the chain is suspended, awaiting its manual reactivation: renewals wait; unless paid, the family is suspended again at ${formatInstant(suspendAt)} (what was reactivated or bought since too), and a reactivation waits for the payment`
+            : `${aboutInvoice}payment overdue (episode ${episode}): renewals wait; the chain is suspended at ${formatInstant(suspendAt)} unless paid`,
         cause,
       },
     ],
@@ -182,7 +188,14 @@ async function markOverdue(
   return `overdue: suspension at ${formatInstant(suspendAt)}`;
 }
 
-async function markPaid(deps: WorkerDeps, job: Job, held: Held, data: EventJobData, now: number) {
+async function markPaid(
+  deps: WorkerDeps,
+  job: Job,
+  held: Held,
+  data: EventJobData,
+  now: number,
+  aboutInvoice: string,
+) {
   const { chain, token } = held;
   const cause = { webhookId: data.webhookId, jobId: job.id ?? '' };
   const suspension = await removeSuspensionJob(deps.queues['payment-signals'], chain);
@@ -216,7 +229,7 @@ async function markPaid(deps: WorkerDeps, job: Job, held: Held, data: EventJobDa
         {
           at: now,
           event: 'payment.received',
-          detail: paidWithNothingSuspended(chain),
+          detail: `${aboutInvoice}${paidWithNothingSuspended(chain)}`,
           cause,
         },
       ],
@@ -240,7 +253,7 @@ async function markPaid(deps: WorkerDeps, job: Job, held: Held, data: EventJobDa
         {
           at: now,
           event: 'payment.received',
-          detail: 'payment received: unsuspending the orders in force',
+          detail: `${aboutInvoice}payment received: unsuspending the orders in force`,
           cause,
         },
       ],
@@ -260,7 +273,7 @@ async function markPaid(deps: WorkerDeps, job: Job, held: Held, data: EventJobDa
     previous: chain,
     // Suspended, also when the suspension was only begun (some orders are, at the provider).
     next: { ...paid, status: 'suspended', needsReactivation: true, nextRenewalAt: null },
-    history: [{ at: now, event: 'reactivation.needed', detail: reason, cause }],
+    history: [{ at: now, event: 'reactivation.needed', detail: `${aboutInvoice}${reason}`, cause }],
     release: false,
   });
   throw new UnrecoverableError(reason);
@@ -397,8 +410,15 @@ async function applyPaymentEvent(
       return replayed(deps, chain, data, now);
     }
     const cause = { webhookId: data.webhookId, jobId: job.id ?? '' };
+    // The producer's invoice, named in the history it writes (the event acts on the account).
+    const aboutInvoice = ev.invoice === undefined ? '' : `invoice ${ev.invoice}: `;
     const ignore = async (detail: string): Promise<string> => {
-      const entry: HistoryEntry = { at: now, event: `${data.type}.ignored`, detail, cause };
+      const entry: HistoryEntry = {
+        at: now,
+        event: `${data.type}.ignored`,
+        detail: `${aboutInvoice}${detail}`,
+        cause,
+      };
       await deps.chains.save({
         chainId,
         token,
@@ -416,8 +436,8 @@ async function applyPaymentEvent(
     }
     if (chain.status === 'cancelled') return ignore('the chain is cancelled');
     return data.type === 'payment.overdue'
-      ? markOverdue(deps, job, { chain, token }, data, now)
-      : markPaid(deps, job, { chain, token }, data, now);
+      ? markOverdue(deps, job, { chain, token }, data, now, aboutInvoice)
+      : markPaid(deps, job, { chain, token }, data, now, aboutInvoice);
   });
 }
 

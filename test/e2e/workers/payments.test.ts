@@ -259,6 +259,23 @@ describe('marketplace, 3 days of grace', () => {
     expect(renewed.term.startsAt).toBe(clock.now());
   });
 
+  it("names the producer's invoice in the history its payment events write", async () => {
+    await system.send('order.placed', orderPlaced({ order: 'P-INV' }));
+    await system.waitForChain('P-INV', () => true);
+    await system.send('payment.overdue', { order: 'P-INV', invoice: 'INV-7' });
+    const overdue = await system.waitForChain('P-INV', (c) => c.payment === 'overdue');
+    expect(overdue.history.at(-1)?.detail).toMatch(/^invoice INV-7: payment overdue \(episode 1\)/);
+    await system.send('payment.received', { order: 'P-INV', invoice: 'INV-7' });
+    const paid = await system.waitForChain('P-INV', (c) => c.payment === 'ok');
+    expect(paid.history.at(-1)?.detail).toBe(
+      'invoice INV-7: paid within the grace period: no suspension',
+    );
+    // Without one, the entries say nothing of invoices.
+    await system.send('payment.overdue', { order: 'P-INV' });
+    const again = await system.waitForChain('P-INV', (c) => c.payment === 'overdue');
+    expect(again.history.at(-1)?.detail).toMatch(/^payment overdue \(episode 2\)/);
+  });
+
   it('restores a missing suspension job when the overdue event is repeated', async () => {
     await system.send('order.placed', orderPlaced({ order: 'P-5' }));
     await system.waitForChain('P-5', () => true);
