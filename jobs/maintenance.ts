@@ -2,7 +2,7 @@
 import type { Job, Queue } from 'bullmq';
 import { z } from 'zod';
 import { markAddOnCancelled } from '../src/chains/cancel.js';
-import { expired, expiryOf } from '../src/chains/expiry.js';
+import { expiryOf, saveExpired } from '../src/chains/expiry.js';
 import { governedNextRenewalAt, mainChainsOf } from '../src/chains/family.js';
 import { whileHeld } from '../src/chains/lease.js';
 import type { Chain } from '../src/chains/records.js';
@@ -349,15 +349,7 @@ function markExpired(deps: WorkerDeps, seen: Chain, now: number, jobId: string):
     return withGovernedSchedule(deps, chain, jobId, false, async (schedule) => {
       const reason = expiryOf(schedule, now);
       if (reason === null) return false;
-      const { next, history } = expired(chain, reason, now, { jobId });
-      await deps.chains.save({
-        chainId: chain.id,
-        token,
-        previous: chain,
-        next,
-        history,
-        release: false,
-      });
+      await saveExpired(deps.chains, { chain, token }, reason, now, { jobId });
       return true;
     });
   });

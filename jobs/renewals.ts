@@ -3,7 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { type Job, type Queue, UnrecoverableError } from 'bullmq';
 import { z } from 'zod';
 import { cancelIfMade, markAddOnCancelled } from '../src/chains/cancel.js';
-import { expired, expiryOf } from '../src/chains/expiry.js';
+import { expiryOf, saveExpired } from '../src/chains/expiry.js';
 import { governedNextRenewalAt } from '../src/chains/family.js';
 import { orderToChange } from '../src/chains/orders-in-force.js';
 import { type Chain, chainRecord, type Intent, intentRecord } from '../src/chains/records.js';
@@ -934,15 +934,7 @@ async function expireWhileUnpaid(
   now: number,
 ): Promise<void> {
   if (expiryOf({ ...chain, payment: 'overdue' }, now) !== 'payment_overdue') return;
-  const { next, history } = expired(chain, 'payment_overdue', now, { jobId: job.id ?? '' });
-  await deps.chains.save({
-    chainId: chain.id,
-    token,
-    previous: chain,
-    next,
-    history,
-    release: false,
-  });
+  await saveExpired(deps.chains, { chain, token }, 'payment_overdue', now, { jobId: job.id ?? '' });
 }
 
 /** What deciding a renewal left to do: nothing (a skip or a wait), or send the intent written. */

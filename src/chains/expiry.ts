@@ -1,5 +1,6 @@
 // The `expired` status (DESIGN §4): a chain whose term in force ended with no next term.
 import type { Cause, Chain, HistoryEntry } from './records.js';
+import type { ChainStore } from './store.js';
 
 /**
  * Why an active chain is expired as of `now`, not yet marked: its term ended with nothing ordered
@@ -35,6 +36,18 @@ export function expired(
     next: { ...chain, status: 'expired', updatedAt: now },
     history: [{ at: now, event: 'chain.expired', detail, cause }],
   };
+}
+
+/** Saves the held chain marked expired for `reason` (its lock kept), with its history entry. */
+export function saveExpired(
+  chains: ChainStore,
+  { chain, token }: { chain: Chain; token: string },
+  reason: 'not_renewing' | 'payment_overdue',
+  now: number,
+  cause: Cause,
+): Promise<Chain> {
+  const { next, history } = expired(chain, reason, now, cause);
+  return chains.save({ chainId: chain.id, token, previous: chain, next, history, release: false });
 }
 
 /**
