@@ -84,8 +84,12 @@ async function reconcileChain(deps: WorkerDeps, chain: Chain, jobId: string): Pr
     case 'cancel with main':
       await markCancelledWithMainChain(deps, chain, now, jobId);
       return false;
-    case 'expire':
-      return markExpired(deps, chain, now, jobId);
+    case 'expire': {
+      const marked = await markExpired(deps, chain, now, jobId);
+      // One expired while its payment is overdue still renews when paid: its jobs this round.
+      if (marked && hasJobsToEnsure(chain)) await ensureJobs(deps, chain, now, jobId);
+      return marked;
+    }
     case 'ensure jobs':
       await ensureJobs(deps, chain, now, jobId);
       return false;

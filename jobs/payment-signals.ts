@@ -283,7 +283,7 @@ async function markPaid(
 function paidWithNothingSuspended(chain: Chain): string {
   if (chain.payment !== 'overdue') return 'payment received';
   if (chain.status !== 'expired') return 'paid within the grace period: no suspension';
-  return chain.nextRenewalAt === null
+  return chain.nextRenewalAt === null || chain.flagged !== null
     ? 'payment received after the term ended'
     : 'payment received after the term ended: the renewal that waited for it is made now, its term starting now';
 }

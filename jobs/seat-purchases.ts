@@ -263,8 +263,10 @@ export function allocation(
   total: number,
   { waiting, from }: { waiting?: number; from?: number } = {},
 ) {
-  // Only add-ons that will renew share the next counts; a stopped, expired or cancelled one gets 0.
-  const renewing = addOns.filter((a) => a.status === 'active' && a.nextRenewalAt !== null);
+  // Only add-ons that will renew share the next counts; a stopped or cancelled one gets 0, and so
+  // does one expired with no renewal to come. One expired while the payment is overdue renews
+  // when paid (as does one expired while its main chain did not renew, once it does again).
+  const renewing = addOns.filter((a) => a.status !== 'cancelled' && a.nextRenewalAt !== null);
   const sharing = [...renewing.map((a) => a.licenses), ...(waiting === undefined ? [] : [waiting])];
   const split = allocateNextLicenses({
     total,

@@ -245,13 +245,19 @@ describe('marketplace, 3 days of grace', () => {
   });
 
   it('lets reconcile expire a chain whose term ended while its renewal waits for payment', async () => {
-    const { placed } = await renewalWaitingForPayment('P-EXP-2');
+    const { placed, job } = await renewalWaitingForPayment('P-EXP-2');
     clock.set(placed.term.expiresAt + DAY);
+    // Its renewal job lost too (a Redis restored without it): given back in the same round.
+    await expect
+      .poll(async () => (await system.queue('renewals').getJob(job))?.getState())
+      .toBe('delayed');
+    await (await system.queue('renewals').getJob(job))?.remove();
     const reconcile = await system.queue('maintenance').add('reconcile now', {});
     await expect.poll(async () => reconcile.getState(), { timeout: 10_000 }).toBe('completed');
     const expired = await system.chain('P-EXP-2');
     expect(expired).toMatchObject({ status: 'expired', payment: 'overdue', nextRenewalAt: null });
     expect(expired.history.at(-1)?.detail).toContain('ended while the payment is overdue');
+    expect(await system.queue('renewals').getJob(job)).toBeDefined();
 
     await system.send('payment.received', { order: 'P-EXP-2' });
     const renewed = await system.waitForChain('P-EXP-2', (c) => c.term.count === 2);
@@ -467,6 +473,10 @@ describe('marketplace with add-on seat increases, 3 days of grace', () => {
       (c) => c.status === 'expired' && c.addOns[0]?.status === 'expired',
     );
     expect(expired.addOns[0]).toMatchObject({ nextRenewalAt: null, payment: 'overdue' });
+    // The same total again: the add-on, renewing when paid, keeps its share of it.
+    await system.send('seats.changed', { order: 'P-EXP-3', licenses: 8 });
+    const resent = await system.waitForChain('P-EXP-3', (c) => lastEvent(c) === 'seats.changed');
+    expect(resent).toMatchObject({ nextLicenses: 5, addOns: [{ nextLicenses: 3 }] });
 
     await system.send('payment.received', { order: 'P-EXP-3' });
     const renewed = await system.waitForChain(
@@ -474,7 +484,37 @@ describe('marketplace with add-on seat increases, 3 days of grace', () => {
       (c) => c.term.count === 2 && c.addOns[0]?.term.count === 2,
     );
     expect(renewed.term.startsAt).toBe(clock.now());
-    expect(renewed.addOns[0]).toMatchObject({ status: 'active', term: { startsAt: clock.now() } });
+    expect(renewed.addOns[0]).toMatchObject({
+      status: 'active',
+      licenses: 3,
+      term: { startsAt: clock.now() },
+    });
+  });
+});
+
+describe('marketplace with add-on seat increases, 3 days of grace: reconcile', () => {
+  const clock = manualClock(systemClock.now());
+  const system = useSystem({ clock, env: { PAYMENT_GRACE_DAYS: '3', SEAT_INCREASE: 'addon' } });
+
+  it("expires an add-on whose term ended while its main chain's payment is overdue", async () => {
+    await system.send('order.placed', orderPlaced({ order: 'P-EXP-4', startsAt: clock.now() }));
+    const placed = await system.waitForChain('P-EXP-4', () => true);
+    await system.send('seats.changed', { order: 'P-EXP-4', licenses: 8 });
+    const [addOn] = (await system.waitForChain('P-EXP-4', (c) => c.addOns.length === 1)).addOns;
+    if (!addOn) throw new Error('no add-on');
+    await system.send('payment.overdue', { order: 'P-EXP-4' });
+    await system.waitForChain('P-EXP-4', (c) => c.payment === 'overdue');
+
+    // Both terms ended: the main chain's renewal job, due since, has marked it expired already
+    // (its job holds the main chain's lock a moment, which would leave the add-on for a round).
+    clock.set(Math.max(placed.term.expiresAt, addOn.term.expiresAt) + 60);
+    await system.promote('renewals', renewalJobId(chainIdOf('P-EXP-4'), 2));
+    await system.waitForChain('P-EXP-4', (c) => c.status === 'expired');
+    const reconcile = await system.queue('maintenance').add('reconcile now', {});
+    await expect.poll(async () => reconcile.getState(), { timeout: 10_000 }).toBe('completed');
+    const own = await system.chain(addOn.order);
+    expect(own.status).toBe('expired');
+    expect(own.history.at(-1)?.detail).toContain('ended while the payment is overdue');
   });
 });
 

@@ -1358,12 +1358,16 @@ describe('the external variant (add-ons only)', () => {
 
   describe('a waiting add-on whose job comes only after its term ended', () => {
     /** A chain of 5 with 3 more waiting for an hour before its term ends; the clock then past it. */
-    async function waitingPastItsTerm(order: string, autoRenew: boolean) {
+    async function waitingPastItsTerm(order: string, autoRenew: boolean, { overdue = false } = {}) {
       const startsAt = clock.now() - 10 * DAY;
       await system.send('order.placed', orderPlaced({ order, licenses: 5, startsAt, autoRenew }));
       const placed = await system.waitForChain(order, () => true);
       await seats(system, order, 8, { effectiveAt: placed.term.expiresAt - 3600 });
       await system.waitForChain(order, (c) => lastEvent(c) === 'seats.addon_scheduled');
+      if (overdue) {
+        await system.send('payment.overdue', { order });
+        await system.waitForChain(order, (c) => c.payment === 'overdue');
+      }
       clock.set(placed.term.expiresAt + DAY);
       return placed;
     }
@@ -1390,6 +1394,17 @@ describe('the external variant (add-ons only)', () => {
       );
       expect(chain.nextLicenses).toBe(5);
       expect(await system.providerOrder('E-33.a1')).toBeNull();
+    });
+
+    it('carries the total into the renewal of a chain expired while its payment is overdue', async () => {
+      await waitingPastItsTerm('E-34', true, { overdue: true });
+      // Its renewal job, due since, waits for the payment past the term's end: expired.
+      await system.promote('renewals', renewalJobId(chainIdOf('E-34'), 2));
+      await system.waitForChain('E-34', (c) => c.status === 'expired');
+      await system.promote('seat-changes', addOnJobId(chainIdOf('E-34')));
+      const chain = await system.waitForChain('E-34', (c) => lastEvent(c) === 'seats.changed');
+      expect(chain).toMatchObject({ status: 'expired', nextLicenses: 8, addOns: [] });
+      expect(await system.providerOrder('E-34.a1')).toBeNull();
     });
 
     it('carries the total into the renewal of a chain about to renew, buying no add-on', async () => {
