@@ -64,12 +64,6 @@ export function waitForOtherJob(
   return delayJobUntil(job, jobToken, now + OTHER_JOB_RETRY_SECONDS, now);
 }
 
-/** The queue of the job that finishes an intent of this kind (seat purchases: any seat job). */
-const OWNER_QUEUE: Partial<Record<Intent['kind'], QueueName>> = {
-  renewal: QUEUES.renewals,
-  first_order: QUEUES.orders,
-};
-
 /**
  * The longest a job waits for another's next attempt (ms): that job may run sooner than it was
  * due (a person retrying it in Bull Board, a payment moving a renewal to now).
@@ -77,8 +71,9 @@ const OWNER_QUEUE: Partial<Record<Intent['kind'], QueueName>> = {
 const OWNER_WAIT_MAX_MS = 60_000;
 
 /**
- * Puts the job back until the job that owns `intent`, a renewal or first order half done on the
- * chain, has had its next attempt (at most OWNER_WAIT_MAX_MS): one waiting out a provider's
+ * Puts the job back until the job that owns `intent`, a renewal half done on the chain (seat
+ * purchases are finished by whichever job holds the chain; a first order is never on a chain
+ * before it is recorded), has had its next attempt (at most OWNER_WAIT_MAX_MS): one waiting out a provider's
  * outage retries on its backoff, up to 15 minutes apart, and looking every 2 seconds meanwhile
  * only loads Redis and the log. Looks again in 2 seconds when that job is not delayed (running
  * now, about to, or gone: reconcile gives a renewal intent's job back).
@@ -89,9 +84,10 @@ export async function waitForIntent(
   jobToken: string | undefined,
   intent: Intent,
 ): Promise<never> {
-  const queue = OWNER_QUEUE[intent.kind];
   const ownerFiresAt =
-    queue && intent.jobId !== null ? await delayedFireTime(queues[queue], intent.jobId) : null;
+    intent.kind === 'renewal' && intent.jobId !== null
+      ? await delayedFireTime(queues[QUEUES.renewals], intent.jobId)
+      : null;
   const queueNow = queueTimeMs();
   const soon = queueNow + OTHER_JOB_RETRY_SECONDS * 1000;
   // A second after the owner's attempt, to find its work done.
