@@ -1407,6 +1407,17 @@ describe('the external variant (add-ons only)', () => {
       expect(await system.providerOrder('E-34.a1')).toBeNull();
     });
 
+    it('has reconcile restore the waiting add-on job of a chain expired while overdue', async () => {
+      await waitingPastItsTerm('E-35', true, { overdue: true });
+      await system.promote('renewals', renewalJobId(chainIdOf('E-35'), 2));
+      await system.waitForChain('E-35', (c) => c.status === 'expired');
+      // Lost (a Redis restored without it): the licenses still go into the renewal when paid.
+      const waiting = () => system.queue('seat-changes').getJob(addOnJobId(chainIdOf('E-35')));
+      await (await waiting())?.remove();
+      await makeMaintenanceProcessor(workerDepsOf(system))({ id: 'r-e35', data: {} } as Job);
+      expect(await waiting()).toBeDefined();
+    });
+
     it('carries the total into the renewal of a chain about to renew, buying no add-on', async () => {
       await waitingPastItsTerm('E-31', true);
       await system.promote('seat-changes', addOnJobId(chainIdOf('E-31')));
