@@ -51,6 +51,21 @@ async function suspendedWithAddOn(system: System, order: string, licenses: numbe
   expect(await providerStatus(system, `${order}.a1`)).toBe('suspended');
 }
 
+/**
+ * Places `order` (5 licenses from `startsAt`), raises it to 8 (an add-on order, with
+ * SEAT_INCREASE=addon), and lets its payment go overdue.
+ */
+async function overdueWithAddOn(system: System, order: string, startsAt: number) {
+  await system.send('order.placed', orderPlaced({ order, startsAt }));
+  const placed = await system.waitForChain(order, () => true);
+  await system.send('seats.changed', { order, licenses: 8 });
+  const [addOn] = (await system.waitForChain(order, (c) => c.addOns.length === 1)).addOns;
+  if (!addOn) throw new Error('no add-on');
+  await system.send('payment.overdue', { order });
+  await system.waitForChain(order, (c) => c.payment === 'overdue');
+  return { placed, addOn };
+}
+
 describe('marketplace, 3 days of grace', () => {
   const clock = manualClock(systemClock.now());
   const system = useSystem({ clock, env: { PAYMENT_GRACE_DAYS: '3' } });
@@ -450,16 +465,7 @@ describe('marketplace with add-on seat increases, 3 days of grace', () => {
   });
 
   it('expires an add-on with its main chain when both terms end while the payment is overdue', async () => {
-    await system.send(
-      'order.placed',
-      orderPlaced({ order: 'P-EXP-3', startsAt: clock.now() - 2 * DAY }),
-    );
-    const placed = await system.waitForChain('P-EXP-3', () => true);
-    await system.send('seats.changed', { order: 'P-EXP-3', licenses: 8 });
-    const [addOn] = (await system.waitForChain('P-EXP-3', (c) => c.addOns.length === 1)).addOns;
-    if (!addOn) throw new Error('no add-on');
-    await system.send('payment.overdue', { order: 'P-EXP-3' });
-    await system.waitForChain('P-EXP-3', (c) => c.payment === 'overdue');
+    const { placed, addOn } = await overdueWithAddOn(system, 'P-EXP-3', clock.now() - 2 * DAY);
 
     // Past both ends, with nothing renewed: the grace period ended too, and the suspension
     // finds nothing in force. The add-on's job reads the payment of its main chain.
@@ -497,13 +503,7 @@ describe('marketplace with add-on seat increases, 3 days of grace: reconcile', (
   const system = useSystem({ clock, env: { PAYMENT_GRACE_DAYS: '3', SEAT_INCREASE: 'addon' } });
 
   it("expires an add-on whose term ended while its main chain's payment is overdue", async () => {
-    await system.send('order.placed', orderPlaced({ order: 'P-EXP-4', startsAt: clock.now() }));
-    const placed = await system.waitForChain('P-EXP-4', () => true);
-    await system.send('seats.changed', { order: 'P-EXP-4', licenses: 8 });
-    const [addOn] = (await system.waitForChain('P-EXP-4', (c) => c.addOns.length === 1)).addOns;
-    if (!addOn) throw new Error('no add-on');
-    await system.send('payment.overdue', { order: 'P-EXP-4' });
-    await system.waitForChain('P-EXP-4', (c) => c.payment === 'overdue');
+    const { placed, addOn } = await overdueWithAddOn(system, 'P-EXP-4', clock.now());
 
     // Both terms ended: the main chain's renewal job, due since, has marked it expired already
     // (its job holds the main chain's lock a moment, which would leave the add-on for a round).
