@@ -117,14 +117,18 @@ async function ensureEpisodeSuspension(deps: WorkerDeps, chain: Chain, now: numb
   await ensureSuspensionJob(queue, chain, chain.overdueEpisode, chain.suspendAt, now);
 }
 
-async function markOverdue(
-  deps: WorkerDeps,
-  job: Job,
-  held: Held,
-  data: EventJobData,
-  now: number,
-  aboutInvoice: string,
-) {
+/**
+ * A payment event being applied at `now`; `aboutInvoice` starts each history entry it writes
+ * (`invoice INV-7: `, or nothing when the event names none).
+ */
+interface AppliedPayment {
+  data: EventJobData;
+  now: number;
+  aboutInvoice: string;
+}
+
+async function markOverdue(deps: WorkerDeps, job: Job, held: Held, payment: AppliedPayment) {
+  const { data, now, aboutInvoice } = payment;
   const { chain, token } = held;
   const queue = deps.queues['payment-signals'];
   const cause = { webhookId: data.webhookId, jobId: job.id ?? '' };
@@ -188,14 +192,8 @@ async function markOverdue(
   return `overdue: suspension at ${formatInstant(suspendAt)}`;
 }
 
-async function markPaid(
-  deps: WorkerDeps,
-  job: Job,
-  held: Held,
-  data: EventJobData,
-  now: number,
-  aboutInvoice: string,
-) {
+async function markPaid(deps: WorkerDeps, job: Job, held: Held, payment: AppliedPayment) {
+  const { data, now, aboutInvoice } = payment;
   const { chain, token } = held;
   const cause = { webhookId: data.webhookId, jobId: job.id ?? '' };
   const suspension = await removeSuspensionJob(deps.queues['payment-signals'], chain);
@@ -436,8 +434,8 @@ async function applyPaymentEvent(
     }
     if (chain.status === 'cancelled') return ignore('the chain is cancelled');
     return data.type === 'payment.overdue'
-      ? markOverdue(deps, job, { chain, token }, data, now, aboutInvoice)
-      : markPaid(deps, job, { chain, token }, data, now, aboutInvoice);
+      ? markOverdue(deps, job, { chain, token }, { data, now, aboutInvoice })
+      : markPaid(deps, job, { chain, token }, { data, now, aboutInvoice });
   });
 }
 
