@@ -71,11 +71,11 @@ export function waitForOtherJob(
 const OWNER_WAIT_MAX_MS = 60_000;
 
 /**
- * Puts the job back until the job that owns `intent`, a renewal half done on the chain (seat
- * purchases are finished by whichever job holds the chain; a first order is never on a chain
- * before it is recorded), has had its next attempt (at most OWNER_WAIT_MAX_MS): one waiting out a provider's
- * outage retries on its backoff, up to 15 minutes apart, and looking every 2 seconds meanwhile
- * only loads Redis and the log. Looks again in 2 seconds when that job is not delayed (running
+ * Puts the job back until the job that owns `intent`, a renewal half done on the chain, has had
+ * its next attempt (at most OWNER_WAIT_MAX_MS). Seat purchases are finished by whichever job
+ * holds the chain, and a first order is never on a chain before it is recorded. A renewal waiting
+ * out a provider's outage retries on its backoff, up to 15 minutes apart, and looking every 2
+ * seconds meanwhile only loads Redis and the log. Looks again in 2 seconds when that job is not delayed (running
  * now, about to, or gone: reconcile gives a renewal intent's job back).
  */
 export async function waitForIntent(

@@ -193,19 +193,18 @@ async function settleLateAddOn(
       history: [{ at: now, event, detail, cause: { jobId: job.id ?? '' } }],
       release: false,
     });
-  if (renewsNoMore(chain)) {
-    await record(chain, 'seats.ignored', `${waiting} are not bought: the chain expired first`);
-    return 'skipped: chain expired';
-  }
-  // Not marked expired yet (reconcile does that), but nothing will renew it either. (Expired
-  // while its payment is overdue, it renews when paid: the waiting licenses go into that term.)
+  // Nothing will renew it, marked expired or not yet (reconcile does that). One expired while its
+  // payment is overdue renews when paid: the waiting licenses go into that term, below.
   if (chain.nextRenewalAt === null && chain.intent?.kind !== 'renewal') {
+    const expired = chain.status === 'expired';
     await record(
       chain,
       'seats.ignored',
-      `${waiting} are not bought: term ${chain.term.count} ended ${formatInstant(chain.term.expiresAt)} first, and the chain does not renew`,
+      expired
+        ? `${waiting} are not bought: the chain expired first`
+        : `${waiting} are not bought: term ${chain.term.count} ended ${formatInstant(chain.term.expiresAt)} first, and the chain does not renew`,
     );
-    return 'skipped: term ended';
+    return expired ? 'skipped: chain expired' : 'skipped: term ended';
   }
   // The counts left room for the waiting licenses when it was scheduled: with them, the total.
   // (Paid in force is no measure once the term has ended.)
