@@ -2,7 +2,7 @@
 // order with its own renewals, or only the next renewal's count (DESIGN §4, seat change).
 
 import { type Job, UnrecoverableError } from 'bullmq';
-import { renewsNoMore } from '../src/chains/expiry.js';
+import { hasRenewalToCome, renewsNoMore } from '../src/chains/expiry.js';
 import type { Chain, HistoryEntry, Intent } from '../src/chains/records.js';
 import { eventOrderOf, staleEventReason } from '../src/domain/event-order.js';
 import { planSeatChange } from '../src/domain/seats.js';
@@ -195,7 +195,7 @@ async function settleLateAddOn(
     });
   // Nothing will renew it, marked expired or not yet (reconcile does that). One expired while its
   // payment is overdue renews when paid: the waiting licenses go into that term, below.
-  if (chain.nextRenewalAt === null && chain.intent?.kind !== 'renewal') {
+  if (!hasRenewalToCome(chain)) {
     const expired = chain.status === 'expired';
     await record(
       chain,

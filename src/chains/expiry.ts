@@ -58,7 +58,10 @@ export function saveExpired(
  */
 export function renewsNoMore(chain: Pick<Chain, 'status' | 'nextRenewalAt' | 'intent'>): boolean {
   if (chain.status === 'cancelled') return true;
-  return (
-    chain.status === 'expired' && chain.nextRenewalAt === null && chain.intent?.kind !== 'renewal'
-  );
+  return chain.status === 'expired' && !hasRenewalToCome(chain);
+}
+
+/** Whether a renewal of the chain is scheduled or in flight (whatever its status says). */
+export function hasRenewalToCome(chain: Pick<Chain, 'nextRenewalAt' | 'intent'>): boolean {
+  return chain.nextRenewalAt !== null || chain.intent?.kind === 'renewal';
 }
