@@ -2,7 +2,7 @@
 // order with its own renewals, or only the next renewal's count (DESIGN §4, seat change).
 
 import { type Job, UnrecoverableError } from 'bullmq';
-import { hasRenewalToCome, renewsNoMore } from '../src/chains/expiry.js';
+import { finishedChainName, hasRenewalToCome, renewsNoMore } from '../src/chains/expiry.js';
 import type { Chain, HistoryEntry, Intent } from '../src/chains/records.js';
 import { eventOrderOf, staleEventReason } from '../src/domain/event-order.js';
 import { planSeatChange } from '../src/domain/seats.js';
@@ -76,7 +76,7 @@ async function applySeatEvent(
         { ...chain, ...applied(chain, event) },
         {
           event: 'seats.ignored',
-          detail: `${ev.licenses} licenses asked for a ${chain.status} chain: nothing to do`,
+          detail: `${ev.licenses} licenses asked for ${finishedChainName(chain.status)}: nothing to do`,
         },
       );
       return `ignored: chain ${chain.status}`;

@@ -1,7 +1,7 @@
 // Seat purchases: what is paid, how a total splits over the next renewals, and the partial or
 // add-on order that buys the rest, written as an intent and finished exactly once.
 import { type Job, UnrecoverableError } from 'bullmq';
-import { renewsNoMore } from '../src/chains/expiry.js';
+import { finishedChainName, renewsNoMore } from '../src/chains/expiry.js';
 import { addOnsRenew, createChain, governedNextRenewalAt } from '../src/chains/family.js';
 import { chainIdOf } from '../src/chains/keys.js';
 import { type Cause, type Chain, type Intent, newChainRecord } from '../src/chains/records.js';
@@ -479,7 +479,7 @@ async function finishUnfinishedSeatEvent(
           at: now,
           event: ended ? 'seats.ignored' : 'seats.changed',
           detail: ended
-            ? `${event.total} licenses: the rest is not bought for a ${chain.status} chain`
+            ? `${event.total} licenses: the rest is not bought for ${finishedChainName(chain.status)}`
             : `${event.total} licenses: none missing any more, nothing left to buy`,
           cause,
         },

@@ -61,6 +61,11 @@ export function renewsNoMore(chain: Pick<Chain, 'status' | 'nextRenewalAt' | 'in
   return chain.status === 'expired' && !hasRenewalToCome(chain);
 }
 
+/** "a cancelled chain" or "an expired chain", for history entries about a chain that renews no more. */
+export function finishedChainName(status: Chain['status']): string {
+  return `${/^[aeiou]/.test(status) ? 'an' : 'a'} ${status} chain`;
+}
+
 /** Whether a renewal of the chain is scheduled or in flight (whatever its status says). */
 export function hasRenewalToCome(chain: Pick<Chain, 'nextRenewalAt' | 'intent'>): boolean {
   return chain.nextRenewalAt !== null || chain.intent?.kind === 'renewal';

@@ -259,6 +259,33 @@ describe('marketplace, 3 days of grace', () => {
     );
   });
 
+  it('finishes a seat event left between its steps on a chain expired waiting for its payment', async () => {
+    const { placed, job } = await renewalWaitingForPayment('P-EXP-U');
+    clock.set(placed.term.expiresAt + DAY);
+    await system.promote('renewals', job);
+    await system.waitForChain('P-EXP-U', (c) => c.status === 'expired');
+    // A seat job for 9 from before the term ended bought its first step and died: by now nothing
+    // of it is missing (the term ended), so the event ends, and the payment's renewal carries 9.
+    const neededAt = placed.term.expiresAt - DAY;
+    await leftByDeadJob(system, 'P-EXP-U', 'crashed-seat-job-u', () => ({
+      nextLicenses: 9,
+      lastSeatEventAt: neededAt,
+      unfinishedSeatEvent: {
+        webhookId: 'lost-seat-p-exp-u',
+        occurredAt: neededAt,
+        total: 9,
+        neededAt,
+        style: 'coterm',
+      },
+    }));
+    await system.send('payment.received', { order: 'P-EXP-U' });
+    const renewed = await system.waitForChain('P-EXP-U', (c) => c.term.count === 2);
+    expect(renewed).toMatchObject({ status: 'active', licenses: 9, partials: [] });
+    expect(renewed.history.map((h) => h.detail)).toContainEqual(
+      '9 licenses: none missing any more, nothing left to buy',
+    );
+  });
+
   it('lets reconcile expire a chain whose term ended while its renewal waits for payment', async () => {
     const { placed, job } = await renewalWaitingForPayment('P-EXP-2');
     clock.set(placed.term.expiresAt + DAY);

@@ -455,6 +455,31 @@ describe('marketplace, co-terminated partial orders (the default)', () => {
     expect(chain.partials).toMatchObject([{ licenses: 1, expiresAt: placed.term.expiresAt }]);
   });
 
+  it('ends an event a job left between its steps on a chain that expired, not to renew', async () => {
+    // Auto-renew off, its term over: the rest of the event (9) is not bought, nor is a newer one.
+    const placed = await place(system, 'S-END', 5, 10, { autoRenew: false });
+    const neededAt = clock.now();
+    await leftByDeadJob(system, 'S-END', 'crashed-seat-job-end', () => ({
+      status: 'expired',
+      lastSeatEventAt: neededAt,
+      unfinishedSeatEvent: {
+        webhookId: 'lost-seat-s-end',
+        occurredAt: neededAt,
+        total: 9,
+        neededAt,
+        style: 'coterm',
+      },
+    }));
+    clock.advance(60);
+    await seats(system, 'S-END', 10);
+    const chain = await system.waitForChain('S-END', (c) => c.history.length >= 3);
+    expect(chain.history.slice(-2)).toMatchObject([
+      { event: 'seats.ignored', detail: '9 licenses: the rest is not bought for an expired chain' },
+      { event: 'seats.ignored', detail: '10 licenses asked for an expired chain: nothing to do' },
+    ]);
+    expect(chain).toMatchObject({ partials: [], addOns: [], nextLicenses: placed.nextLicenses });
+  });
+
   it('retries an event for an order whose order.placed has not been processed yet', async () => {
     await seats(system, 'LATE-1', 7);
     const job = await system
