@@ -9,7 +9,6 @@ import type {
   FastifyReply,
   FastifyRequest,
 } from 'fastify';
-import { Webhook } from 'standardwebhooks';
 import { type Clock, type EpochSeconds, queueTimeMs } from '../clock.js';
 import { ConfigError } from '../errors.js';
 import { sendError } from '../http-errors.js';
@@ -26,6 +25,7 @@ import {
   eventSchemas,
   webhookBody,
 } from './events.js';
+import { webhookKey, webhookSignature } from './sign.js';
 
 export const WEBHOOKS_PATH = '/webhooks/events';
 /** How far `webhook-timestamp` may be from the clock's now, either way (inclusive), in seconds. */
@@ -107,12 +107,13 @@ function quote(value: string): string {
   return JSON.stringify(value.length > 40 ? `${value.slice(0, 37)}...` : value);
 }
 
-// standardwebhooks' verify() reads Date.now for the tolerance; only the injected Clock may say
-// what now is, so the window is checked here and the package only computes the signature.
+// standardwebhooks' verify() reads Date.now for the tolerance (only the injected Clock may say
+// what now is) and signs the body decoded as text: the window is checked here, and the
+// signature computed again over the exact bytes received (DESIGN §5: before any parsing).
 function verifySignature(
-  webhook: Webhook,
+  key: Buffer,
   request: FastifyRequest,
-  body: string,
+  body: Buffer,
   now: EpochSeconds,
 ): Verified | Rejection {
   const id = utf8Header(headerValue(request, 'webhook-id'));
@@ -143,7 +144,7 @@ function verifySignature(
         `${SIGNATURE_TOLERANCE_SECONDS} s`,
     );
   }
-  const expected = Buffer.from(webhook.sign(id, new Date(timestamp * 1000), body));
+  const expected = Buffer.from(webhookSignature(key, id, timestamp, body));
   const matches = signatures.split(' ').some((candidate) => {
     const given = Buffer.from(candidate);
     return given.length === expected.length && timingSafeEqual(given, expected);
@@ -152,6 +153,17 @@ function verifySignature(
     return rejected(401, 'invalid_signature', 'no v1 signature in webhook-signature matches');
   }
   return { kind: 'verified', id, timestamp };
+}
+
+const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+
+/** The body as text, or undefined when its bytes are not UTF-8. */
+function utf8Text(body: Buffer): string | undefined {
+  try {
+    return utf8.decode(body);
+  } catch {
+    return undefined;
+  }
 }
 
 function parseEvent(json: unknown, timestamp: EpochSeconds, now: EpochSeconds) {
@@ -224,9 +236,9 @@ async function enqueueOnce(
 
 /** `POST /webhooks/events`, an encapsulated plugin with its own raw-body parser. */
 export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
-  let webhook: Webhook;
+  let signingKey: Buffer;
   try {
-    webhook = new Webhook(deps.secret);
+    signingKey = webhookKey(deps.secret);
   } catch (error) {
     throw new ConfigError(
       'invalid_webhook_secret',
@@ -245,12 +257,12 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
   const enqueueTimeoutMs = deps.enqueueTimeoutMs ?? DEFAULT_ENQUEUE_TIMEOUT_MS;
 
   return async function plugin(app: FastifyInstance) {
-    // The signature covers the exact bytes sent, so this plugin keeps every body as the raw
-    // string and parses JSON itself after verifying. Removing the inherited parsers here only
+    // The signature covers the exact bytes sent, so this plugin keeps every body as those bytes
+    // and decodes and parses it itself after verifying. Removing the inherited parsers here only
     // affects this encapsulated context; the root JSON parser stays as it is.
     const parseJson = app.getDefaultJsonParser('error', 'error');
     app.removeAllContentTypeParsers();
-    app.addContentTypeParser('*', { parseAs: 'string' }, (_request, body, done) => {
+    app.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, body, done) => {
       done(null, body);
     });
     // Any Content-Type is accepted (the body is read as the bytes signed), also one Fastify
@@ -278,9 +290,9 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
     });
 
     app.post(WEBHOOKS_PATH, async (request, reply) => {
-      const body = typeof request.body === 'string' ? request.body : '';
+      const body = Buffer.isBuffer(request.body) ? request.body : Buffer.alloc(0);
       const now = deps.clock.now();
-      const verified = verifySignature(webhook, request, body, now);
+      const verified = verifySignature(signingKey, request, body, now);
       if (verified.kind === 'rejected') {
         request.log.warn({ error: verified.error }, 'webhook rejected');
         return sendError(reply, verified.status, verified.error, verified.message);
@@ -288,11 +300,15 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
       const webhookId = verified.id;
       const log = request.log.child({ webhookId });
 
-      // Fastify's own JSON parser (synchronous) refuses __proto__ and constructor keys.
+      // Fastify's own JSON parser (synchronous) refuses __proto__ and constructor keys; a body
+      // that is not UTF-8 is no JSON either.
       let json: { value: unknown } | undefined;
-      parseJson(request, body, (error, value) => {
-        if (error === null) json = { value };
-      });
+      const text = utf8Text(body);
+      if (text !== undefined) {
+        parseJson(request, text, (error, value) => {
+          if (error === null) json = { value };
+        });
+      }
       if (json === undefined) {
         log.warn({ error: 'invalid_json' }, 'webhook rejected');
         return sendError(reply, 400, 'invalid_json', 'body must be a JSON object {"type", "data"}');

@@ -93,7 +93,7 @@ interface Answer {
 }
 
 async function post(
-  body: string,
+  body: string | Uint8Array,
   headers: Record<string, string>,
   url = `${baseUrl}/webhooks/events`,
 ): Promise<Answer> {
@@ -114,7 +114,10 @@ interface Delivery {
 }
 
 async function deliver(payload: unknown, options: Delivery = {}): Promise<Answer> {
-  const body = typeof payload === 'string' ? payload : JSON.stringify(payload);
+  const body =
+    typeof payload === 'string' || payload instanceof Uint8Array
+      ? payload
+      : JSON.stringify(payload);
   const headers = signWebhook(
     options.secret ?? SECRET,
     options.id ?? randomUUID(),
@@ -426,6 +429,16 @@ describe('a signed request with a bad body', () => {
 
   it('is refused 400 when the JSON is malformed', async () => {
     await expectInvalid(await deliver('{"type": "order.placed", '), 'invalid_json');
+  });
+
+  it('checks the signature over the bytes sent, and refuses 400 a body that is not UTF-8', async () => {
+    // "Müller" in Latin-1, signed over its exact bytes: the signature holds, the JSON does not.
+    const body = Buffer.concat([
+      Buffer.from('{"type": "payment.received", "data": {"order": "M'),
+      Buffer.from([0xfc]),
+      Buffer.from('ller"}}'),
+    ]);
+    await expectInvalid(await deliver(body), 'invalid_json');
   });
 
   it('is refused 400 when the body is empty', async () => {
