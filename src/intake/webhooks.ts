@@ -213,7 +213,9 @@ function carriesEvent(job: Job, event: Pick<EventJobData, 'type' | 'data'>): boo
  * - an earlier event of an id sent again after the dedup window: finished, it goes, so that this
  *   new event is added (its effects stay in the chains' history); still unfinished, it cannot
  *   give up its id, and the new event is refused (WebhookIdInUse) rather than silently dropped.
- * A finished job of this same event that ended before the window began goes too.
+ * A finished job of this same event that ended before the window began goes too: the id is
+ * forgotten, and the event is processed again (and applied once: its chain remembers the webhook
+ * ids of its latest events, and an older event is stale).
  */
 async function enqueueOnce(
   queue: Queue,

@@ -264,6 +264,30 @@ describe('a valid, signed event', () => {
     await expectEnqueuedAgain(id, jobId, 'B-2');
   });
 
+  it('keeps the finished job of the same event sent again within the window, enqueuing nothing', async () => {
+    const id = 'evt-same-lately';
+    const jobId = await deliveredAndFinished(id);
+    // The id's claim lapsed (its intake died before marking it done): the job is the event's.
+    await redis.del(webhookDedupKey(id));
+    const again = await deliver({ type: 'payment.received', data: { order: 'A-1' } }, { id });
+    expect(again).toEqual({ status: 202, body: { id } });
+    expect(await queues['payment-signals'].getJob(jobId).then((job) => job?.getState())).toBe(
+      'completed',
+    );
+  });
+
+  it('enqueues the same event again once its id is forgotten and its job finished before that', async () => {
+    const id = 'evt-same-forgotten';
+    const jobId = await deliveredAndFinished(id);
+    await redis.hset(
+      `${PREFIX}:payment-signals:${jobId}`,
+      'finishedOn',
+      Date.now() - 8 * 86_400_000,
+    );
+    await redis.del(webhookDedupKey(id));
+    await expectEnqueuedAgain(id, jobId, 'A-1');
+  });
+
   it('enqueues another event under an id forgotten since, also when its earlier job finished lately', async () => {
     const id = 'evt-reused-finished';
     const jobId = await deliveredAndFinished(id);
