@@ -229,12 +229,13 @@ export async function ensureRenewalJob(
 
 /**
  * Whether the chain's renewal job is restored by whoever finds it missing (reconcile, a repeated
- * order.placed): a flagged chain's failed job waits for a person (Bull Board retry, or ops); a
- * renewal intent whose job ran out of attempts gets its job back, which replays the intent;
- * another intent belongs to its own job.
+ * order.placed): any chain but a flagged one, whose failed job waits for a person (Bull Board
+ * retry, or ops). A renewal intent whose job ran out of attempts gets its job back, which
+ * replays the intent; a seat purchase left half done keeps its renewal too, whose job finishes
+ * the purchase first when the seat job did not (it was lost with the renewal's, say).
  */
 export function schedulesRenewals(chain: Chain): boolean {
-  return (chain.intent === null || chain.intent.kind === 'renewal') && chain.flagged === null;
+  return chain.flagged === null;
 }
 
 /** How long scheduling waits for an active renewal job to finish or put itself off (ms). */

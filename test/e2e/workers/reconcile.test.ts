@@ -114,6 +114,54 @@ describe('a Redis that lost the delayed list of renewals', () => {
   });
 });
 
+describe('a chain left in the middle of a seat purchase, its jobs lost', () => {
+  const system = useSystem();
+
+  it('gets its renewal job back, whose run finishes the purchase first', async () => {
+    const placed = await system.send(
+      'order.placed',
+      orderPlaced({ order: 'MIDSEAT-1', startsAt: systemClock.now() - 2 * DAY }),
+    );
+    expect(placed.status).toBe(202);
+    const chain = await system.waitForChain('MIDSEAT-1', () => true);
+    const now = systemClock.now();
+    // A seat job died after writing its partial's intent, and Redis lost it and the renewal's.
+    await leftByDeadJob(system, 'MIDSEAT-1', 'dead-seat-job', () => ({
+      partialCount: 1,
+      intent: {
+        kind: 'partial',
+        method: 'createOrder',
+        orderId: 'MIDSEAT-1.p1',
+        params: {
+          customer: chain.customer,
+          id: 'MIDSEAT-1.p1',
+          product: chain.product,
+          licenses: 2,
+          startsAt: now,
+          expiresAt: chain.term.expiresAt,
+        },
+        jobId: 'lost-seat-job',
+        event: { webhookId: 'lost-seat', occurredAt: now, total: chain.licenses + 2 },
+      },
+    }));
+    const queue = system.queue('renewals');
+    const id = renewalJobId(chainIdOf('MIDSEAT-1'), 2);
+    await (await queue.getJob(id))?.remove();
+
+    await reconcile(system, 'reconcile-midseat');
+    expect(await (await queue.getJob(id))?.getState()).toBe('delayed');
+
+    // Run early, the renewal job buys the partial before it finds its term not due yet.
+    await system.promote('renewals', id);
+    const bought = await system.waitForChain('MIDSEAT-1', (c) => c.partials.length === 1);
+    expect(bought.partials.map((p) => [p.orderId, p.licenses])).toEqual([['MIDSEAT-1.p1', 2]]);
+    expect(bought.nextLicenses).toBe(chain.licenses + 2);
+    expect((await system.providerOrder('MIDSEAT-1.p1'))?.licenses).toBe(2);
+    await expect.poll(async () => (await queue.getJob(id))?.getState()).toBe('delayed');
+    expect(await system.providerOrder('MIDSEAT-1.r2')).toBeNull();
+  });
+});
+
 describe("reconcile's lock during a slow provider call", () => {
   const system = useSystem();
 
