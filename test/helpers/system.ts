@@ -276,8 +276,9 @@ export function orderPlaced(input: {
 
 /**
  * The chain of `order` as a job that died left it: `change` written under that job's own lock
- * token (so the save checks as any job's would), then the lock released. Returns the chain read
- * before the change.
+ * token (so the save checks as any job's would), then the lock released. A job that has just
+ * written what the test waited for may still hold the chain for a moment: its lock is waited
+ * for. Returns the chain read before the change.
  */
 export async function leftByDeadJob(
   system: System,
@@ -286,8 +287,15 @@ export async function leftByDeadJob(
   change: (chain: Chain) => Partial<Chain>,
 ): Promise<Chain> {
   const chains = new ChainStore(system.started.runtime.redis);
-  const lock = await chains.lock(chainIdOf(order), token);
-  if (lock.kind !== 'held' || !lock.chain) throw new Error(`no chain ${order} to leave`);
+  const lock = await vi.waitFor(
+    async () => {
+      const attempt = await chains.lock(chainIdOf(order), token);
+      if (attempt.kind !== 'held') throw new Error(`chain ${order} is held by a job`);
+      return attempt;
+    },
+    { timeout: 5_000, interval: 20 },
+  );
+  if (!lock.chain) throw new Error(`no chain ${order} to leave`);
   await chains.save({
     chainId: lock.chain.id,
     token,
