@@ -39,6 +39,12 @@ const TLS_CODES = new Set([
 const EXCERPT_CHARS = 500;
 
 /**
+ * The shortest API key masked in quoted answers: a shorter one would be found inside ordinary
+ * words and garble every message, and protects little anyway.
+ */
+const MIN_MASKED_KEY_CHARS = 8;
+
+/**
  * The most of an answer read, in bytes: the interface's answers are small objects, so anything
  * larger is not one of them (a proxy's page, a stuck stream) and must not fill the worker's memory.
  */
@@ -71,14 +77,6 @@ function interfaceError(body: string): string | null {
   } catch {
     return null;
   }
-}
-
-/**
- * Error bodies of the interface are JSON strings; anything else (a proxy's page) is shown raw.
- * Either way an excerpt: the text goes into job failures, logs and a chain's history.
- */
-function errorText(body: string): string {
-  return excerpt(interfaceError(body) ?? body);
 }
 
 /** A body read up to MAX_ANSWER_BYTES; `whole` is false when the rest was dropped unread. */
@@ -140,9 +138,15 @@ interface AnswerHeaders {
 function classifyStatus(
   method: string,
   status: number,
-  { text: body, whole }: { text: string; whole: boolean },
+  answer: { text: string; whole: boolean },
   headers: AnswerHeaders,
+  apiKey: string,
 ): unknown {
+  const { text: body, whole } = answer;
+  // Quoted answers go into job failures, logs and a chain's history: a service (or a proxy's
+  // debug page) that echoes the request's headers must not put the key there.
+  const quoted = (text: string) =>
+    excerpt(apiKey.length < MIN_MASKED_KEY_CHARS ? text : text.replaceAll(apiKey, '[redacted]'));
   if (status === 200) {
     if (!whole) {
       throw new Error(
@@ -153,7 +157,7 @@ function classifyStatus(
       return JSON.parse(body);
     } catch {
       throw new Error(
-        `provisioning ${method} answered 200 with a body that is not JSON: ${JSON.stringify(excerpt(body))}`,
+        `provisioning ${method} answered 200 with a body that is not JSON: ${JSON.stringify(quoted(body))}`,
       );
     }
   }
@@ -167,10 +171,10 @@ function classifyStatus(
   // refusal would end the work for good, so it is a configuration to fix and is retried.
   if (status === 400) {
     const refusal = whole ? interfaceError(body) : null;
-    if (refusal !== null) throw new RefusalError('provisioning_refused', excerpt(refusal), details);
+    if (refusal !== null) throw new RefusalError('provisioning_refused', quoted(refusal), details);
     throw new ConfigError(
       'provisioning_unexpected_answer',
-      `provisioning ${method} answered 400 with a body that is not the interface's (a JSON string): ${JSON.stringify(excerpt(body))}: something other than the provisioning service answered; check PROVISIONING_URL`,
+      `provisioning ${method} answered 400 with a body that is not the interface's (a JSON string): ${JSON.stringify(quoted(body))}: something other than the provisioning service answered; check PROVISIONING_URL`,
       details,
     );
   }
@@ -196,7 +200,7 @@ function classifyStatus(
   const asking = waitMs === undefined ? '' : `, asking to retry in ${Math.ceil(waitMs / 1000)} s`;
   throw new TransientError(
     'provisioning_unavailable',
-    `provisioning ${method} answered ${status}${asking}: ${errorText(body)}`,
+    `provisioning ${method} answered ${status}${asking}: ${quoted(interfaceError(body) ?? body)}`,
     waitMs === undefined ? details : { ...details, retryAfterMs: waitMs },
   );
 }
@@ -286,7 +290,7 @@ export function httpClient(opts: HttpClientOptions): ProvisioningClient {
         { cause: error },
       );
     }
-    return classifyStatus(method, status, body, headers);
+    return classifyStatus(method, status, body, headers, opts.apiKey);
   };
 
   return clientOver({

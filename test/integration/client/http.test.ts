@@ -95,6 +95,26 @@ describe('the HTTP client when the service fails', () => {
     );
   });
 
+  it.each([
+    [503, 'a debug page', (key: string) => `<pre>x-api-key: ${key}\nupstream down</pre>`],
+    [400, 'a refusal', (key: string) => JSON.stringify(`no partner has the key ${key}`)],
+    [400, 'a gateway page', (key: string) => `<h1>bad request for key ${key}</h1>`],
+    [200, 'an answer that is not JSON', (key: string) => `ok ${key}`],
+  ])('never quotes its API key from an answer, a %i with %s', async (status, _what, page) => {
+    const apiKey = 'echoed-key-2b4d6f8a0c1e3a5c7e9b1d3f';
+    const server = await listen((req, res) => {
+      res.writeHead(status, { 'content-type': 'text/plain' });
+      res.end(page(String(req.headers['x-api-key'])));
+    });
+    stops.push(server.close);
+    const client = track(httpClient({ url: server.url, apiKey, variant: 'marketplace' }));
+    const error = await client.cancelOrder({ id: 'A-1' }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(Error);
+    const text = `${(error as Error).message} ${JSON.stringify(error)}`;
+    expect(text).toContain('[redacted]');
+    expect(text).not.toContain(apiKey);
+  });
+
   it('carries the wait a 429 or 503 asks for, in seconds or as a date of its own clock', async () => {
     const answers: [number, Record<string, string>][] = [
       [429, { 'retry-after': '120' }],
