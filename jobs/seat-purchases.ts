@@ -265,8 +265,17 @@ export function allocation(
 ) {
   // Only add-ons that will renew share the next counts; a stopped or cancelled one gets 0, and so
   // does one expired with no renewal to come. One expired while the payment is overdue renews
-  // when paid (as does one expired while its main chain did not renew, once it does again).
-  const renewing = addOns.filter((a) => a.status !== 'cancelled' && a.nextRenewalAt !== null);
+  // when paid (as does one expired while its main chain did not renew, once it does again), but
+  // only while the main chain's term has ended too: under a term that still runs, a seat plan
+  // counts no add-on whose term ended (liveAddOns), and buys its licenses again; kept in the
+  // split, it would renew them as well, and the same licenses would be paid twice.
+  const now = deps.clock.now();
+  const renewing = addOns.filter(
+    (a) =>
+      a.status !== 'cancelled' &&
+      a.nextRenewalAt !== null &&
+      (a.term.expiresAt > now || chain.term.expiresAt <= now),
+  );
   const sharing = [...renewing.map((a) => a.licenses), ...(waiting === undefined ? [] : [waiting])];
   const split = allocateNextLicenses({
     total,

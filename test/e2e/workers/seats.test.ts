@@ -1245,6 +1245,64 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     expect((await system.providerOrder('A-15.a1'))?.status).toBe('cancelled');
   });
 
+  it.each([
+    ['its payment is overdue', 'A-EXP-1'],
+    ['auto-renew is off', 'A-EXP-2'],
+  ])(
+    'buys an add-on that ended while %s again once, and the old one no longer renews',
+    async (reason, order) => {
+      const placed = await place(system, order, 5);
+      await seats(system, order, 8);
+      const one = await system.waitForChain(order, (c) => c.addOns.length === 1);
+      const a1End = one.addOns[0]?.term.expiresAt ?? 0;
+      // The main chain renews early: its latest term runs past the add-on's end.
+      await renewAt(system, clock, order, { count: 2, expiresAt: placed.term.expiresAt });
+      clock.set(a1End - 8 * DAY);
+      const resume = async () => {
+        if (reason === 'auto-renew is off') {
+          await system.ops('PUT', `/ops/chains/${order}/auto-renew`, { enabled: true });
+        } else {
+          await system.send('payment.received', { order });
+        }
+      };
+      if (reason === 'auto-renew is off') {
+        await system.ops('PUT', `/ops/chains/${order}/auto-renew`, { enabled: false });
+      } else {
+        await system.send('payment.overdue', { order });
+        await system.waitForChain(order, (c) => c.payment === 'overdue');
+      }
+      clock.set(a1End + 3600);
+      const reconcile = await system.queue('maintenance').add('reconcile now', {});
+      await expect.poll(async () => reconcile.getState(), { timeout: 10_000 }).toBe('completed');
+      await system.waitForChain(order, (c) => c.addOns[0]?.status === 'expired');
+
+      // 8 asked for again: a1's 3 ended, so a2 buys them; a1 must not renew them as well.
+      clock.advance(60);
+      await seats(system, order, 8);
+      const two = await system.waitForChain(order, (c) => c.addOns.length === 2);
+      expect(two.addOns.map((a) => [a.order, a.licenses, a.nextLicenses])).toEqual([
+        [`${order}.a1`, 3, 0],
+        [`${order}.a2`, 3, 3],
+      ]);
+      clock.advance(60);
+      await resume();
+      // Its renewal, due since its term ended, runs and stops it instead of ordering its 3.
+      const a1Renewal = renewalJobId(chainIdOf(`${order}.a1`), 2);
+      await expect
+        .poll(async () => (await system.queue('renewals').getJob(a1Renewal))?.returnvalue, {
+          timeout: 10_000,
+        })
+        .toBe('skipped: no licenses for the next term');
+      expect(await system.providerOrder(`${order}.a1.r2`)).toBeNull();
+      const now = clock.now();
+      const after = await system.chain(order);
+      const inForce = after.addOns
+        .filter((a) => a.term.startsAt <= now && a.term.expiresAt > now)
+        .reduce((sum, a) => sum + a.licenses, after.licenses);
+      expect(inForce).toBe(8);
+    },
+  );
+
   it('starts an add-on for a first term ordered to start later with that term', async () => {
     const placed = await place(system, 'A-22', 5, -19);
     await seats(system, 'A-22', 8);
