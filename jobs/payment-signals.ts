@@ -287,10 +287,13 @@ function paidWithNothingSuspended(chain: Chain): string {
 }
 
 /** The orders the provider refused to unsuspend, with its reasons, for a history entry. */
-function describeRefusals(refused: ReadonlyMap<string, string>): string {
+function describeRefusals(
+  refused: ReadonlyMap<string, string>,
+  action: 'suspend' | 'unsuspend',
+): string {
   if (refused.size === 0) return '';
   const each = [...refused].map(([id, reason]) => `${id} (${JSON.stringify(reason)})`);
-  return `; the provider refused to unsuspend ${each.join(', ')}`;
+  return `; the provider refused to ${action} ${each.join(', ')}`;
 }
 
 /**
@@ -346,7 +349,7 @@ export async function finishUnsuspension(
       {
         at: now,
         event: 'chain.unsuspended',
-        detail: `payment received: unsuspended ${unsuspended.join(', ') || 'nothing in force'}${describeRefusals(refused)}`,
+        detail: `payment received: unsuspended ${unsuspended.join(', ') || 'nothing in force'}${describeRefusals(refused, 'unsuspend')}`,
         // The payment that began it is the last one handled: nothing else is before it ends.
         cause: { webhookId: chain.handledPaymentEvents.at(-1) ?? '', jobId },
       },
@@ -444,6 +447,9 @@ async function applyPaymentEvent(
  * suspension in progress before its call (a save, which also renews the lock's lease): a job
  * that dies between calls leaves a record of exactly the orders it may have suspended. An order
  * recorded by an earlier attempt is suspended again (idempotent at the provider) without a save.
+ * An order the provider refuses (one cancelled at the provider and not yet recorded: an add-on
+ * whose own order.cancelled runs meanwhile) does not keep the others active: it is answered in
+ * `refused`, with the reason, and the rest are suspended.
  */
 async function suspendEachOrder(
   deps: WorkerDeps,
@@ -451,16 +457,24 @@ async function suspendEachOrder(
   episode: number,
   ids: readonly string[],
   now: number,
-): Promise<Chain> {
+): Promise<{ chain: Chain; refused: Map<string, string> }> {
   const { token } = held;
   let chain = held.chain;
+  const refused = new Map<string, string>();
+  const suspend = async (order: { id: string }) => {
+    try {
+      await deps.provisioning.suspendOrder(order);
+    } catch (error) {
+      if (!(error instanceof RefusalError)) throw error;
+      refused.set(order.id, error.message);
+      deps.log.error({ order: order.id, err: error }, 'the provider refused to suspend an order');
+    }
+  };
   for (const id of ids) {
     // An older record's mark without its calls: any order may have been reached already.
     const begun = chain.suspending === episode ? (chain.suspensionCalls ?? [...ids]) : [];
     if (begun.includes(id)) {
-      await deps.chains.eachOrderUnderLock(chain.id, token, [id], (order) =>
-        deps.provisioning.suspendOrder(order),
-      );
+      await deps.chains.eachOrderUnderLock(chain.id, token, [id], suspend);
       continue;
     }
     chain = await deps.chains.save({
@@ -470,9 +484,9 @@ async function suspendEachOrder(
       next: { ...chain, suspending: episode, suspensionCalls: [...begun, id], updatedAt: now },
       release: false,
     });
-    await deps.provisioning.suspendOrder({ id });
+    await suspend({ id });
   }
-  return chain;
+  return { chain, refused };
 }
 
 /** The grace period ended: suspend every order of the chain in force, unless paid meanwhile. */
@@ -500,7 +514,14 @@ async function suspendChain(deps: WorkerDeps, job: Job, jobToken: string | undef
     if (!familyHasOrdersInForce(chain, addOns, now) && chain.term.expiresAt <= now) {
       return 'skipped: nothing in force';
     }
-    const begun = await suspendEachOrder(deps, { chain, token }, data.episode, ids, now);
+    const { chain: begun, refused } = await suspendEachOrder(
+      deps,
+      { chain, token },
+      data.episode,
+      ids,
+      now,
+    );
+    const suspended = ids.filter((id) => !refused.has(id));
     await deps.chains.save({
       chainId: chain.id,
       token,
@@ -517,14 +538,14 @@ async function suspendChain(deps: WorkerDeps, job: Job, jobToken: string | undef
         {
           at: now,
           event: 'chain.suspended',
-          detail: `payment still overdue after the grace period (episode ${data.episode}): suspended ${ids.join(', ') || 'nothing in force'}`,
+          detail: `payment still overdue after the grace period (episode ${data.episode}): suspended ${suspended.join(', ') || 'nothing in force'}${describeRefusals(refused, 'suspend')}`,
           cause: { jobId: job.id ?? '' },
         },
       ],
       release: false,
     });
     deps.metrics.suspensions.inc({ action: 'suspend' });
-    return `suspended: ${ids.length} orders`;
+    return `suspended: ${suspended.length} orders`;
   });
 }
 

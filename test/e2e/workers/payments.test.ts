@@ -994,6 +994,29 @@ describe('marketplace with add-on seat increases', () => {
     expect(await providerStatus(system, 'MA-2')).toBe('active');
   });
 
+  it('suspends the rest of the family when the provider refuses one order, saying which and why', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'MA-4' }));
+    await system.waitForChain('MA-4', () => true);
+    await system.send('seats.changed', { order: 'MA-4', licenses: 8 });
+    await system.waitForChain('MA-4', (c) => c.addOns.length === 1);
+    await system.send('seats.changed', { order: 'MA-4', licenses: 10 });
+    await system.waitForChain('MA-4', (c) => c.addOns.length === 2);
+    // Cancelled at the provider, not recorded yet (its own order.cancelled job, which holds
+    // only the add-on's lock, between its call and its record): the provider refuses it.
+    await system.started.provisioning.cancelOrder({ id: 'MA-4.a1' });
+
+    await system.send('payment.overdue', { order: 'MA-4' });
+    const suspended = await system.waitForChain('MA-4', (c) => c.status === 'suspended');
+    expect(suspended.history.at(-1)).toMatchObject({
+      event: 'chain.suspended',
+      detail:
+        'payment still overdue after the grace period (episode 1): suspended MA-4, MA-4.a2; the provider refused to suspend MA-4.a1 ("order MA-4.a1 is cancelled")',
+    });
+    expect(await providerStatus(system, 'MA-4')).toBe('suspended');
+    expect(await providerStatus(system, 'MA-4.a1')).toBe('cancelled');
+    expect(await providerStatus(system, 'MA-4.a2')).toBe('suspended');
+  });
+
   it('shows an add-on that ended under a suspended main chain as expired, with no renewal time', async () => {
     await suspendedWithAddOn(system, 'MA-3', 8);
     // Its term ended while the family stayed suspended, and reconcile marked it expired.
