@@ -19,6 +19,7 @@ import {
   withNextRenewalAt,
 } from '../src/domain/renewal.js';
 import { isRenewalWindowRefusal } from '../src/domain/renewal-window.js';
+import { suspendedForNonPayment } from '../src/domain/suspension.js';
 import { RefusalError, TransientError } from '../src/errors.js';
 import { defaultJobOptions, delayedFireTime, fireTimeOfScore } from '../src/queues.js';
 import { delayJobUntil, waitForLock, withChainLock } from './chain-lock.js';
@@ -604,7 +605,7 @@ async function renewFromSnapshot(
  */
 async function inSuspendedFamily(deps: WorkerDeps, chain: Chain): Promise<boolean> {
   const main = chain.mainChain === null ? chain : await deps.chains.get(chain.mainChain);
-  return main?.status === 'suspended' && main.payment === 'overdue';
+  return main !== null && suspendedForNonPayment(main);
 }
 
 /**
@@ -636,7 +637,9 @@ async function alignWithFamily(
         await cancelWithMainChain(deps, job, addOn, orderId);
         return;
       }
-      const suspended = main.status === 'suspended' || main.suspending !== null;
+      // Suspended for this episode, or its suspension half done; in a grace period (also one of
+      // a chain awaiting its reactivation), the suspension to come lists this order itself.
+      const suspended = suspendedForNonPayment(main) || main.suspending !== null;
       try {
         if (suspended && main.payment === 'overdue') {
           await joinSuspensionInProgress(deps, { chain: main, token }, addOn, orderId);

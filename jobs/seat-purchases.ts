@@ -14,6 +14,7 @@ import {
   planSeatChange,
   type SeatDecision,
 } from '../src/domain/seats.js';
+import { suspendedForNonPayment } from '../src/domain/suspension.js';
 import { RefusalError } from '../src/errors.js';
 import { formatInstant } from '../src/format.js';
 import type { WorkerDeps } from './deps.js';
@@ -673,9 +674,9 @@ export async function finishSeatIntent(
     throw new UnrecoverableError(reason);
   }
   // Orders of a chain suspended for non-payment are suspended: one bought meanwhile joins them.
-  // A paid chain awaiting its manual reactivation (external) keeps a new one active: nothing
-  // would ever reactivate it, and a payment overdue again suspends the family once more.
-  if (chain.status === 'suspended' && chain.payment === 'overdue') {
+  // A chain awaiting its manual reactivation (external) keeps a new one active, paid (nothing
+  // would ever reactivate it) or overdue again within the grace (its suspension takes it along).
+  if (suspendedForNonPayment(chain)) {
     await deps.provisioning.suspendOrder({ id: intent.orderId });
   }
   const now = deps.clock.now();

@@ -20,3 +20,18 @@ export function planPaymentReceived(input: {
   if (!input.suspended) return { kind: 'nothing_suspended' };
   return input.variant === 'marketplace' ? { kind: 'unsuspend' } : { kind: 'manual_reactivation' };
 }
+
+/**
+ * Whether a chain's orders stand suspended for a payment still overdue: suspended, overdue, and
+ * this episode's suspension done (no suspension pending). A chain suspended before and awaiting
+ * its manual reactivation (external) that falls overdue again is in the new episode's grace
+ * until that suspension runs: an order bought or renewed meanwhile stays active, and that
+ * suspension takes it along (or a payment in time spares it).
+ */
+export function suspendedForNonPayment(chain: {
+  readonly status: string;
+  readonly payment: string;
+  readonly suspendAt: number | null;
+}): boolean {
+  return chain.status === 'suspended' && chain.payment === 'overdue' && chain.suspendAt === null;
+}

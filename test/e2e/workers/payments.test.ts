@@ -779,7 +779,6 @@ describe('the external variant, 3 days of grace', () => {
     env: { PARTNER_VARIANT: 'external', PAYMENT_GRACE_DAYS: '3' },
   });
 
-  /** Overdue past its grace: the episode's suspension job, run now. */
   /** An order with one add-on (7 licenses in all), its payment overdue: a family to suspend. */
   async function overdueWithAddOn(order: string): Promise<ChainView> {
     await system.send('order.placed', orderPlaced({ order }));
@@ -791,10 +790,36 @@ describe('the external variant, 3 days of grace', () => {
     return family;
   }
 
+  /** Overdue past its grace: the episode's suspension job, run now. */
   async function graceEnds(order: string, episode: number) {
     clock.advance(3 * DAY);
     await system.promote('payment-signals', suspensionJobId(chainIdOf(order), episode));
   }
+
+  it("keeps an add-on bought in a newer payment's grace active until that grace ends", async () => {
+    await system.send('order.placed', orderPlaced({ order: 'X-10' }));
+    await system.waitForChain('X-10', () => true);
+    await system.send('payment.overdue', { order: 'X-10' });
+    await system.waitForChain('X-10', (c) => c.payment === 'overdue');
+    await graceEnds('X-10', 1);
+    await system.waitForChain('X-10', (c) => c.status === 'suspended');
+    await system.send('payment.received', { order: 'X-10' });
+    await system.waitForChain('X-10', (c) => c.needsReactivation);
+    // Awaiting its reactivation, overdue again: an add-on bought in this grace stays active.
+    await system.send('payment.overdue', { order: 'X-10' });
+    await system.waitForChain('X-10', (c) => c.payment === 'overdue');
+    await system.send('seats.changed', { order: 'X-10', licenses: 7 });
+    await system.waitForChain('X-10', (c) => c.addOns.length === 1);
+    expect(await providerStatus(system, 'X-10.a1')).toBe('active');
+
+    // Still unpaid when the grace ends: the episode's suspension takes it along.
+    await graceEnds('X-10', 2);
+    const suspended = await system.waitForChain('X-10', (c) =>
+      c.history.some((h) => h.event === 'chain.suspended' && h.detail.includes('episode 2')),
+    );
+    expect(suspended.history.at(-1)?.detail).toContain('X-10.a1');
+    expect(await providerStatus(system, 'X-10.a1')).toBe('suspended');
+  });
 
   it("reactivated during a newer payment's grace, is suspended again when it ends", async () => {
     await system.send('order.placed', orderPlaced({ order: 'X-5' }));

@@ -2,7 +2,11 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { SECONDS_PER_DAY } from '../../../src/domain/periods.js';
-import { planPaymentReceived, suspensionDueAt } from '../../../src/domain/suspension.js';
+import {
+  planPaymentReceived,
+  suspendedForNonPayment,
+  suspensionDueAt,
+} from '../../../src/domain/suspension.js';
 
 const overdueAt = Date.UTC(2025, 4, 12, 9, 30) / 1000;
 
@@ -54,5 +58,27 @@ describe('planPaymentReceived', () => {
         kind: 'manual_reactivation',
       });
     });
+  });
+});
+
+describe('suspendedForNonPayment', () => {
+  it('holds for a suspended, overdue chain whose episode was suspended', () => {
+    expect(
+      suspendedForNonPayment({ status: 'suspended', payment: 'overdue', suspendAt: null }),
+    ).toBe(true);
+  });
+
+  it('does not hold in the grace of a chain suspended before, awaiting its reactivation', () => {
+    const awaiting = { status: 'suspended', payment: 'overdue', suspendAt: overdueAt };
+    expect(suspendedForNonPayment(awaiting)).toBe(false);
+  });
+
+  it('does not hold for a paid chain, or an active one in its grace', () => {
+    expect(suspendedForNonPayment({ status: 'suspended', payment: 'ok', suspendAt: null })).toBe(
+      false,
+    );
+    expect(
+      suspendedForNonPayment({ status: 'active', payment: 'overdue', suspendAt: overdueAt }),
+    ).toBe(false);
   });
 });
