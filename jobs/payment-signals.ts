@@ -287,6 +287,29 @@ function paidWithNothingSuspended(chain: Chain): string {
 }
 
 /** The orders the provider refused to unsuspend, with its reasons, for a history entry. */
+/**
+ * Suspends or unsuspends one order, noting a refusal in `refused` with its reason instead of
+ * throwing it. The embedded core refuses only a cancelled order (an add-on cancelled at the
+ * provider and not yet recorded), with nothing to change; a remote service may have reasons of
+ * its own. Either way a retry meets the same refusal, and the family's other orders must not
+ * wait on it: the chain's history says which, for a person.
+ */
+async function callNotingRefusal(
+  deps: WorkerDeps,
+  action: 'suspend' | 'unsuspend',
+  order: { id: string },
+  refused: Map<string, string>,
+): Promise<void> {
+  try {
+    if (action === 'suspend') await deps.provisioning.suspendOrder(order);
+    else await deps.provisioning.unsuspendOrder(order);
+  } catch (error) {
+    if (!(error instanceof RefusalError)) throw error;
+    refused.set(order.id, error.message);
+    deps.log.error({ order: order.id, err: error }, `the provider refused to ${action} an order`);
+  }
+}
+
 function describeRefusals(
   refused: ReadonlyMap<string, string>,
   action: 'suspend' | 'unsuspend',
@@ -322,18 +345,9 @@ export async function finishUnsuspension(
   }
   const ids = await familyOrderIds(deps, chain, now);
   const refused = new Map<string, string>();
-  await deps.chains.eachOrderUnderLock(chain.id, token, ids, async (order) => {
-    try {
-      await deps.provisioning.unsuspendOrder(order);
-    } catch (error) {
-      // The embedded core refuses only a cancelled order (an add-on cancelled at the provider
-      // and not yet recorded), with nothing to unsuspend; a remote service may have reasons of
-      // its own. Either way a retry meets the same refusal: the chain says which, for a person.
-      if (!(error instanceof RefusalError)) throw error;
-      refused.set(order.id, error.message);
-      deps.log.error({ order: order.id, err: error }, 'the provider refused to unsuspend an order');
-    }
-  });
+  await deps.chains.eachOrderUnderLock(chain.id, token, ids, (order) =>
+    callNotingRefusal(deps, 'unsuspend', order, refused),
+  );
   const unsuspended = ids.filter((id) => !refused.has(id));
   const saved = await deps.chains.save({
     chainId: chain.id,
@@ -461,15 +475,7 @@ async function suspendEachOrder(
   const { token } = held;
   let chain = held.chain;
   const refused = new Map<string, string>();
-  const suspend = async (order: { id: string }) => {
-    try {
-      await deps.provisioning.suspendOrder(order);
-    } catch (error) {
-      if (!(error instanceof RefusalError)) throw error;
-      refused.set(order.id, error.message);
-      deps.log.error({ order: order.id, err: error }, 'the provider refused to suspend an order');
-    }
-  };
+  const suspend = (order: { id: string }) => callNotingRefusal(deps, 'suspend', order, refused);
   for (const id of ids) {
     // An older record's mark without its calls: any order may have been reached already.
     const begun = chain.suspending === episode ? (chain.suspensionCalls ?? [...ids]) : [];
