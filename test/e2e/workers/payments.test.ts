@@ -796,18 +796,22 @@ describe('the external variant, 3 days of grace', () => {
     await system.promote('payment-signals', suspensionJobId(chainIdOf(order), episode));
   }
 
+  /** Suspended, then paid (awaiting its manual reactivation), then overdue again. */
+  async function overdueAgainAwaitingReactivation(order: string): Promise<ChainView> {
+    await system.send('order.placed', orderPlaced({ order }));
+    await system.waitForChain(order, () => true);
+    await system.send('payment.overdue', { order });
+    await system.waitForChain(order, (c) => c.payment === 'overdue');
+    await graceEnds(order, 1);
+    await system.waitForChain(order, (c) => c.status === 'suspended');
+    await system.send('payment.received', { order });
+    await system.waitForChain(order, (c) => c.needsReactivation);
+    await system.send('payment.overdue', { order });
+    return system.waitForChain(order, (c) => c.payment === 'overdue');
+  }
+
   it("keeps an add-on bought in a newer payment's grace active until that grace ends", async () => {
-    await system.send('order.placed', orderPlaced({ order: 'X-10' }));
-    await system.waitForChain('X-10', () => true);
-    await system.send('payment.overdue', { order: 'X-10' });
-    await system.waitForChain('X-10', (c) => c.payment === 'overdue');
-    await graceEnds('X-10', 1);
-    await system.waitForChain('X-10', (c) => c.status === 'suspended');
-    await system.send('payment.received', { order: 'X-10' });
-    await system.waitForChain('X-10', (c) => c.needsReactivation);
-    // Awaiting its reactivation, overdue again: an add-on bought in this grace stays active.
-    await system.send('payment.overdue', { order: 'X-10' });
-    await system.waitForChain('X-10', (c) => c.payment === 'overdue');
+    await overdueAgainAwaitingReactivation('X-10');
     await system.send('seats.changed', { order: 'X-10', licenses: 7 });
     await system.waitForChain('X-10', (c) => c.addOns.length === 1);
     expect(await providerStatus(system, 'X-10.a1')).toBe('active');
@@ -822,16 +826,7 @@ describe('the external variant, 3 days of grace', () => {
   });
 
   it("reactivated during a newer payment's grace, is suspended again when it ends", async () => {
-    await system.send('order.placed', orderPlaced({ order: 'X-5' }));
-    await system.waitForChain('X-5', () => true);
-    await system.send('payment.overdue', { order: 'X-5' });
-    await system.waitForChain('X-5', (c) => c.payment === 'overdue');
-    await graceEnds('X-5', 1);
-    await system.waitForChain('X-5', (c) => c.status === 'suspended');
-    await system.send('payment.received', { order: 'X-5' });
-    await system.waitForChain('X-5', (c) => c.needsReactivation);
-    await system.send('payment.overdue', { order: 'X-5' });
-    const overdue = await system.waitForChain('X-5', (c) => c.payment === 'overdue');
+    const overdue = await overdueAgainAwaitingReactivation('X-5');
     expect(overdue.history.at(-1)?.detail).toContain('awaiting its manual reactivation');
 
     // Within the grace period the operator confirms: active until it ends. A repeat (its
