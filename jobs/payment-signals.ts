@@ -286,7 +286,6 @@ function paidWithNothingSuspended(chain: Chain): string {
     : 'payment received after the term ended: the renewal that waited for it is made now, its term starting now';
 }
 
-/** The orders the provider refused to unsuspend, with its reasons, for a history entry. */
 /**
  * Suspends or unsuspends one order, noting a refusal in `refused` with its reason instead of
  * throwing it. The embedded core refuses only a cancelled order (an add-on cancelled at the
@@ -310,6 +309,7 @@ async function callNotingRefusal(
   }
 }
 
+/** The orders the provider refused to suspend or unsuspend, with its reasons, for history. */
 function describeRefusals(
   refused: ReadonlyMap<string, string>,
   action: 'suspend' | 'unsuspend',

@@ -189,7 +189,12 @@ function paidDuring(
 
 /** Add-ons that count at all: not cancelled, and their latest ordered term not ended. */
 function liveAddOns(addOns: readonly Chain[], now: number): Chain[] {
-  return addOns.filter((a) => a.status !== 'cancelled' && a.term.expiresAt > now);
+  return addOns.filter((a) => isLiveAddOn(a, now));
+}
+
+/** An add-on whose licenses a seat plan counts as paid now: not cancelled, its term running. */
+function isLiveAddOn(addOn: Chain, now: number): boolean {
+  return addOn.status !== 'cancelled' && addOn.term.expiresAt > now;
 }
 
 /**
@@ -271,11 +276,10 @@ export function allocation(
   // counts no add-on whose term ended (liveAddOns), and buys its licenses again; kept in the
   // split, it would renew them as well, and the same licenses would be paid twice.
   const now = deps.clock.now();
+  const mainTermEnded = chain.term.expiresAt <= now;
   const renewing = addOns.filter(
     (a) =>
-      a.status !== 'cancelled' &&
-      a.nextRenewalAt !== null &&
-      (a.term.expiresAt > now || chain.term.expiresAt <= now),
+      a.nextRenewalAt !== null && (mainTermEnded ? a.status !== 'cancelled' : isLiveAddOn(a, now)),
   );
   const sharing = [...renewing.map((a) => a.licenses), ...(waiting === undefined ? [] : [waiting])];
   const split = allocateNextLicenses({
