@@ -13,6 +13,7 @@ import { defaultJobOptions } from '../src/queues.js';
 import type { WorkerDeps } from './deps.js';
 import { finishUnsuspension } from './payment-signals.js';
 import { ensureRenewalJob, renewalJobsInPlace, schedulesRenewals } from './renewals.js';
+import { finishPendingSeatPurchase } from './seat-purchases.js';
 import { ensureAddOnJob } from './waiting-add-ons.js';
 
 export const schema = z.object({}).loose();
@@ -56,9 +57,24 @@ function goesWithCancelledMain(chain: Chain, main: Chain | null): boolean {
   return main?.status === 'cancelled' && chain.status !== 'cancelled' && chain.intent === null;
 }
 
-/** Whether reconcile has jobs to ensure for the chain (or an unsuspension to finish). */
+/**
+ * A seat purchase left half done: its intent written, or the rest of its event not yet bought.
+ * Its own job finishes it when it runs again, but a job that ran out of attempts (a provider away
+ * longer than the retries last) or was lost never does; reconcile finishes it then.
+ */
+function hasSeatPurchaseToFinish(chain: Chain): boolean {
+  const kind = chain.intent?.kind;
+  return kind === 'partial' || kind === 'addon' || chain.unfinishedSeatEvent !== null;
+}
+
+/** Whether reconcile has jobs to ensure for the chain (or an unsuspension or purchase to finish). */
 function hasJobsToEnsure(chain: Chain): boolean {
-  return schedulesRenewals(chain) || chain.pendingAddOn !== null || chain.unsuspending;
+  return (
+    schedulesRenewals(chain) ||
+    chain.pendingAddOn !== null ||
+    chain.unsuspending ||
+    hasSeatPurchaseToFinish(chain)
+  );
 }
 
 /** What reconcile has to do with a chain, as `chain` and its main chain `main` stand. */
@@ -74,8 +90,9 @@ function reconcileStep(
 }
 
 /** What reconcile does with one chain: whether it marked it expired. */
-async function reconcileChain(deps: WorkerDeps, chain: Chain, jobId: string): Promise<boolean> {
+async function reconcileChain(deps: WorkerDeps, chain: Chain, job: Job): Promise<boolean> {
   if (isAtRest(chain)) return false;
+  const jobId = job.id ?? '';
   const now = deps.clock.now();
   // Read once for both: whether the add-on goes with a cancelled main chain, and its schedule as
   // that main chain governs it (both decided again under the locks before anything is written).
@@ -87,11 +104,11 @@ async function reconcileChain(deps: WorkerDeps, chain: Chain, jobId: string): Pr
     case 'expire': {
       const marked = await markExpired(deps, chain, now, jobId);
       // One expired while its payment is overdue still renews when paid: its jobs this round.
-      if (marked && hasJobsToEnsure(chain)) await ensureJobs(deps, chain, now, jobId);
+      if (marked && hasJobsToEnsure(chain)) await ensureJobs(deps, chain, now, job);
       return marked;
     }
     case 'ensure jobs':
-      await ensureJobs(deps, chain, now, jobId);
+      await ensureJobs(deps, chain, now, job);
       return false;
     case 'nothing':
       return false;
@@ -144,6 +161,7 @@ function seenWithoutLock(
     chain.intent !== null ||
     chain.pendingAddOn !== null ||
     chain.unsuspending ||
+    chain.unfinishedSeatEvent !== null ||
     renewalTimeUnderLead(chain, now, leadDays) !== null
   ) {
     return 'look closer';
@@ -172,7 +190,7 @@ export function makeProcessor(deps: WorkerDeps) {
         checked += 1;
         if (settled.has(chain.id)) continue;
         try {
-          if (await reconcileChain(deps, chain, job.id ?? '')) expired += 1;
+          if (await reconcileChain(deps, chain, job)) expired += 1;
         } catch (error) {
           // One chain that cannot be reconciled now (its provider away for an unsuspension)
           // must not keep every chain after it, the same ones each round, from theirs.
@@ -306,19 +324,23 @@ function isProviderFailure(error: unknown): boolean {
 }
 
 /**
- * The chain's renewal job, and its waiting add-on's job, as the chain is now; first, the
- * unsuspension of a payment whose job gave up halfway. A provider away for that unsuspension
+ * The chain's renewal job, and its waiting add-on's job, as the chain is now; first, a seat
+ * purchase or the unsuspension of a payment whose job gave up halfway. A provider away for them
  * does not keep the jobs, which need only Redis, from being ensured: the round still counts the
- * chain as failed, and the next one tries the unsuspension again.
+ * chain as failed, and the next one tries again. The chain's lock is free, so no job is sending
+ * that purchase now; one waiting to retry it finds it done (as when another job of the chain
+ * finishes it first), and a refusal is recorded on the chain, not failed.
  */
-function ensureJobs(deps: WorkerDeps, seen: Chain, now: number, jobId: string): Promise<void> {
+function ensureJobs(deps: WorkerDeps, seen: Chain, now: number, job: Job): Promise<void> {
+  const jobId = job.id ?? '';
   return underLock(deps, seen.id, jobId, undefined, async (locked, token) => {
     if (!locked) return;
     let chain = locked;
     let unfinished: { error: unknown } | null = null;
     try {
+      chain = await finishPendingSeatPurchase(deps, job, { chain, token });
       // A payment whose job gave up halfway through its unsuspension (marketplace) is finished.
-      ({ chain } = await finishUnsuspension(deps, jobId, { chain: locked, token }, now));
+      ({ chain } = await finishUnsuspension(deps, jobId, { chain, token }, now));
     } catch (error) {
       if (!isProviderFailure(error)) throw error;
       // The call may have outlasted the lease: acting on this copy after another holder changed
@@ -328,6 +350,8 @@ function ensureJobs(deps: WorkerDeps, seen: Chain, now: number, jobId: string): 
           chainId: locked.id,
         });
       }
+      // A purchase bought in steps may have recorded its first before the provider went away.
+      chain = (await deps.chains.get(locked.id)) ?? chain;
       unfinished = { error };
     }
     if (schedulesRenewals(chain)) {

@@ -21,8 +21,8 @@ import {
   workerDepsOf,
 } from '../../helpers/system.js';
 
-async function reconcile(system: System, id: string) {
-  await makeMaintenanceProcessor(workerDepsOf(system))({ id, data: {} } as Job);
+function reconcile(system: System, id: string) {
+  return makeMaintenanceProcessor(workerDepsOf(system))({ id, data: {} } as Job);
 }
 
 /** An order placed two days ago, once its chain is stored. */
@@ -114,51 +114,107 @@ describe('a Redis that lost the delayed list of renewals', () => {
   });
 });
 
+/** A chain whose seat job wrote its partial's intent and was then lost (or ran out of attempts). */
+async function seatPurchaseLeftHalfway(system: System, order: string) {
+  const placed = await system.send(
+    'order.placed',
+    orderPlaced({ order, startsAt: systemClock.now() - 2 * DAY }),
+  );
+  expect(placed.status).toBe(202);
+  const chain = await system.waitForChain(order, () => true);
+  const now = systemClock.now();
+  const orderId = `${order}.p1`;
+  await leftByDeadJob(system, order, 'dead-seat-job', () => ({
+    partialCount: 1,
+    intent: {
+      kind: 'partial',
+      method: 'createOrder',
+      orderId,
+      params: {
+        customer: chain.customer,
+        id: orderId,
+        product: chain.product,
+        licenses: 2,
+        startsAt: now,
+        expiresAt: chain.term.expiresAt,
+      },
+      jobId: 'lost-seat-job',
+      event: { webhookId: `lost-seat-${order}`, occurredAt: now, total: chain.licenses + 2 },
+    },
+  }));
+  return chain;
+}
+
 describe('a chain left in the middle of a seat purchase, its jobs lost', () => {
   const system = useSystem();
 
-  it('gets its renewal job back, whose run finishes the purchase first', async () => {
-    const placed = await system.send(
-      'order.placed',
-      orderPlaced({ order: 'MIDSEAT-1', startsAt: systemClock.now() - 2 * DAY }),
-    );
-    expect(placed.status).toBe(202);
-    const chain = await system.waitForChain('MIDSEAT-1', () => true);
-    const now = systemClock.now();
-    // A seat job died after writing its partial's intent, and Redis lost it and the renewal's.
-    await leftByDeadJob(system, 'MIDSEAT-1', 'dead-seat-job', () => ({
-      partialCount: 1,
-      intent: {
-        kind: 'partial',
-        method: 'createOrder',
-        orderId: 'MIDSEAT-1.p1',
-        params: {
-          customer: chain.customer,
-          id: 'MIDSEAT-1.p1',
-          product: chain.product,
-          licenses: 2,
-          startsAt: now,
-          expiresAt: chain.term.expiresAt,
-        },
-        jobId: 'lost-seat-job',
-        event: { webhookId: 'lost-seat', occurredAt: now, total: chain.licenses + 2 },
-      },
-    }));
+  it('gets the purchase finished by reconcile, and its renewal job back', async () => {
+    const chain = await seatPurchaseLeftHalfway(system, 'MIDSEAT-1');
     const queue = system.queue('renewals');
     const id = renewalJobId(chainIdOf('MIDSEAT-1'), 2);
     await (await queue.getJob(id))?.remove();
 
-    await reconcile(system, 'reconcile-midseat');
-    expect(await (await queue.getJob(id))?.getState()).toBe('delayed');
+    expect(await reconcile(system, 'reconcile-midseat')).toMatchObject({ failed: 0 });
 
-    // Run early, the renewal job buys the partial before it finds its term not due yet.
-    await system.promote('renewals', id);
-    const bought = await system.waitForChain('MIDSEAT-1', (c) => c.partials.length === 1);
+    const store = new ChainStore(system.started.runtime.redis);
+    expect((await store.get(chainIdOf('MIDSEAT-1')))?.intent).toBeNull();
+    const bought = await system.chain('MIDSEAT-1');
     expect(bought.partials.map((p) => [p.orderId, p.licenses])).toEqual([['MIDSEAT-1.p1', 2]]);
     expect(bought.nextLicenses).toBe(chain.licenses + 2);
+    expect(bought.history.at(-1)).toMatchObject({
+      event: 'seats.partial_ordered',
+      cause: { jobId: 'lost-seat-job', webhookId: 'lost-seat-MIDSEAT-1' },
+    });
     expect((await system.providerOrder('MIDSEAT-1.p1'))?.licenses).toBe(2);
+    expect(await (await queue.getJob(id))?.getState()).toBe('delayed');
+    // Run early, the renewal job finds nothing left to buy and its term not due yet.
+    await system.promote('renewals', id);
     await expect.poll(async () => (await queue.getJob(id))?.getState()).toBe('delayed');
+    expect((await system.chain('MIDSEAT-1')).partials).toHaveLength(1);
     expect(await system.providerOrder('MIDSEAT-1.r2')).toBeNull();
+  });
+
+  it('finishes the purchase of a flagged chain too, leaving its renewal to a person', async () => {
+    await seatPurchaseLeftHalfway(system, 'MIDSEAT-3');
+    await leftByDeadJob(system, 'MIDSEAT-3', 'flagging-job', () => ({ flagged: 'refused' }));
+    const queue = system.queue('renewals');
+    const id = renewalJobId(chainIdOf('MIDSEAT-3'), 2);
+    await (await queue.getJob(id))?.remove();
+
+    expect(await reconcile(system, 'reconcile-midseat-flagged')).toMatchObject({ failed: 0 });
+
+    expect((await system.chain('MIDSEAT-3')).partials.map((p) => p.orderId)).toEqual([
+      'MIDSEAT-3.p1',
+    ]);
+    expect(await queue.getJob(id)).toBeUndefined();
+  });
+
+  it('with the provider away, keeps the purchase for the next round and still ensures the jobs', async () => {
+    await seatPurchaseLeftHalfway(system, 'MIDSEAT-2');
+    const queue = system.queue('renewals');
+    const id = renewalJobId(chainIdOf('MIDSEAT-2'), 2);
+    await (await queue.getJob(id))?.remove();
+    const away: ProvisioningClient = Object.create(system.started.provisioning);
+    away.createOrder = async () => {
+      throw new TransientError('provisioning_unavailable', 'provisioning createOrder answered 503');
+    };
+
+    const result = await makeMaintenanceProcessor(workerDepsOf(system, { provisioning: away }))({
+      id: 'reconcile-midseat-away',
+      data: {},
+    } as Job);
+
+    expect(result).toMatchObject({ failed: 1 });
+    expect(await (await queue.getJob(id))?.getState()).toBe('delayed');
+    const stored = await new ChainStore(system.started.runtime.redis).get(chainIdOf('MIDSEAT-2'));
+    expect(stored?.intent?.orderId).toBe('MIDSEAT-2.p1');
+    expect(await system.providerOrder('MIDSEAT-2.p1')).toBeNull();
+
+    // The provider back, the next round buys it.
+    expect(await reconcile(system, 'reconcile-midseat-back')).toMatchObject({ failed: 0 });
+    expect((await system.chain('MIDSEAT-2')).partials.map((p) => p.orderId)).toEqual([
+      'MIDSEAT-2.p1',
+    ]);
   });
 });
 
