@@ -75,10 +75,14 @@ interface Credentials {
 
 const URL_FORMS = 'a redis://, rediss://, redis+sentinel://, redis+cluster:// URL (or rediss+...)';
 
-/** Checks a server URL's database (`/N` or `?db=N`); '' is database 0. */
+/** Whether `text` names a database (`/N` or `?db=N`); '' is database 0. */
+function isDatabase(text: string): boolean {
+  return text === '' || (/^\d+$/.test(text) && Number(text) <= MAX_DB);
+}
+
+/** Checks a server URL's database (`/N` or `?db=N`). */
 function databaseNumber(text: string, where: string): void {
-  if (text === '') return;
-  if (!/^\d+$/.test(text) || Number(text) > MAX_DB) {
+  if (!isDatabase(text)) {
     throw new Error(`${where} must be a database number (0, 1, ...), got '${text}'`);
   }
 }
@@ -104,7 +108,15 @@ export function parseRedisTarget(url: string): RedisTarget {
   credentials(parsed.username, parsed.password);
   // ioredis would send SELECT NaN for a path that is not a number (it reads the path as it is,
   // %32 included), and fail the start with it.
-  databaseNumber(parsed.pathname.slice(1), 'the path');
+  const path = parsed.pathname.slice(1);
+  if (parsed.username === '' && parsed.password === '' && url.includes('@') && !isDatabase(path)) {
+    // A raw `/` in the password ended the credentials early: what reads as the host and the path
+    // is the password's two halves, so nothing of it is quoted.
+    throw new Error(
+      'the path must be a database number; a "/", "?" or "#" in the password must be percent-encoded (%2F, %3F, %23)',
+    );
+  }
+  databaseNumber(path, 'the path');
   const dbParam = parsed.searchParams.get('db');
   if (dbParam !== null) databaseNumber(dbParam, 'db');
   // ioredis takes the URL's other parameters as its options (they win over the options the

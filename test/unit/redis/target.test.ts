@@ -169,6 +169,10 @@ describe('parseRedisTarget', () => {
     ['redis://h:6379/-1', "the path must be a database number (0, 1, ...), got '-1'"],
     ['redis://h:6379?db=x', "db must be a database number (0, 1, ...), got 'x'"],
     ['redis://h:6379/%32', "the path must be a database number (0, 1, ...), got '%32'"],
+    // A raw "/" in the password: its second half and the host read as the path, never quoted.
+    ['redis://default:2024/Spring-Rain@redis.internal:6379', 'must be percent-encoded (%2F'],
+    ['redis://user:/Secret@host', 'must be percent-encoded (%2F'],
+    ['redis://u:12/ab?cd@host:6379', 'the path must be a database number; a "/", "?" or "#"'],
     ['redis://h:6379/99999999999', "got '99999999999'"],
     ['redis+cluster://', 'must be redis+cluster://[[user]:password@]host:port[,host:port...]'],
     ['redis+cluster://n1:7000/3', 'must be redis+cluster://'],
@@ -176,6 +180,12 @@ describe('parseRedisTarget', () => {
     ['redis+cluster://n1:7000,n2', 'cluster node "n2" must be host:port'],
   ])('refuses %s', (url, message) => {
     expect(() => parseRedisTarget(url)).toThrow(message);
+  });
+
+  it('quotes no part of a password whose raw "/" ended the credentials early', () => {
+    for (const url of ['redis://default:2024/Spring-Rain@h:6379', 'redis://u:12/Rain?x@h:6379']) {
+      expect(() => parseRedisTarget(url)).toThrow(/^(?!.*Rain).*$/s);
+    }
   });
 });
 
