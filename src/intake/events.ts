@@ -1,7 +1,9 @@
 // The webhook events producers send (DESIGN §5), parsed with zod at the edge.
 //
-// Objects are loose: producers may add fields without breaking intake. Fields we read are typed
-// and bounded like the provisioning interface's own params.
+// Producers may add fields without breaking intake: objects drop the fields the workers do not
+// read, so the job (kept for days, shown in Bull Board) never holds what a producer sent beyond
+// them (an admin's initial password, say). Fields we read are typed and bounded like the
+// provisioning interface's own params.
 import { z } from 'zod';
 import { MAX_PARENT_ORDER_ID_LENGTH } from '../domain/ids.js';
 import {
@@ -22,11 +24,11 @@ const text = z
 /** Order ids that the workers derive for renewals, partials and add-ons; producers may not use them. */
 export const RESERVED_ORDER_SUFFIX = /\.(r|p|a)\d+$/;
 
-const orderPlaced = z.looseObject({
-  customer: z.looseObject({
+const orderPlaced = z.object({
+  customer: z.object({
     id: callerId,
     name: text,
-    admin: z.looseObject({
+    admin: z.object({
       email,
       phone: z
         .string()
@@ -36,7 +38,7 @@ const orderPlaced = z.looseObject({
       displayName: text.optional(),
     }),
   }),
-  order: z.looseObject({
+  order: z.object({
     id: callerId
       .max(
         MAX_PARENT_ORDER_ID_LENGTH,
@@ -67,10 +69,10 @@ const invoice = z
 
 export const eventSchemas = {
   'order.placed': orderPlaced,
-  'order.cancelled': z.looseObject(orderRef),
-  'seats.changed': z.looseObject({ ...orderRef, licenses, effectiveAt: epochSeconds.optional() }),
-  'payment.overdue': z.looseObject({ ...orderRef, invoice }),
-  'payment.received': z.looseObject({ ...orderRef, invoice }),
+  'order.cancelled': z.object(orderRef),
+  'seats.changed': z.object({ ...orderRef, licenses, effectiveAt: epochSeconds.optional() }),
+  'payment.overdue': z.object({ ...orderRef, invoice }),
+  'payment.received': z.object({ ...orderRef, invoice }),
 } as const;
 
 export type EventType = keyof typeof eventSchemas;

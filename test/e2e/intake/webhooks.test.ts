@@ -202,6 +202,20 @@ describe('a valid, signed event', () => {
     },
   );
 
+  it('keeps in its job only the fields the workers read, never what a producer added', async () => {
+    const id = `evt-${randomUUID()}`;
+    const { customer } = samples['order.placed'] as { customer: Record<string, object> };
+    const data = {
+      ...samples['order.placed'],
+      customer: { ...customer, admin: { ...customer.admin, password: 'AdminInitialPw!42' } },
+      notes: { apiKey: 'kept-nowhere' },
+    };
+    expect((await deliver({ type: 'order.placed', data }, { id })).status).toBe(202);
+
+    const job = await queues.orders.getJob(webhookJobId(id));
+    expect(job?.data.data).toEqual(samples['order.placed']);
+  });
+
   it('numbers accepted events in the order intake accepted them, a repeat getting no number', async () => {
     const sequenceOf = async (id: string) =>
       (await queues['payment-signals'].getJob(webhookJobId(id)))?.data.sequence;
