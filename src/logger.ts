@@ -32,7 +32,7 @@ export function createLogger(level: string, destination?: pino.DestinationStream
     {
       level,
       redact: { paths: REDACT_PATHS, censor: CENSOR },
-      serializers: { err: serializeError },
+      serializers: { err: serializeError, req: serializeRequest },
       formatters: { log: (object) => scrubSecrets(object, 0, 'plain') as Record<string, unknown> },
       base: { service: 'billing' },
     },
@@ -48,6 +48,59 @@ export function createLogger(level: string, destination?: pino.DestinationStream
  */
 export function serializeError(error: Error): unknown {
   return scrubSecrets(pino.stdSerializers.err(error), 0, 'any');
+}
+
+/** The parts of a Fastify request its log lines carry (as Fastify's own serializer). */
+interface LoggedRequest {
+  method: string;
+  url: string;
+  headers?: Record<string, unknown>;
+  host?: string;
+  ip?: string;
+  socket?: { remotePort?: number };
+}
+
+/**
+ * Fastify's request serializer, with the URL's secret-looking query values hidden: no route
+ * reads a credential from the query string, but a client may put one there all the same
+ * (`?access_token=`, `?api_key=`), and the URL is logged with every request.
+ */
+export function serializeRequest(req: LoggedRequest): unknown {
+  // Anything else logged as `req` is left to the redaction of its fields.
+  if (typeof req?.url !== 'string') return req;
+  return {
+    method: req.method,
+    url: hideQuerySecrets(req.url),
+    version: req.headers?.['accept-version'],
+    host: req.host,
+    remoteAddress: req.ip,
+    remotePort: req.socket?.remotePort,
+  };
+}
+
+/** Query parameter names that may carry a credential (a part of the name, in any case). */
+const SECRET_PARAM = /token|key|pass|secret|sig|auth|credential|session|jwt/i;
+
+/** `url` with the value of each query parameter whose name looks like a credential's hidden. */
+export function hideQuerySecrets(url: string): string {
+  const queryAt = url.indexOf('?');
+  if (queryAt === -1) return url;
+  const pairs = url.slice(queryAt + 1).split('&');
+  const shown = pairs.map((pair) => {
+    const equals = pair.indexOf('=');
+    const name = equals === -1 ? pair : pair.slice(0, equals);
+    return equals !== -1 && SECRET_PARAM.test(decodedName(name)) ? `${name}=${CENSOR}` : pair;
+  });
+  return `${url.slice(0, queryAt)}?${shown.join('&')}`;
+}
+
+/** A parameter name as a server reads it (`access%5Ftoken` is `access_token`). */
+function decodedName(name: string): string {
+  try {
+    return decodeURIComponent(name.replaceAll('+', ' '));
+  } catch {
+    return name;
+  }
 }
 
 /** Field names whose values are secrets wherever they appear (compared in lower case). */

@@ -9,7 +9,7 @@ import type { Queue } from 'bullmq';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import { JSON_ONLY, sendError } from './http-errors.js';
 import { type WebhookDeps, webhookRoutes } from './intake/webhooks.js';
-import type { Logger } from './logger.js';
+import { hideQuerySecrets, type Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
 import { requireOpsToken } from './ops/auth.js';
 import { type OpsDeps, opsRoutes } from './ops/routes.js';
@@ -204,7 +204,10 @@ async function registerBoard(
     // nothing; an operator needs them in the log beside the rest.
     scope.addHook('onError', async (request, _reply, error) => {
       if ((error.statusCode ?? 500) < 500) return;
-      request.log.error({ err: error, url: request.url }, 'Bull Board request failed');
+      request.log.error(
+        { err: error, url: hideQuerySecrets(request.url) },
+        'Bull Board request failed',
+      );
     });
     await scope.register(serverAdapter.registerPlugin(), { prefix: BOARD_PATH });
   });
