@@ -21,8 +21,25 @@ export const schema = z.object({}).loose();
 const PAGE = 500;
 export const RECONCILE_SCHEDULER_ID = 'reconcile';
 
-/** Idempotent: safe on every boot (upsert, not add). */
+/** The one-off round a start asks for (see scheduleMaintenance). */
+export const RECONCILE_AT_START_JOB_ID = 'reconcile-at-start';
+
+/**
+ * Idempotent: safe on every boot (upsert, not add). A scheduler runs its first job only when it
+ * is created, so a later start also asks for one round now: a restart after Redis was restored
+ * from a backup must not wait a whole interval (up to a day) for the jobs reconcile gives back.
+ * Processes that start together ask for the same job id, so one round runs for them all; it is
+ * removed once done, for the next start to ask again.
+ */
 export async function scheduleMaintenance(queue: Queue, everySeconds: number): Promise<void> {
+  const restarted = (await queue.getJobScheduler(RECONCILE_SCHEDULER_ID)) !== undefined;
+  if (restarted) {
+    await queue.add(
+      'reconcile renewals (at start)',
+      {},
+      { jobId: RECONCILE_AT_START_JOB_ID, removeOnComplete: true, removeOnFail: true },
+    );
+  }
   await queue.upsertJobScheduler(
     RECONCILE_SCHEDULER_ID,
     { every: everySeconds * 1000 },
