@@ -15,6 +15,14 @@ export const systemClock: Clock = {
   now: () => Math.floor(Date.now() / 1000),
 };
 
+/**
+ * `clock` as one partner asks it: whatever acts for that partner (the workers, the ops API on
+ * its chains) sees the same "now" as the core answering that partner's calls.
+ */
+export function partnerClock(clock: Clock, scope: string): Clock {
+  return { now: () => clock.now(scope) };
+}
+
 /** A clock that only moves when told to: for tests and, later, operator-driven test clocks. */
 export interface ManualClock extends Clock {
   set(at: EpochSeconds): void;

@@ -86,6 +86,8 @@ export interface Started {
   port: number;
   runtime: Runtime;
   provisioning: ProvisioningClient;
+  /** The clock the workers and the ops API ask: the core's for the workers' partner (embedded). */
+  clock: Clock;
   /** The BullMQ workers of every queue (null for the api role), for inspection. */
   workers: Workers | null;
   stop(): Promise<void>;
@@ -120,6 +122,7 @@ export async function start(
   let apiQueues: Queues | undefined;
   let workers: Workers | null = null;
   let app: FastifyInstance | undefined;
+  let clock: Clock = runtime.clock;
   let stopping: Promise<void> | undefined;
   const stop = () => {
     stopping ??= (async () => {
@@ -145,7 +148,12 @@ export async function start(
     }
     workerRedis = await connectRedis(runtime.redisUrl, 'worker');
     storeRedis = await connectRedis(runtime.redisUrl, 'store');
-    provisioning = instrumentClient(await makeProvisioningClient(settings, runtime), metrics);
+    const made = await makeProvisioningClient(settings, runtime);
+    provisioning = instrumentClient(made.client, metrics);
+    // The workers and the ops API act for the workers' partner: they ask the clock as it does.
+    // Intake checks a webhook's timestamp against the process's own clock: it is the transport's
+    // freshness, the same for every producer.
+    clock = made.clock;
     workerQueues = openQueues(storeRedis, log);
     const api = openQueues(runtime.redis, log);
     apiQueues = api;
@@ -156,7 +164,7 @@ export async function start(
         deps: {
           chains: new ChainStore(storeRedis, { leaseMs: options.lockLeaseMs }),
           provisioning,
-          clock: runtime.clock,
+          clock,
           log,
           metrics,
           queues: workerQueues,
@@ -195,7 +203,7 @@ export async function start(
               renewals: api.renewals,
               paymentSignals: api['payment-signals'],
               provisioning,
-              clock: runtime.clock,
+              clock,
               token: secrets.opsToken.value,
               leadDays: settings.RENEWAL_LEAD_DAYS,
               variant: provisioning.variant,
@@ -237,7 +245,7 @@ export async function start(
     },
     'billing service started',
   );
-  return { stop, port, runtime, provisioning, workers };
+  return { stop, port, runtime, provisioning, workers, clock };
 }
 
 /**

@@ -3,24 +3,28 @@ import type { Settings } from '../config/settings.js';
 import { httpClient } from './client/http.js';
 import { inProcessClient } from './client/in-process.js';
 import type { ProvisioningClient } from './client/provisioning-client.js';
+import { type Clock, partnerClock } from './clock.js';
 import type { Runtime } from './embedded.js';
 
 /**
- * Embedded mode acts for one partner account, created at boot when missing. Remote mode uses
- * PROVISIONING_URL and PROVISIONING_API_KEY against the remote's variant (PARTNER_VARIANT).
+ * Embedded mode acts for one partner account, created at boot when missing, and its `clock` is
+ * the one the core asks for that partner (DESIGN §2: the core and the workers ask one Clock, per
+ * partner). Remote mode uses PROVISIONING_URL and PROVISIONING_API_KEY against the remote's
+ * variant (PARTNER_VARIANT); the remote keeps its own time, and the workers ask the runtime's.
  */
 export async function makeProvisioningClient(
   settings: Settings,
   runtime: Runtime,
-): Promise<ProvisioningClient> {
+): Promise<{ client: ProvisioningClient; clock: Clock }> {
   if (settings.remote) {
-    return httpClient({
+    const client = httpClient({
       url: settings.PROVISIONING_URL as string,
       apiKey: settings.PROVISIONING_API_KEY as string,
       variant: settings.PARTNER_VARIANT,
       extensions: settings.PROVISIONING_EXTENSIONS,
       timeoutMs: settings.PROVISIONING_TIMEOUT_MS,
     });
+    return { client, clock: runtime.clock };
   }
   const partner = await runtime.partners.ensure({
     name: settings.PARTNER_NAME,
@@ -28,9 +32,10 @@ export async function makeProvisioningClient(
     renewalWindowDays: settings.PARTNER_RENEWAL_WINDOW_DAYS,
     now: runtime.clock.now(),
   });
-  return inProcessClient({
+  const client = inProcessClient({
     core: runtime.core,
     partner,
     extensions: settings.PROVISIONING_EXTENSIONS,
   });
+  return { client, clock: partnerClock(runtime.clock, String(partner.id)) };
 }

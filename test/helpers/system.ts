@@ -237,7 +237,7 @@ export function workerDepsOf(system: System, overrides: Partial<WorkerDeps> = {}
   return {
     chains: new ChainStore(system.started.runtime.redis),
     provisioning: system.started.provisioning,
-    clock: system.started.runtime.clock,
+    clock: system.started.clock,
     log: createLogger('silent'),
     metrics: createMetrics(),
     queues: Object.fromEntries(queueNames.map((n) => [n, system.queue(n)])) as WorkerDeps['queues'],
