@@ -29,12 +29,15 @@ export interface ChainView extends AddOnView {
 }
 
 /**
- * When the chain's renewal fires, as shown (DESIGN §5): null while it is expired. An expired
- * chain with auto-renew on renews at once when it becomes payable (a payment, an operator), so
- * until then no time can be named; the record keeps the due time its jobs are scheduled by.
+ * When the chain's renewal fires, as shown (DESIGN §5): null while it is expired or flagged. An
+ * expired chain with auto-renew on renews at once when it becomes payable (a payment, an
+ * operator), and a flagged one's failed job waits for a person, so no time can be named until
+ * then; the record keeps the due time its jobs are scheduled by.
  */
-export function shownNextRenewalAt(chain: Pick<Chain, 'status' | 'nextRenewalAt'>): number | null {
-  return chain.status === 'expired' ? null : chain.nextRenewalAt;
+export function shownNextRenewalAt(
+  chain: Pick<Chain, 'status' | 'nextRenewalAt' | 'flagged'>,
+): number | null {
+  return chain.status === 'expired' || chain.flagged !== null ? null : chain.nextRenewalAt;
 }
 
 function baseView({ chain, history }: ChainWithHistory, now: number): AddOnView {
