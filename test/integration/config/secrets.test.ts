@@ -70,5 +70,8 @@ describe('loadOrCreateSecret', () => {
       value: configured,
       generated: false,
     });
+    await expect(stat(join(dataDir, 'secrets', 'ops-token'))).rejects.toMatchObject({
+      code: 'ENOENT',
+    });
   });
 });

@@ -35,7 +35,10 @@ async function attempts(
       // show the attempt in flight of a job that failed since).
       const state = await queue.getJobState(added.id ?? '');
       const job = (await queue.getJob(added.id ?? '')) as Job;
-      if (state === 'failed' || job.attemptsMade >= n) return { state, job };
+      // An attempt may end between the two reads: its job is read waiting to retry next time.
+      if (state === 'failed' || (job.attemptsMade >= n && state === 'delayed')) {
+        return { state, job };
+      }
       if (state === 'delayed') await job.promote().catch(() => {});
       await new Promise((resolve) => setTimeout(resolve, 5));
     }
