@@ -311,16 +311,20 @@ export function firesAsScheduled(firesAt: number | null, nextRenewalAt: number, 
 
 /**
  * Ensures the renewal jobs of a main chain and of its add-ons, whose schedules it governs (an
- * add-on does not renew while its main chain is cancelled, off, or awaiting reactivation).
+ * add-on does not renew while its main chain is cancelled, off, awaiting reactivation or
+ * flagged). A flagged main chain's failed job is left to a person unless `restoreFlagged` (an
+ * operator's change): a payment does not renew what the provider refused.
  */
 export async function ensureFamilyRenewalJobs(
   queue: Queue,
   chains: ChainStore,
   main: Chain,
   now: number,
-  options: { overrideDeferral?: boolean } = {},
+  options: { overrideDeferral?: boolean; restoreFlagged?: boolean } = {},
 ): Promise<void> {
-  await ensureRenewalJob(queue, main, now, options);
+  if (schedulesRenewals(main) || options.restoreFlagged) {
+    await ensureRenewalJob(queue, main, now, options);
+  }
   for (const addOn of await chains.getMany(main.addOns)) {
     if (!schedulesRenewals(addOn)) continue;
     // A payment or an operator that reconsiders the main chain's waiting renewal reconsiders
@@ -368,6 +372,7 @@ function addOnView(chain: Chain, main: Chain): RenewalView {
     autoRenew: main.autoRenew,
     payment: main.payment,
     needsReactivation: main.needsReactivation,
+    mainFlagged: main.flagged !== null,
     nextLicenses: main.addOnNextLicenses[chain.id] ?? chain.nextLicenses,
   };
 }
@@ -540,6 +545,8 @@ async function finishRenewal(
 ): Promise<string> {
   const { next, at, save } = renewal;
   const version = (save.previous?.version ?? -1) + 1;
+  // A flagged chain's add-ons stopped renewing with it: its renewal gives them their jobs back.
+  const addOnsResume = save.previous?.flagged != null && next.addOns.length > 0;
   // Recorded and scheduled in one go: if the record fails, the retry records it and its add of
   // the same job id is ignored; a next-term job that fires before the record skips. Only a
   // record already written goes with the job (prepareRenewal's `stored`).
@@ -554,6 +561,7 @@ async function finishRenewal(
   deps.metrics.renewals.inc({ variant: deps.provisioning.variant });
   deps.metrics.orders.inc({ kind: 'renewal' });
   if (add.status === 'rejected') throw add.reason;
+  if (addOnsResume) await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, next, at);
   log.info({ ...about, order: intent.orderId, expiresAt: next.term.expiresAt }, 'renewal ordered');
   return `renewed: ${intent.orderId}`;
 }

@@ -49,11 +49,18 @@ export async function createChain(
 }
 
 /**
- * Whether a main chain lets its add-ons renew: not while it is cancelled, has auto-renew off, or
- * waits for a manual reactivation.
+ * Whether a main chain lets its add-ons renew: not while it is cancelled, has auto-renew off,
+ * waits for a manual reactivation, or is flagged (its own renewal waits for a person: the
+ * family's seats are not bought on for a base whose renewal may never come). Its renewal brings
+ * the add-ons' jobs back.
  */
 export function addOnsRenew(main: Chain): boolean {
-  return main.status !== 'cancelled' && main.autoRenew && !main.needsReactivation;
+  return (
+    main.status !== 'cancelled' &&
+    main.autoRenew &&
+    !main.needsReactivation &&
+    main.flagged === null
+  );
 }
 
 /** When an add-on renews, as its main chain governs it (addOnsRenew). */

@@ -9,6 +9,8 @@ export interface RenewalView {
   readonly payment: 'ok' | 'overdue';
   /** Whether an operator must confirm a manual reactivation before anything renews. */
   readonly needsReactivation?: boolean | undefined;
+  /** An add-on's: whether its main chain is flagged, its renewal waiting for a person. */
+  readonly mainFlagged?: boolean | undefined;
   readonly nextLicenses: number;
   readonly term: { readonly count: number; readonly startsAt: number; readonly expiresAt: number };
 }
@@ -49,7 +51,8 @@ export type RenewalDecision =
         | 'auto_renew_off'
         | 'already_renewed'
         | 'stale_job'
-        | 'needs_reactivation';
+        | 'needs_reactivation'
+        | 'main_flagged';
     };
 
 /** How long a due renewal waits before re-checking an overdue payment (seconds). */
@@ -71,6 +74,7 @@ export function decideRenewal(input: {
   if (chain.term.count >= forCount) return { kind: 'skip', reason: 'already_renewed' };
   if (chain.term.count !== forCount - 1) return { kind: 'skip', reason: 'stale_job' };
   if (chain.needsReactivation) return { kind: 'skip', reason: 'needs_reactivation' };
+  if (chain.mainFlagged) return { kind: 'skip', reason: 'main_flagged' };
   const dueAt = renewalDueAt(chain.term, input.leadDays);
   if (now < dueAt) return { kind: 'wait', until: dueAt, reason: 'not_due' };
   if (chain.payment === 'overdue') {

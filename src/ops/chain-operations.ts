@@ -116,6 +116,7 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
       // An operator acted: a renewal that put itself off is reconsidered now.
       await ensureFamilyRenewalJobs(deps.renewals, chains, changed, clock.now(), {
         overrideDeferral: true,
+        restoreFlagged: true,
       });
       return changed;
     });

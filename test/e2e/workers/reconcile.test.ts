@@ -396,37 +396,3 @@ describe('reconcile when its lock is lost during a failed unsuspension', () => {
     await store.unlock(chainIdOf('LOST-1'), 'another-holder');
   });
 });
-
-describe('a flagged chain whose term ends', () => {
-  const T0 = Date.UTC(2026, 0, 31, 9) / 1000;
-  const clock = manualClock(T0);
-  const system = useSystem({ clock });
-
-  it('is marked expired, shows and lists no renewal, and renews from then once an operator acts', async () => {
-    await system.send('order.placed', orderPlaced({ order: 'FLAG-X', startsAt: T0 }));
-    const placed = await system.waitForChain('FLAG-X', () => true);
-    const { expiresAt } = placed.term;
-    // Its renewal refused for good: the chain waits for a person, its failed job with it.
-    await leftByDeadJob(system, 'FLAG-X', 'flagging-job', () => ({
-      flagged: 'the provider refused FLAG-X.r2: for the test',
-    }));
-    await (await system.queue('renewals').getJob(renewalJobId(chainIdOf('FLAG-X'), 2)))?.remove();
-    expect((await system.chain('FLAG-X')).nextRenewalAt).toBeNull();
-
-    clock.set(expiresAt + DAY);
-    expect(await reconcile(system, 'reconcile-flagged')).toMatchObject({ expired: 1 });
-    const expired = await system.chain('FLAG-X');
-    expect(expired).toMatchObject({ status: 'expired', nextRenewalAt: null });
-    expect(expired.history.at(-1)).toMatchObject({ event: 'chain.expired' });
-    const upcoming = await system.ops('GET', '/ops/renewals?within=30');
-    expect(upcoming.body).toEqual({ renewals: [] });
-
-    // The cause fixed, the operator switches auto-renew off and on: the term starts now.
-    clock.advance(3600);
-    await system.ops('PUT', '/ops/chains/FLAG-X/auto-renew', { enabled: false });
-    await system.ops('PUT', '/ops/chains/FLAG-X/auto-renew', { enabled: true });
-    const renewed = await system.waitForChain('FLAG-X', (c) => c.term.count === 2);
-    expect(renewed).toMatchObject({ status: 'active', flagged: null });
-    expect(renewed.term.startsAt).toBe(clock.now());
-  });
-});
