@@ -604,6 +604,13 @@ export async function buyPlanned(
   return finishSeatIntent(deps, job, { chain: buying, token }, options);
 }
 
+/** Whether the seat job `jobId` is in Failed: it ran out of attempts, or a refusal failed it. */
+async function failedForGood(deps: WorkerDeps, jobId: string | null | undefined) {
+  if (!jobId) return false;
+  const job = await deps.queues['seat-changes'].getJob(jobId);
+  return (await job?.getState()) === 'failed';
+}
+
 /**
  * Sends a seat purchase written on the chain and records its outcome. Whoever holds the chain
  * next (a seat, renewal or payment job) finishes a purchase a crashed job left half done, so it
@@ -645,6 +652,13 @@ export async function finishSeatIntent(
       ? allocation(deps, chain, await deps.chains.getMany(chain.addOns), event.total)
       : {};
     const reason = `the provider refused ${intent.orderId}: ${error.message}`;
+    // Noted for the event's own job, to fail with when it runs again; not when that job failed
+    // for good already (reconcile finishing its purchase): only a person runs it again then, and
+    // a person's retry decides afresh.
+    const noted =
+      !eventApplied &&
+      event.webhookId !== '' &&
+      (options.refusal === 'fail' || !(await failedForGood(deps, intent.jobId)));
     const saved = await deps.chains.save({
       chainId: chain.id,
       token,
@@ -660,7 +674,7 @@ export async function finishSeatIntent(
         ...counts,
         // An event not applied ends with its refusal, also for its own job run again after its
         // worker died, or after another job met the refusal for it (withRefusalSettled).
-        ...(!eventApplied && event.webhookId !== ''
+        ...(noted
           ? {
               refusedSeatEvents: refusedWith(chain, {
                 webhookId: event.webhookId,

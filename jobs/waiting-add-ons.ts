@@ -4,6 +4,7 @@ import type { Job } from 'bullmq';
 import { z } from 'zod';
 import { renewsNoMore } from '../src/chains/expiry.js';
 import type { Chain } from '../src/chains/records.js';
+import { TransientError } from '../src/errors.js';
 import { defaultJobOptions } from '../src/queues.js';
 import { waitForOtherJob } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
@@ -41,7 +42,11 @@ export async function scheduleAddOnJob(
   if (existing && !(await removedUnlessRunning(existing))) {
     // A worker is running it just now (about to find the chain locked, or reporting what it
     // did): it can be neither removed nor replaced under its id. This job looks again shortly;
-    // `token` is the lock the worker fetched `current` with.
+    // `token` is the lock the worker fetched `current` with. Reconcile's round goes on with the
+    // other chains instead (put off, it could not finish): this one waits for the next round.
+    if (current.queueName === deps.queues.maintenance.name) {
+      throw new TransientError('add_on_job_running', `the add-on job of ${chain.order} is running`);
+    }
     await waitForOtherJob(current, current.token, now);
   }
   await addAddOnJob(deps, chain, startsAt, now);

@@ -1,15 +1,17 @@
 // Reconcile end to end: what it repairs after a restart with other settings or a Redis that lost keys.
 import { setTimeout as delay } from 'node:timers/promises';
-import type { Job } from 'bullmq';
+import { type Job, Worker } from 'bullmq';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeProcessor as makeMaintenanceProcessor } from '../../../jobs/maintenance.js';
 import { renewalJobId } from '../../../jobs/renewals.js';
+import { addOnJobId } from '../../../jobs/waiting-add-ons.js';
 import { chainIdOf, chainKeys } from '../../../src/chains/keys.js';
 import { ChainStore } from '../../../src/chains/store.js';
 import type { ProvisioningClient } from '../../../src/client/provisioning-client.js';
 import { manualClock, systemClock } from '../../../src/clock.js';
-import { TransientError } from '../../../src/errors.js';
-import { delayedFireTime } from '../../../src/queues.js';
+import { RefusalError, TransientError } from '../../../src/errors.js';
+import { delayedFireTime, QUEUE_PREFIX } from '../../../src/queues.js';
+import { connectRedis } from '../../../src/redis/connection.js';
 import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
 import {
   DAY,
@@ -394,5 +396,122 @@ describe('reconcile when its lock is lost during a failed unsuspension', () => {
     expect(result).toMatchObject({ failed: 1 });
     expect(await queue.getJob(id)).toBeUndefined();
     await store.unlock(chainIdOf('LOST-1'), 'another-holder');
+  });
+});
+
+describe('reconcile finishing an external seat event left between its steps', () => {
+  const clock = manualClock(systemClock.now());
+  const system = useSystem({ clock, env: { PARTNER_VARIANT: 'external' } });
+
+  it('never puts its own job back in the delayed set while the add-on job runs', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'RX-1', licenses: 5 }));
+    const placed = await system.waitForChain('RX-1', () => true);
+    const now = clock.now();
+    // A seat job died between the purchases of one event: the rest is needed in 5 days.
+    await leftByDeadJob(system, 'RX-1', 'crashed-seat-job', () => ({
+      lastSeatEventAt: now,
+      unfinishedSeatEvent: {
+        webhookId: 'lost-seat-rx1',
+        occurredAt: now,
+        total: placed.licenses + 2,
+        neededAt: now + 5 * DAY,
+        style: 'addon',
+      },
+    }));
+
+    const connection = await connectRedis(system.redisUrl, 'worker');
+    // The chain's waiting add-on job, running on some worker right now (locked, not removable).
+    const seatWorker = system.started.workers?.workers.find((w) => w.name === 'seat-changes');
+    await seatWorker?.close(true);
+    const seatQueue = system.queue('seat-changes');
+    const addOnId = addOnJobId(chainIdOf('RX-1'));
+    await seatQueue.add('add-on due RX-1', { chainId: chainIdOf('RX-1') }, { jobId: addOnId });
+    const other = new Worker('seat-changes', null, { connection, prefix: QUEUE_PREFIX });
+    const running = await other.getNextJob('other-worker-token');
+    expect(running?.id).toBe(addOnId);
+
+    // A reconcile round, as a worker runs it: its job active, locked by that worker.
+    const maintenanceQueue = system.queue('maintenance');
+    await system.started.workers?.workers.find((w) => w.name === maintenanceQueue.name)?.close();
+    await maintenanceQueue.add('reconcile renewals', {}, { jobId: 'round-rx1' });
+    const maintenance = new Worker(maintenanceQueue.name, null, {
+      connection,
+      prefix: QUEUE_PREFIX,
+    });
+    let round = await maintenance.getNextJob('maintenance-token');
+    // The start's own round may come first: it is done with.
+    while (round && round.id !== 'round-rx1') {
+      await round.moveToCompleted('skipped', 'maintenance-token', false);
+      round = await maintenance.getNextJob('maintenance-token');
+    }
+    if (!round) throw new Error('no reconcile job');
+    try {
+      const result = await makeMaintenanceProcessor(workerDepsOf(system))(round);
+      // The round returned: its job must still be the worker's to complete.
+      expect({ result, state: await round.getState() }).toMatchObject({
+        result: { failed: 1 },
+        state: 'active',
+      });
+    } finally {
+      await maintenance.close(true);
+      await other.close(true);
+      await connection.quit();
+    }
+  });
+});
+
+describe('a seat job that ran out of attempts, its purchase refused in reconcile', () => {
+  const system = useSystem();
+
+  it("decides afresh on a person's retry once the cause is fixed", async () => {
+    const now = systemClock.now();
+    await system.send('order.placed', orderPlaced({ order: 'RS-1', startsAt: now - 10 * DAY }));
+    await system.waitForChain('RS-1', () => true);
+    const provisioning = system.started.provisioning;
+    const createOrder = provisioning.createOrder;
+    const queue = system.queue('seat-changes');
+    try {
+      // The provider away for longer than the seat job's attempts (one here).
+      provisioning.createOrder = async () => {
+        throw new TransientError('provisioning_unavailable', 'createOrder answered 503');
+      };
+      await queue.add(
+        'seats.changed RS-1',
+        {
+          webhookId: 'wh-rs1',
+          type: 'seats.changed',
+          data: { order: 'RS-1', licenses: 7 },
+          occurredAt: now,
+          receivedAt: now,
+        },
+        { jobId: 'seat-rs1', attempts: 1 },
+      );
+      await expect
+        .poll(async () => (await queue.getJob('seat-rs1'))?.getState(), { timeout: 10_000 })
+        .toBe('failed');
+      expect((await system.chain('RS-1')).inFlight).toMatchObject({ kind: 'partial' });
+
+      // Back, but refusing: reconcile finishes the purchase and records the refusal.
+      provisioning.createOrder = async () => {
+        throw new RefusalError('provisioning_refused', 'product suite-std is on hold');
+      };
+      expect(await reconcile(system, 'reconcile-rs1')).toMatchObject({ failed: 0 });
+      expect((await system.chain('RS-1')).history.at(-1)?.event).toBe('seats.refused');
+
+      // The cause fixed, a person retries the seat job in Bull Board.
+      provisioning.createOrder = createOrder;
+      await (await queue.getJob('seat-rs1'))?.retry('failed');
+      await expect
+        .poll(async () => (await queue.getJob('seat-rs1'))?.getState(), { timeout: 10_000 })
+        .toMatch(/^(completed|failed)$/);
+      const job = await queue.getJob('seat-rs1');
+      expect({
+        state: await job?.getState(),
+        reason: job?.failedReason,
+        made: job?.attemptsMade,
+      }).toEqual({ reason: undefined, made: 2, state: 'completed' });
+    } finally {
+      provisioning.createOrder = createOrder;
+    }
   });
 });
