@@ -4,11 +4,12 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Queue } from 'bullmq';
+import { type Job, Queue } from 'bullmq';
 import { request } from 'undici';
 import { afterAll, beforeAll, expect, vi } from 'vitest';
 import { loadSettings, type Settings } from '../../config/settings.js';
 import { type WorkerDeps, workerSettingsFrom } from '../../jobs/deps.js';
+import { makeProcessor as makeMaintenanceProcessor } from '../../jobs/maintenance.js';
 import { chainIdOf } from '../../src/chains/keys.js';
 import type { Chain } from '../../src/chains/records.js';
 import { ChainStore } from '../../src/chains/store.js';
@@ -244,6 +245,11 @@ export function workerDepsOf(system: System, overrides: Partial<WorkerDeps> = {}
     settings: workerSettingsFrom(system.settings),
     ...overrides,
   };
+}
+
+/** One round of reconcile run by the test itself, as job `id`, with `overrides` in its deps. */
+export function reconcileRound(system: System, id: string, overrides: Partial<WorkerDeps> = {}) {
+  return makeMaintenanceProcessor(workerDepsOf(system, overrides))({ id, data: {} } as Job);
 }
 
 /** An `order.placed` event body for one chain. */

@@ -1,9 +1,7 @@
 // A flagged chain: its renewal refused for good, its failed job waiting for a person. Nothing of
 // its family renews until that person acts, whatever else happens to it meanwhile.
 import { setTimeout as delay } from 'node:timers/promises';
-import type { Job } from 'bullmq';
 import { describe, expect, it } from 'vitest';
-import { makeProcessor as makeMaintenanceProcessor } from '../../../jobs/maintenance.js';
 import { renewalJobId } from '../../../jobs/renewals.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
 import { manualClock, systemClock } from '../../../src/clock.js';
@@ -12,14 +10,10 @@ import {
   DAY,
   leftByDeadJob,
   orderPlaced,
+  reconcileRound,
   type System,
   useSystem,
-  workerDepsOf,
 } from '../../helpers/system.js';
-
-function reconcile(system: System, id: string) {
-  return makeMaintenanceProcessor(workerDepsOf(system))({ id, data: {} } as Job);
-}
 
 /** Flags the chain as a refused renewal does, its failed job gone from the delayed set. */
 async function flag(system: System, order: string) {
@@ -45,7 +39,7 @@ describe('the add-on of a flagged main chain', () => {
     await flag(system, 'RF-1');
 
     clock.set(placed.term.expiresAt + 3600);
-    expect(await reconcile(system, 'reconcile-rf1')).toMatchObject({ expired: 1 });
+    expect(await reconcileRound(system, 'reconcile-rf1')).toMatchObject({ expired: 1 });
     const view = await system.chain('RF-1');
     expect(view).toMatchObject({ status: 'expired', nextRenewalAt: null });
     // An add-on's nextRenewalAt is null while the main chain does not renew.
@@ -68,7 +62,7 @@ describe('the add-on of a flagged main chain', () => {
         .poll(async () => (await renewals.getJob(id))?.returnvalue)
         .toBe('skipped: main_flagged');
     }
-    await reconcile(system, 'reconcile-rf1-due');
+    await reconcileRound(system, 'reconcile-rf1-due');
     expect(await renewals.getJob(id)).toBeUndefined();
     expect(await system.providerOrder('RF-1.a1.r2')).toBeNull();
 
@@ -102,7 +96,7 @@ describe('a payment for an expired flagged chain', () => {
     expect((await system.send('payment.overdue', { order: 'RP-1' })).status).toBe(202);
     await system.waitForChain('RP-1', (c) => c.payment === 'overdue');
     clock.set(placed.term.expiresAt + DAY);
-    expect(await reconcile(system, 'reconcile-rp1')).toMatchObject({ expired: 1 });
+    expect(await reconcileRound(system, 'reconcile-rp1')).toMatchObject({ expired: 1 });
 
     expect((await system.send('payment.received', { order: 'RP-1' })).status).toBe(202);
     const paid = await system.waitForChain('RP-1', (c) => c.payment === 'ok');
@@ -146,7 +140,7 @@ describe('a person retrying the failed renewal of an expired flagged chain in Bu
       Object.assign(provisioning, saved);
     }
     clock.set(placed.term.expiresAt + DAY);
-    expect(await reconcile(system, 'reconcile-rb1')).toMatchObject({ expired: 1 });
+    expect(await reconcileRound(system, 'reconcile-rb1')).toMatchObject({ expired: 1 });
     await (await system.queue('renewals').getJob(id))?.retry('failed');
     const renewed = await system.waitForChain('RB-1', (c) => c.term.count === 2);
     expect(renewed).toMatchObject({ status: 'active', flagged: null });
@@ -166,7 +160,7 @@ describe('a flagged chain whose term ends', () => {
     expect((await system.chain('FLAG-X')).nextRenewalAt).toBeNull();
 
     clock.set(expiresAt + DAY);
-    expect(await reconcile(system, 'reconcile-flagged')).toMatchObject({ expired: 1 });
+    expect(await reconcileRound(system, 'reconcile-flagged')).toMatchObject({ expired: 1 });
     const expired = await system.chain('FLAG-X');
     expect(expired).toMatchObject({ status: 'expired', nextRenewalAt: null });
     expect(expired.history.at(-1)).toMatchObject({ event: 'chain.expired' });

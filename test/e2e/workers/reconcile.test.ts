@@ -17,15 +17,12 @@ import {
   DAY,
   leftByDeadJob,
   orderPlaced,
+  reconcileRound,
   type System,
   startSystem,
   useSystem,
   workerDepsOf,
 } from '../../helpers/system.js';
-
-function reconcile(system: System, id: string) {
-  return makeMaintenanceProcessor(workerDepsOf(system))({ id, data: {} } as Job);
-}
 
 /** An order placed two days ago, once its chain is stored. */
 async function placedTwoDaysAgo(system: System, order: string) {
@@ -95,7 +92,7 @@ describe('a restart with another RENEWAL_LEAD_DAYS', () => {
           })
           .toBeLessThan(60_000);
         // A second round finds nothing to move.
-        await reconcile(system, `reconcile-lead-${lead}-again`);
+        await reconcileRound(system, `reconcile-lead-${lead}-again`);
         expect((await system.chain('LEAD-1')).history).toHaveLength(chain.history.length);
       });
     }
@@ -150,7 +147,7 @@ describe('a Redis that lost the delayed list of renewals', () => {
     await client.del(queue.keys.delayed as string);
     expect(await (await queue.getJob(id))?.getState()).toBe('unknown');
 
-    await reconcile(system, 'reconcile-orphan');
+    await reconcileRound(system, 'reconcile-orphan');
     expect(await (await queue.getJob(id))?.getState()).toBe('delayed');
   });
 });
@@ -195,7 +192,7 @@ describe('a chain left in the middle of a seat purchase, its jobs lost', () => {
     const id = renewalJobId(chainIdOf('MIDSEAT-1'), 2);
     await (await queue.getJob(id))?.remove();
 
-    expect(await reconcile(system, 'reconcile-midseat')).toMatchObject({ failed: 0 });
+    expect(await reconcileRound(system, 'reconcile-midseat')).toMatchObject({ failed: 0 });
 
     const store = new ChainStore(system.started.runtime.redis);
     expect((await store.get(chainIdOf('MIDSEAT-1')))?.intent).toBeNull();
@@ -222,7 +219,7 @@ describe('a chain left in the middle of a seat purchase, its jobs lost', () => {
     const id = renewalJobId(chainIdOf('MIDSEAT-3'), 2);
     await (await queue.getJob(id))?.remove();
 
-    expect(await reconcile(system, 'reconcile-midseat-flagged')).toMatchObject({ failed: 0 });
+    expect(await reconcileRound(system, 'reconcile-midseat-flagged')).toMatchObject({ failed: 0 });
 
     expect((await system.chain('MIDSEAT-3')).partials.map((p) => p.orderId)).toEqual([
       'MIDSEAT-3.p1',
@@ -240,10 +237,7 @@ describe('a chain left in the middle of a seat purchase, its jobs lost', () => {
       throw new TransientError('provisioning_unavailable', 'provisioning createOrder answered 503');
     };
 
-    const result = await makeMaintenanceProcessor(workerDepsOf(system, { provisioning: away }))({
-      id: 'reconcile-midseat-away',
-      data: {},
-    } as Job);
+    const result = await reconcileRound(system, 'reconcile-midseat-away', { provisioning: away });
 
     expect(result).toMatchObject({ failed: 1 });
     expect(await (await queue.getJob(id))?.getState()).toBe('delayed');
@@ -252,7 +246,7 @@ describe('a chain left in the middle of a seat purchase, its jobs lost', () => {
     expect(await system.providerOrder('MIDSEAT-2.p1')).toBeNull();
 
     // The provider back, the next round buys it.
-    expect(await reconcile(system, 'reconcile-midseat-back')).toMatchObject({ failed: 0 });
+    expect(await reconcileRound(system, 'reconcile-midseat-back')).toMatchObject({ failed: 0 });
     expect((await system.chain('MIDSEAT-2')).partials.map((p) => p.orderId)).toEqual([
       'MIDSEAT-2.p1',
     ]);
@@ -315,10 +309,7 @@ describe('reconcile with the provider away for an unsuspension left halfway', ()
         'provisioning unsuspendOrder answered 503',
       );
     };
-    const result = await makeMaintenanceProcessor(workerDepsOf(system, { provisioning: away }))({
-      id: 'reconcile-away',
-      data: {},
-    } as Job);
+    const result = await reconcileRound(system, 'reconcile-away', { provisioning: away });
 
     expect(result).toMatchObject({ failed: 1 });
     expect(await (await queue.getJob(id))?.getState()).toBe('delayed');
@@ -387,10 +378,7 @@ describe('reconcile when its lock is lost during a failed unsuspension', () => {
       taken = (await store.lock(chainIdOf('LOST-1'), 'another-holder')).kind;
       throw new TransientError('provisioning_unavailable', 'provisioning unsuspendOrder timed out');
     };
-    const result = await makeMaintenanceProcessor(workerDepsOf(system, { provisioning: away }))({
-      id: 'reconcile-lost',
-      data: {},
-    } as Job);
+    const result = await reconcileRound(system, 'reconcile-lost', { provisioning: away });
 
     expect(taken).toBe('held');
     expect(result).toMatchObject({ failed: 1 });
@@ -495,7 +483,7 @@ describe('a seat job that ran out of attempts, its purchase refused in reconcile
       provisioning.createOrder = async () => {
         throw new RefusalError('provisioning_refused', 'product suite-std is on hold');
       };
-      expect(await reconcile(system, 'reconcile-rs1')).toMatchObject({ failed: 0 });
+      expect(await reconcileRound(system, 'reconcile-rs1')).toMatchObject({ failed: 0 });
       expect((await system.chain('RS-1')).history.at(-1)?.event).toBe('seats.refused');
 
       // The cause fixed, a person retries the seat job in Bull Board.

@@ -25,6 +25,7 @@ import {
   DAY,
   leftByDeadJob,
   orderPlaced,
+  reconcileRound,
   runAgain,
   type System,
   useSystem,
@@ -1459,7 +1460,7 @@ describe('the external variant (add-ons only)', () => {
 
     it('buys nothing for a chain that expired first', async () => {
       await waitingPastItsTerm('E-30', false);
-      await makeMaintenanceProcessor(workerDepsOf(system))({ id: 'r-e30', data: {} } as Job);
+      await reconcileRound(system, 'r-e30');
       await system.waitForChain('E-30', (c) => c.status === 'expired');
       await system.promote('seat-changes', addOnJobId(chainIdOf('E-30')));
       const chain = await system.waitForChain('E-30', (c) => lastEvent(c) === 'seats.ignored');
@@ -1499,7 +1500,7 @@ describe('the external variant (add-ons only)', () => {
       // Lost (a Redis restored without it): the licenses still go into the renewal when paid.
       const waiting = () => system.queue('seat-changes').getJob(addOnJobId(chainIdOf('E-35')));
       await (await waiting())?.remove();
-      await makeMaintenanceProcessor(workerDepsOf(system))({ id: 'r-e35', data: {} } as Job);
+      await reconcileRound(system, 'r-e35');
       expect(await waiting()).toBeDefined();
     });
 
