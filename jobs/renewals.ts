@@ -322,9 +322,31 @@ export async function ensureFamilyRenewalJobs(
   now: number,
   options: { overrideDeferral?: boolean; restoreFlagged?: boolean } = {},
 ): Promise<void> {
-  if (schedulesRenewals(main) || options.restoreFlagged) {
+  if (schedulesRenewals(main) || options.restoreFlagged || (await restoredByAPerson(queue, main))) {
     await ensureRenewalJob(queue, main, now, options);
   }
+  await ensureAddOnRenewalJobs(queue, chains, main, now, options);
+}
+
+/**
+ * Whether a person put a flagged chain's renewal back (a Bull Board retry, an operator's switch
+ * waiting for the payment): its job is there and has not failed. A payment reconsiders it then,
+ * as any other.
+ */
+async function restoredByAPerson(queue: Queue, chain: Chain): Promise<boolean> {
+  const job = await queue.getJob(renewalJobId(chain.id, chain.term.count + 1));
+  const state = await job?.getState();
+  return state !== undefined && !['failed', 'completed', 'unknown'].includes(state);
+}
+
+/** The renewal jobs of the main chain's add-ons, as it governs them (ensureFamilyRenewalJobs). */
+async function ensureAddOnRenewalJobs(
+  queue: Queue,
+  chains: ChainStore,
+  main: Chain,
+  now: number,
+  options: { overrideDeferral?: boolean } = {},
+): Promise<void> {
   for (const addOn of await chains.getMany(main.addOns)) {
     if (!schedulesRenewals(addOn)) continue;
     // A payment or an operator that reconsiders the main chain's waiting renewal reconsiders
@@ -929,6 +951,8 @@ async function notRenewing(
       await ensureRenewalJob(deps.queues.renewals, chain, now, {
         prepared: prepareRenewal(deps, chain, { stored: true }),
       });
+      // An attempt that died after the record may not have given them back (finishRenewal).
+      await ensureAddOnRenewalJobs(deps.queues.renewals, deps.chains, chain, now);
     }
   }
   return `skipped: ${decision.reason}`;

@@ -92,7 +92,7 @@ export function decideRenewal(input: {
 
 /**
  * When the chain's renewal job should fire (epoch seconds), or null when nothing will renew it:
- * auto-renew off, cancelled, or waiting for an operator.
+ * auto-renew off, cancelled, or waiting for an operator (a reactivation, a flagged main chain).
  */
 export function nextRenewalAt(input: {
   chain: RenewalView;
@@ -100,7 +100,8 @@ export function nextRenewalAt(input: {
   leadDays: number;
 }): number | null {
   const { chain } = input;
-  if (!chain.autoRenew || chain.status === 'cancelled' || chain.needsReactivation) return null;
+  if (!chain.autoRenew || chain.status === 'cancelled') return null;
+  if (chain.needsReactivation || chain.mainFlagged) return null;
   return Math.max(input.now, renewalDueAt(chain.term, input.leadDays));
 }
 

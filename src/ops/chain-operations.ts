@@ -113,10 +113,11 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
     const found = await find(order);
     const saved = await withOperatorLock(chains, found.id, async (held) => {
       const changed = await work(held);
-      // An operator acted: a renewal that put itself off is reconsidered now.
+      // An operator acted: a renewal that put itself off is reconsidered now. Switching auto-renew
+      // on also gives a flagged chain's failed renewal its job back (the cause fixed, README).
       await ensureFamilyRenewalJobs(deps.renewals, chains, changed, clock.now(), {
         overrideDeferral: true,
-        restoreFlagged: true,
+        restoreFlagged: !held.chain.autoRenew && changed.autoRenew,
       });
       return changed;
     });

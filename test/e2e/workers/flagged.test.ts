@@ -1,19 +1,41 @@
 // A flagged chain: its renewal refused for good, its failed job waiting for a person. Nothing of
 // its family renews until that person acts, whatever else happens to it meanwhile.
-import { setTimeout as delay } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { renewalJobId } from '../../../jobs/renewals.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
 import { manualClock, systemClock } from '../../../src/clock.js';
 import { RefusalError } from '../../../src/errors.js';
+import { webhookJobId } from '../../../src/intake/webhooks.js';
 import {
   DAY,
   leftByDeadJob,
   orderPlaced,
   reconcileRound,
+  runAgain,
   type System,
   useSystem,
 } from '../../helpers/system.js';
+
+/**
+ * Sends a payment.received for the order and waits for its job to finish: completed, or failed
+ * asking for a manual reactivation (external). Answers that job's state.
+ */
+async function paymentReceived(system: System, order: string) {
+  const id = `evt-paid-${order}`;
+  expect((await system.send('payment.received', { order }, { id })).status).toBe(202);
+  const queue = system.queue('payment-signals');
+  let state: string | undefined;
+  await expect
+    .poll(
+      async () => {
+        state = await (await queue.getJob(webhookJobId(id)))?.getState();
+        return state === 'completed' || state === 'failed';
+      },
+      { timeout: 10_000 },
+    )
+    .toBe(true);
+  return state;
+}
 
 /** Flags the chain as a refused renewal does, its failed job gone from the delayed set. */
 async function flag(system: System, order: string) {
@@ -98,13 +120,13 @@ describe('a payment for an expired flagged chain', () => {
     clock.set(placed.term.expiresAt + DAY);
     expect(await reconcileRound(system, 'reconcile-rp1')).toMatchObject({ expired: 1 });
 
-    expect((await system.send('payment.received', { order: 'RP-1' })).status).toBe(202);
-    const paid = await system.waitForChain('RP-1', (c) => c.payment === 'ok');
-    expect(paid.history.find((h) => h.event === 'payment.received')?.detail).toBe(
+    expect(await paymentReceived(system, 'RP-1')).toBe('completed');
+    // The payment's job is done: the failed renewal job is still the person's.
+    expect(await (await system.queue('renewals').getJob(id))?.getState()).toBe('failed');
+    const after = await system.chain('RP-1');
+    expect(after.history.find((h) => h.event === 'payment.received')?.detail).toBe(
       'payment received after the term ended',
     );
-    await delay(3000);
-    const after = await system.chain('RP-1');
     expect(after.history.map((h) => h.event)).not.toContain('renewal.ordered');
     expect(after.term.count).toBe(1);
     expect(await system.providerOrder('RP-1.r2')).toBeNull();
@@ -174,5 +196,220 @@ describe('a flagged chain whose term ends', () => {
     const renewed = await system.waitForChain('FLAG-X', (c) => c.term.count === 2);
     expect(renewed).toMatchObject({ status: 'active', flagged: null });
     expect(renewed.term.startsAt).toBe(clock.now());
+  });
+});
+
+describe('a flagged chain restored by an operator while its payment is overdue, then paid', () => {
+  const clock = manualClock(systemClock.now());
+  const system = useSystem({ clock, env: { PAYMENT_GRACE_DAYS: '90' } });
+
+  it('renews at once when paid, as any overdue chain does', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'PF-1', startsAt: clock.now() }));
+    const placed = await system.waitForChain('PF-1', () => true);
+    const provisioning = system.started.provisioning as unknown as Record<string, unknown>;
+    const saved = {
+      createOrder: provisioning.createOrder,
+      createRecorded: provisioning.createRecorded,
+    };
+    const refuse = async () => {
+      throw new RefusalError('provisioning_refused', 'product suite-std is on hold');
+    };
+    const id = renewalJobId(chainIdOf('PF-1'), 2);
+    try {
+      provisioning.createOrder = refuse;
+      provisioning.createRecorded = refuse;
+      clock.set(placed.term.expiresAt - 7 * DAY);
+      await system.promote('renewals', id);
+      await system.waitForChain('PF-1', (c) => c.flagged !== null);
+      await expect
+        .poll(async () => (await system.queue('renewals').getJob(id))?.getState())
+        .toBe('failed');
+    } finally {
+      Object.assign(provisioning, saved);
+    }
+    // The payment falls overdue; the cause fixed, a person switches auto-renew off and on.
+    clock.advance(3600);
+    expect((await system.send('payment.overdue', { order: 'PF-1' })).status).toBe(202);
+    await system.waitForChain('PF-1', (c) => c.payment === 'overdue');
+    await system.ops('PUT', '/ops/chains/PF-1/auto-renew', { enabled: false });
+    await system.ops('PUT', '/ops/chains/PF-1/auto-renew', { enabled: true });
+    // Its job runs at once and waits for the payment (6 hours).
+    await expect
+      .poll(async () => (await system.queue('renewals').getJob(id))?.data?.deferredUntil, {
+        timeout: 10_000,
+      })
+      .toBeDefined();
+    // Paid: the renewal that waited for it is made now.
+    clock.advance(60);
+    expect((await system.send('payment.received', { order: 'PF-1' })).status).toBe(202);
+    const renewed = await system.waitForChain('PF-1', (c) => c.term.count === 2);
+    expect(renewed).toMatchObject({ payment: 'ok', flagged: null });
+  });
+});
+
+describe('external: a flagged chain paid after its suspension, its reactivation confirmed', () => {
+  const clock = manualClock(systemClock.now());
+  const system = useSystem({
+    clock,
+    env: { PARTNER_VARIANT: 'external', PAYMENT_GRACE_DAYS: '0' },
+  });
+
+  it('leaves the refused renewal to a person, as a marketplace payment does', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'XF-1', startsAt: clock.now() }));
+    const placed = await system.waitForChain('XF-1', () => true);
+    const provisioning = system.started.provisioning as unknown as Record<string, unknown>;
+    const saved = {
+      createRenewalOrder: provisioning.createRenewalOrder,
+      createRecorded: provisioning.createRecorded,
+    };
+    const refuse = async () => {
+      throw new RefusalError('provisioning_refused', 'product suite-std is on hold');
+    };
+    const id = renewalJobId(chainIdOf('XF-1'), 2);
+    try {
+      provisioning.createRenewalOrder = refuse;
+      provisioning.createRecorded = refuse;
+      clock.set(placed.term.expiresAt - 7 * DAY);
+      await system.promote('renewals', id);
+      await system.waitForChain('XF-1', (c) => c.flagged !== null);
+      await expect
+        .poll(async () => (await system.queue('renewals').getJob(id))?.getState())
+        .toBe('failed');
+    } finally {
+      Object.assign(provisioning, saved);
+    }
+    clock.advance(3600);
+    expect((await system.send('payment.overdue', { order: 'XF-1' })).status).toBe(202);
+    await system.waitForChain('XF-1', (c) => c.status === 'suspended');
+    clock.advance(3600);
+    await paymentReceived(system, 'XF-1');
+    // The operator confirms the manual reactivation at the provider (nothing about the renewal).
+    const res = await system.ops('POST', '/ops/chains/XF-1/reactivated');
+    expect(res.status).toBe(200);
+    expect(await (await system.queue('renewals').getJob(id))?.getState()).toBe('failed');
+    const after = await system.chain('XF-1');
+    expect({
+      count: after.term.count,
+      renewals: after.history.filter((h) => h.event === 'renewal.ordered').length,
+      flagged: after.flagged,
+      order: (await system.providerOrder('XF-1.r2'))?.id ?? null,
+    }).toEqual({
+      count: 1,
+      renewals: 0,
+      flagged: 'the provider refused XF-1.r2: product suite-std is on hold',
+      order: null,
+    });
+  });
+});
+
+describe('an add-on expired while its main chain was flagged', () => {
+  const clock = manualClock(systemClock.now());
+  const system = useSystem({ clock, env: { SEAT_INCREASE: 'addon' } });
+
+  it('renews from now, with its share, once a person retries the main chain in Bull Board', async () => {
+    await system.send(
+      'order.placed',
+      orderPlaced({ order: 'EA-1', licenses: 5, startsAt: clock.now() - 10 * DAY }),
+    );
+    const placed = await system.waitForChain('EA-1', () => true);
+    await system.send('seats.changed', { order: 'EA-1', licenses: 8 });
+    const withAddOn = await system.waitForChain('EA-1', (c) => c.addOns.length === 1);
+    const addOn = withAddOn.addOns[0];
+    if (!addOn) throw new Error('no add-on');
+    const provisioning = system.started.provisioning as unknown as Record<string, unknown>;
+    const saved = {
+      createOrder: provisioning.createOrder,
+      createRecorded: provisioning.createRecorded,
+    };
+    const refuse = async () => {
+      throw new RefusalError('provisioning_refused', 'product suite-std is on hold');
+    };
+    const id = renewalJobId(chainIdOf('EA-1'), 2);
+    const renewals = system.queue('renewals');
+    try {
+      provisioning.createOrder = refuse;
+      provisioning.createRecorded = refuse;
+      clock.set(placed.term.expiresAt - 7 * DAY);
+      await system.promote('renewals', id);
+      await system.waitForChain('EA-1', (c) => c.flagged !== null);
+      await expect.poll(async () => (await renewals.getJob(id))?.getState()).toBe('failed');
+    } finally {
+      Object.assign(provisioning, saved);
+    }
+    // The add-on's job fires when due: it skips.
+    const addOnJob = renewalJobId(chainIdOf(addOn.order), 2);
+    clock.set(addOn.term.expiresAt - 7 * DAY);
+    await system.promote('renewals', addOnJob);
+    await expect
+      .poll(async () => (await renewals.getJob(addOnJob))?.returnvalue)
+      .toBe('skipped: main_flagged');
+    clock.set(addOn.term.expiresAt + DAY);
+    await reconcileRound(system, 'reconcile-ea1');
+    const expired = await system.chain('EA-1');
+    expect(expired.status).toBe('expired');
+    expect(expired.addOns[0]?.status).toBe('expired');
+
+    await (await renewals.getJob(id))?.retry('failed');
+    const renewed = await system.waitForChain('EA-1', (c) => c.term.count === 2);
+    expect(renewed).toMatchObject({ flagged: null, status: 'active' });
+    expect(renewed.term.startsAt).toBe(clock.now());
+    const addOnRenewed = await system.waitForChain(
+      'EA-1',
+      (c) => c.addOns[0]?.term.count === 2,
+      10_000,
+    );
+    expect(addOnRenewed.addOns[0]).toMatchObject({ status: 'active', licenses: 3 });
+    expect(addOnRenewed.addOns[0]?.term.startsAt).toBe(clock.now());
+    expect(await system.providerOrder(`${addOn.order}.r2`)).not.toBeNull();
+  });
+});
+
+describe('the main chain renewal of a flagged family, run again after it was recorded', () => {
+  const clock = manualClock(systemClock.now());
+  const system = useSystem({ clock, env: { SEAT_INCREASE: 'addon' } });
+
+  it('gives the add-on its job back, as the first run would have', async () => {
+    await system.send(
+      'order.placed',
+      orderPlaced({ order: 'RA-1', licenses: 5, startsAt: clock.now() - 10 * DAY }),
+    );
+    const placed = await system.waitForChain('RA-1', () => true);
+    await system.send('seats.changed', { order: 'RA-1', licenses: 8 });
+    const withAddOn = await system.waitForChain('RA-1', (c) => c.addOns.length === 1);
+    const addOn = withAddOn.addOns[0];
+    if (!addOn) throw new Error('no add-on');
+    const provisioning = system.started.provisioning as unknown as Record<string, unknown>;
+    const saved = {
+      createOrder: provisioning.createOrder,
+      createRecorded: provisioning.createRecorded,
+    };
+    const refuse = async () => {
+      throw new RefusalError('provisioning_refused', 'product suite-std is on hold');
+    };
+    const id = renewalJobId(chainIdOf('RA-1'), 2);
+    const renewals = system.queue('renewals');
+    try {
+      provisioning.createOrder = refuse;
+      provisioning.createRecorded = refuse;
+      clock.set(placed.term.expiresAt - 7 * DAY);
+      await system.promote('renewals', id);
+      await system.waitForChain('RA-1', (c) => c.flagged !== null);
+      await expect.poll(async () => (await renewals.getJob(id))?.getState()).toBe('failed');
+    } finally {
+      Object.assign(provisioning, saved);
+    }
+    const addOnJob = renewalJobId(chainIdOf(addOn.order), 2);
+    // Reconcile takes the add-on's job away while its main chain is flagged.
+    await reconcileRound(system, 'reconcile-ra1');
+    expect(await renewals.getJob(addOnJob)).toBeUndefined();
+    await (await renewals.getJob(id))?.retry('failed');
+    await system.waitForChain('RA-1', (c) => c.term.count === 2);
+    // Simulate the state a crash right after the record leaves: the add-on's skipped job.
+    await expect.poll(async () => (await renewals.getJob(addOnJob))?.getState()).toBe('delayed');
+    await (await renewals.getJob(addOnJob))?.remove();
+    // The main chain's job is run again (stalled after its record): already renewed.
+    await runAgain(renewals, id);
+    expect((await renewals.getJob(id))?.returnvalue).toBe('skipped: already_renewed');
+    expect(await (await renewals.getJob(addOnJob))?.getState()).toBe('delayed');
   });
 });

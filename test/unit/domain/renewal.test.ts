@@ -99,6 +99,13 @@ describe('decideRenewal', () => {
         reason: 'needs_reactivation',
       });
     });
+
+    it('skips an add-on whose main chain is flagged, its renewal waiting for a person', () => {
+      expect(decide(chain({ mainFlagged: true }), due)).toEqual({
+        kind: 'skip',
+        reason: 'main_flagged',
+      });
+    });
   });
 
   describe('when the renewal is not due yet', () => {
@@ -201,6 +208,12 @@ describe('nextRenewalAt', () => {
     expect(nextRenewalAt({ chain: view, now: 0, leadDays: LEAD })).toBe(null);
   });
 
+  it("is null for an add-on while its main chain's renewal waits for a person", () => {
+    expect(nextRenewalAt({ chain: chain({ mainFlagged: true }), now: 0, leadDays: LEAD })).toBe(
+      null,
+    );
+  });
+
   it('is the due time while that is ahead', () => {
     expect(nextRenewalAt({ chain: chain(), now: due - 30 * DAY, leadDays: LEAD })).toBe(due);
   });
@@ -223,6 +236,7 @@ const viewArb: fc.Arbitrary<RenewalView> = fc.record({
   autoRenew: fc.boolean(),
   payment: fc.constantFrom<'ok' | 'overdue'>('ok', 'overdue'),
   needsReactivation: fc.boolean(),
+  mainFlagged: fc.boolean(),
   nextLicenses: fc.integer({ min: 1, max: 10_000 }),
   term: fc
     .record({ count: fc.integer({ min: 1, max: 500 }), expiresAt: instantArb })
