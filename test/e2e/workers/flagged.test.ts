@@ -3,7 +3,7 @@
 import { describe, expect, it } from 'vitest';
 import { renewalJobId } from '../../../jobs/renewals.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
-import { manualClock, systemClock } from '../../../src/clock.js';
+import { type ManualClock, manualClock, systemClock } from '../../../src/clock.js';
 import { RefusalError } from '../../../src/errors.js';
 import { webhookJobId } from '../../../src/intake/webhooks.js';
 import {
@@ -37,6 +37,54 @@ async function paymentReceived(system: System, order: string) {
   return state;
 }
 
+/**
+ * A chain of 5 licenses placed 10 days ago, and an add-on of 3 bought for a seat increase to 8
+ * (SEAT_INCREASE=addon).
+ */
+async function placedWithAddOn(system: System, clock: ManualClock, order: string) {
+  await system.send(
+    'order.placed',
+    orderPlaced({ order, licenses: 5, startsAt: clock.now() - 10 * DAY }),
+  );
+  const placed = await system.waitForChain(order, () => true);
+  expect((await system.send('seats.changed', { order, licenses: 8 })).status).toBe(202);
+  const withAddOn = await system.waitForChain(order, (c) => c.addOns.length === 1);
+  const [addOn] = withAddOn.addOns;
+  if (!addOn) throw new Error(`no add-on of ${order}`);
+  return { placed, addOn };
+}
+
+/**
+ * The chain's next renewal refused by the provider when it falls due (`method`, and the core's
+ * one-step renewal), which flags it: its job failed, waiting for a person. Answers that job's id.
+ */
+async function refusedRenewal(
+  system: System,
+  clock: ManualClock,
+  order: string,
+  method: 'createOrder' | 'createRenewalOrder' = 'createOrder',
+) {
+  const chain = await system.chain(order);
+  const provisioning = system.started.provisioning as unknown as Record<string, unknown>;
+  const saved = { [method]: provisioning[method], createRecorded: provisioning.createRecorded };
+  const refuse = async () => {
+    throw new RefusalError('provisioning_refused', 'product suite-std is on hold');
+  };
+  const id = renewalJobId(chainIdOf(order), chain.term.count + 1);
+  try {
+    Object.assign(provisioning, { [method]: refuse, createRecorded: refuse });
+    clock.set(chain.term.expiresAt - 7 * DAY);
+    await system.promote('renewals', id);
+    await system.waitForChain(order, (c) => c.flagged !== null);
+    await expect
+      .poll(async () => (await system.queue('renewals').getJob(id))?.getState())
+      .toBe('failed');
+  } finally {
+    Object.assign(provisioning, saved);
+  }
+  return id;
+}
+
 /** Flags the chain as a refused renewal does, its failed job gone from the delayed set. */
 async function flag(system: System, order: string) {
   await leftByDeadJob(system, order, 'flagging-job', () => ({
@@ -50,13 +98,7 @@ describe('the add-on of a flagged main chain', () => {
   const system = useSystem({ clock, env: { SEAT_INCREASE: 'addon' } });
 
   it('shows no renewal time once the main chain expired', async () => {
-    await system.send(
-      'order.placed',
-      orderPlaced({ order: 'RF-1', licenses: 5, startsAt: clock.now() - 10 * DAY }),
-    );
-    const placed = await system.waitForChain('RF-1', () => true);
-    expect((await system.send('seats.changed', { order: 'RF-1', licenses: 8 })).status).toBe(202);
-    const withAddOn = await system.waitForChain('RF-1', (c) => c.addOns.length === 1);
+    const { placed, addOn } = await placedWithAddOn(system, clock, 'RF-1');
 
     await flag(system, 'RF-1');
 
@@ -66,7 +108,7 @@ describe('the add-on of a flagged main chain', () => {
     expect(view).toMatchObject({ status: 'expired', nextRenewalAt: null });
     // An add-on's nextRenewalAt is null while the main chain does not renew.
     expect(view.addOns[0]).toMatchObject({
-      order: withAddOn.addOns[0]?.order,
+      order: addOn.order,
       nextRenewalAt: null,
     });
   });
@@ -140,27 +182,7 @@ describe('a person retrying the failed renewal of an expired flagged chain in Bu
   it('renews it from now and clears the flag', async () => {
     await system.send('order.placed', orderPlaced({ order: 'RB-1', startsAt: clock.now() }));
     const placed = await system.waitForChain('RB-1', () => true);
-    const provisioning = system.started.provisioning as unknown as Record<string, unknown>;
-    const saved = {
-      createOrder: provisioning.createOrder,
-      createRecorded: provisioning.createRecorded,
-    };
-    const refuse = async () => {
-      throw new RefusalError('provisioning_refused', 'product suite-std is on hold');
-    };
-    const id = renewalJobId(chainIdOf('RB-1'), 2);
-    try {
-      provisioning.createOrder = refuse;
-      provisioning.createRecorded = refuse;
-      clock.set(placed.term.expiresAt - 7 * DAY);
-      await system.promote('renewals', id);
-      await system.waitForChain('RB-1', (c) => c.flagged !== null);
-      await expect
-        .poll(async () => (await system.queue('renewals').getJob(id))?.getState())
-        .toBe('failed');
-    } finally {
-      Object.assign(provisioning, saved);
-    }
+    const id = await refusedRenewal(system, clock, 'RB-1');
     clock.set(placed.term.expiresAt + DAY);
     expect(await reconcileRound(system, 'reconcile-rb1')).toMatchObject({ expired: 1 });
     await (await system.queue('renewals').getJob(id))?.retry('failed');
@@ -205,28 +227,8 @@ describe('a flagged chain restored by an operator while its payment is overdue, 
 
   it('renews at once when paid, as any overdue chain does', async () => {
     await system.send('order.placed', orderPlaced({ order: 'PF-1', startsAt: clock.now() }));
-    const placed = await system.waitForChain('PF-1', () => true);
-    const provisioning = system.started.provisioning as unknown as Record<string, unknown>;
-    const saved = {
-      createOrder: provisioning.createOrder,
-      createRecorded: provisioning.createRecorded,
-    };
-    const refuse = async () => {
-      throw new RefusalError('provisioning_refused', 'product suite-std is on hold');
-    };
-    const id = renewalJobId(chainIdOf('PF-1'), 2);
-    try {
-      provisioning.createOrder = refuse;
-      provisioning.createRecorded = refuse;
-      clock.set(placed.term.expiresAt - 7 * DAY);
-      await system.promote('renewals', id);
-      await system.waitForChain('PF-1', (c) => c.flagged !== null);
-      await expect
-        .poll(async () => (await system.queue('renewals').getJob(id))?.getState())
-        .toBe('failed');
-    } finally {
-      Object.assign(provisioning, saved);
-    }
+    await system.waitForChain('PF-1', () => true);
+    const id = await refusedRenewal(system, clock, 'PF-1');
     // The payment falls overdue; the cause fixed, a person switches auto-renew off and on.
     clock.advance(3600);
     expect((await system.send('payment.overdue', { order: 'PF-1' })).status).toBe(202);
@@ -256,28 +258,8 @@ describe('external: a flagged chain paid after its suspension, its reactivation 
 
   it('leaves the refused renewal to a person, as a marketplace payment does', async () => {
     await system.send('order.placed', orderPlaced({ order: 'XF-1', startsAt: clock.now() }));
-    const placed = await system.waitForChain('XF-1', () => true);
-    const provisioning = system.started.provisioning as unknown as Record<string, unknown>;
-    const saved = {
-      createRenewalOrder: provisioning.createRenewalOrder,
-      createRecorded: provisioning.createRecorded,
-    };
-    const refuse = async () => {
-      throw new RefusalError('provisioning_refused', 'product suite-std is on hold');
-    };
-    const id = renewalJobId(chainIdOf('XF-1'), 2);
-    try {
-      provisioning.createRenewalOrder = refuse;
-      provisioning.createRecorded = refuse;
-      clock.set(placed.term.expiresAt - 7 * DAY);
-      await system.promote('renewals', id);
-      await system.waitForChain('XF-1', (c) => c.flagged !== null);
-      await expect
-        .poll(async () => (await system.queue('renewals').getJob(id))?.getState())
-        .toBe('failed');
-    } finally {
-      Object.assign(provisioning, saved);
-    }
+    await system.waitForChain('XF-1', () => true);
+    const id = await refusedRenewal(system, clock, 'XF-1', 'createRenewalOrder');
     clock.advance(3600);
     expect((await system.send('payment.overdue', { order: 'XF-1' })).status).toBe(202);
     await system.waitForChain('XF-1', (c) => c.status === 'suspended');
@@ -307,35 +289,9 @@ describe('an add-on expired while its main chain was flagged', () => {
   const system = useSystem({ clock, env: { SEAT_INCREASE: 'addon' } });
 
   it('renews from now, with its share, once a person retries the main chain in Bull Board', async () => {
-    await system.send(
-      'order.placed',
-      orderPlaced({ order: 'EA-1', licenses: 5, startsAt: clock.now() - 10 * DAY }),
-    );
-    const placed = await system.waitForChain('EA-1', () => true);
-    await system.send('seats.changed', { order: 'EA-1', licenses: 8 });
-    const withAddOn = await system.waitForChain('EA-1', (c) => c.addOns.length === 1);
-    const addOn = withAddOn.addOns[0];
-    if (!addOn) throw new Error('no add-on');
-    const provisioning = system.started.provisioning as unknown as Record<string, unknown>;
-    const saved = {
-      createOrder: provisioning.createOrder,
-      createRecorded: provisioning.createRecorded,
-    };
-    const refuse = async () => {
-      throw new RefusalError('provisioning_refused', 'product suite-std is on hold');
-    };
-    const id = renewalJobId(chainIdOf('EA-1'), 2);
+    const { addOn } = await placedWithAddOn(system, clock, 'EA-1');
+    const id = await refusedRenewal(system, clock, 'EA-1');
     const renewals = system.queue('renewals');
-    try {
-      provisioning.createOrder = refuse;
-      provisioning.createRecorded = refuse;
-      clock.set(placed.term.expiresAt - 7 * DAY);
-      await system.promote('renewals', id);
-      await system.waitForChain('EA-1', (c) => c.flagged !== null);
-      await expect.poll(async () => (await renewals.getJob(id))?.getState()).toBe('failed');
-    } finally {
-      Object.assign(provisioning, saved);
-    }
     // The add-on's job fires when due: it skips.
     const addOnJob = renewalJobId(chainIdOf(addOn.order), 2);
     clock.set(addOn.term.expiresAt - 7 * DAY);
@@ -369,35 +325,9 @@ describe('the main chain renewal of a flagged family, run again after it was rec
   const system = useSystem({ clock, env: { SEAT_INCREASE: 'addon' } });
 
   it('gives the add-on its job back, as the first run would have', async () => {
-    await system.send(
-      'order.placed',
-      orderPlaced({ order: 'RA-1', licenses: 5, startsAt: clock.now() - 10 * DAY }),
-    );
-    const placed = await system.waitForChain('RA-1', () => true);
-    await system.send('seats.changed', { order: 'RA-1', licenses: 8 });
-    const withAddOn = await system.waitForChain('RA-1', (c) => c.addOns.length === 1);
-    const addOn = withAddOn.addOns[0];
-    if (!addOn) throw new Error('no add-on');
-    const provisioning = system.started.provisioning as unknown as Record<string, unknown>;
-    const saved = {
-      createOrder: provisioning.createOrder,
-      createRecorded: provisioning.createRecorded,
-    };
-    const refuse = async () => {
-      throw new RefusalError('provisioning_refused', 'product suite-std is on hold');
-    };
-    const id = renewalJobId(chainIdOf('RA-1'), 2);
+    const { addOn } = await placedWithAddOn(system, clock, 'RA-1');
+    const id = await refusedRenewal(system, clock, 'RA-1');
     const renewals = system.queue('renewals');
-    try {
-      provisioning.createOrder = refuse;
-      provisioning.createRecorded = refuse;
-      clock.set(placed.term.expiresAt - 7 * DAY);
-      await system.promote('renewals', id);
-      await system.waitForChain('RA-1', (c) => c.flagged !== null);
-      await expect.poll(async () => (await renewals.getJob(id))?.getState()).toBe('failed');
-    } finally {
-      Object.assign(provisioning, saved);
-    }
     const addOnJob = renewalJobId(chainIdOf(addOn.order), 2);
     // Reconcile takes the add-on's job away while its main chain is flagged.
     await reconcileRound(system, 'reconcile-ra1');
