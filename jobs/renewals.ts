@@ -567,7 +567,8 @@ async function finishRenewal(
 ): Promise<string> {
   const { next, at, save } = renewal;
   const version = (save.previous?.version ?? -1) + 1;
-  // A flagged chain's add-ons stopped renewing with it: its renewal gives them their jobs back.
+  // A flagged chain's add-ons stopped renewing with it: its renewal gives them their jobs back
+  // (its own next job is added just below).
   const addOnsResume = save.previous?.flagged != null && next.addOns.length > 0;
   // Recorded and scheduled in one go: if the record fails, the retry records it and its add of
   // the same job id is ignored; a next-term job that fires before the record skips. Only a
@@ -583,7 +584,7 @@ async function finishRenewal(
   deps.metrics.renewals.inc({ variant: deps.provisioning.variant });
   deps.metrics.orders.inc({ kind: 'renewal' });
   if (add.status === 'rejected') throw add.reason;
-  if (addOnsResume) await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, next, at);
+  if (addOnsResume) await ensureAddOnRenewalJobs(deps.queues.renewals, deps.chains, next, at);
   log.info({ ...about, order: intent.orderId, expiresAt: next.term.expiresAt }, 'renewal ordered');
   return `renewed: ${intent.orderId}`;
 }
