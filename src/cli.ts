@@ -5,7 +5,6 @@ import { Argument, Command, Option } from 'commander';
 import { describeSettings, loadSettings, type Settings } from '../config/settings.js';
 import { ChainStore } from './chains/store.js';
 import type { ChainView } from './chains/view.js';
-import { systemClock } from './clock.js';
 import { openRuntime, type Runtime } from './embedded.js';
 import { ConfigError, RefusalError, TransientError } from './errors.js';
 import { formatInstant } from './format.js';
@@ -13,6 +12,7 @@ import { createLogger, type Logger } from './logger.js';
 import { type Role, start, stopOnSignals } from './main.js';
 import { type ChainOperations, makeChainOperations } from './ops/chain-operations.js';
 import { variants } from './provisioning/schemas.js';
+import { workersClock } from './provisioning-client-factory.js';
 import { QUEUE_PREFIX, QUEUES } from './queues.js';
 import { decimalDigits } from './validation.js';
 
@@ -155,7 +155,7 @@ export function buildCli(): Command {
             name,
             variant: opts.variant,
             renewalWindowDays: opts.renewalWindowDays,
-            now: systemClock.now(),
+            now: rt.clock.now(),
           });
         });
         if (opts.json) {
@@ -244,7 +244,7 @@ async function withChainOperations<T>(run: (ops: ChainOperations) => Promise<T>)
           chains,
           renewals,
           paymentSignals,
-          clock: rt.clock,
+          clock: await workersClock(settings, rt),
           leadDays: settings.RENEWAL_LEAD_DAYS,
         }),
       );

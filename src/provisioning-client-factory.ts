@@ -39,3 +39,14 @@ export async function makeProvisioningClient(
   });
   return { client, clock: partnerClock(runtime.clock, String(partner.id)) };
 }
+
+/**
+ * The clock as the workers ask it, for a process that does not run them (the `billing`
+ * command): in embedded mode scoped to the workers' partner when it exists (it is created by
+ * the service's first start; before that there are no chains to read), else the runtime's.
+ */
+export async function workersClock(settings: Settings, runtime: Runtime): Promise<Clock> {
+  if (settings.remote) return runtime.clock;
+  const partner = (await runtime.partners.list()).find((p) => p.name === settings.PARTNER_NAME);
+  return partner === undefined ? runtime.clock : partnerClock(runtime.clock, String(partner.id));
+}
