@@ -59,9 +59,16 @@ function encodeChain(chain: Chain): string {
   return `${version}|${JSON.stringify(fields)}`;
 }
 
+/**
+ * A stored chain keeps the fields this version does not know: during a rolling upgrade an older
+ * worker that saves a chain a newer one wrote must not drop what the newer one keeps there (its
+ * next save writes back every field it read). Fields of nested records are not kept.
+ */
+const storedChain = chainRecord.loose();
+
 function decodeChain(stored: string, intentJson: string | null): Chain {
   const bar = stored.indexOf('|');
-  return chainRecord.parse({
+  return storedChain.parse({
     ...JSON.parse(stored.slice(bar + 1)),
     version: Number(stored.slice(0, bar)),
     intent: intentJson ? JSON.parse(intentJson) : null,

@@ -263,6 +263,30 @@ describe('ChainStore save', () => {
       expect(third).toMatchObject({ licenses: 12, nextLicenses: 15 });
     });
 
+    it('keeps the fields a newer version wrote, which this one does not know', async () => {
+      const first = await create(chainFor('ord-1'), { token: 't', release: false });
+      const key = chainKeys(first.id).chain;
+      const stored = (await db.redis.get(key)) as string;
+      const bar = stored.indexOf('|');
+      const fromNewer = { ...JSON.parse(stored.slice(bar + 1)), keptByNewer: [{ id: 'x' }] };
+      await db.redis.set(key, `${stored.slice(0, bar)}|${JSON.stringify(fromNewer)}`);
+
+      const read = (await store.get(first.id)) as Chain;
+      await store.save({
+        chainId: first.id,
+        token: 't',
+        previous: read,
+        next: { ...read, licenses: 12, updatedAt: NOW + 1 },
+        release: true,
+      });
+
+      const saved = (await db.redis.get(key)) as string;
+      expect(JSON.parse(saved.slice(saved.indexOf('|') + 1))).toMatchObject({
+        licenses: 12,
+        keptByNewer: [{ id: 'x' }],
+      });
+    });
+
     it('appends history entries in order, across writes', async () => {
       const first = await create(chainFor('ord-1'), {
         token: 't',
