@@ -3,6 +3,7 @@
 import { spawn } from 'node:child_process';
 import { constants } from 'node:os';
 import { setTimeout as delay } from 'node:timers/promises';
+import { whenOrphaned } from './parent-watch.mjs';
 import { ensureDependencies, ensureRedisServer, projectRoot } from './setup.mjs';
 
 ensureRedisServer();
@@ -18,12 +19,13 @@ console.log('> npm start');
 const child = spawn('npm', ['start'], { cwd: projectRoot, stdio: 'inherit', detached: true });
 
 let forwarded = false;
-for (const signal of ['SIGINT', 'SIGTERM']) {
-  process.on(signal, () => {
-    forwarded = true;
-    signalGroup(signal);
-  });
+function stopGroup(signal) {
+  forwarded = true;
+  signalGroup(signal);
 }
+for (const signal of ['SIGINT', 'SIGTERM']) process.on(signal, () => stopGroup(signal));
+// Under `npm run quickstart &`, `kill $!` reaches npm's shell only: its end stops the service.
+whenOrphaned(() => stopGroup('SIGTERM'));
 
 child.on('error', (error) => {
   console.error(`could not run npm start: ${error.message}`);

@@ -2,6 +2,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
+import { readFileSync } from 'node:fs';
 import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -266,6 +267,95 @@ describe('billing start', () => {
     expect(await exit).toBe(0);
   });
 });
+
+describe('npm start', () => {
+  const left: number[] = [];
+
+  afterAll(() => {
+    for (const pid of left.filter(isRunning)) process.kill(pid, 'SIGKILL');
+  });
+
+  /** `npm start` in a process group of its own, and the service's pid below it. */
+  async function npmStart() {
+    // npm as the test runner's own, else the one on PATH.
+    const npmCli = process.env.npm_execpath;
+    const [command, args] = npmCli?.endsWith('.js')
+      ? [process.execPath, [npmCli, 'start']]
+      : ['npm', ['start']];
+    const npm = spawn(command, args, {
+      cwd: join(import.meta.dirname, '../../..'),
+      env: cleanEnv({ REDIS_URL: redis.url, PORT: '0', LOG_LEVEL: 'info' }),
+      stdio: ['ignore', 'pipe', 'pipe'],
+      detached: true,
+    });
+    const run = { npm, output: '', service: 0 };
+    npm.stdout?.on('data', (chunk: Buffer) => {
+      run.output += chunk.toString();
+    });
+    await serviceStarted(npm);
+    // npm runs `sh -c "node scripts/start.mjs"`: the service is npm's grandchild.
+    const below = descendants(npm.pid as number);
+    left.push(...below);
+    const service = below.find((pid) => /^\S*node scripts\/start\.mjs/.test(commandLine(pid)));
+    expect(service).toBeDefined();
+    run.service = service as number;
+    return run;
+  }
+
+  it("stops when npm's own pid gets SIGTERM (kill $!), though npm does not pass it on", async () => {
+    const run = await npmStart();
+
+    run.npm.kill('SIGTERM');
+
+    await vi.waitFor(() => expect(isRunning(run.service)).toBe(false), { timeout: 20_000 });
+    expect(run.output).toContain('"signal":"SIGTERM","msg":"shutting down"');
+    expect(run.output).not.toContain('second signal');
+  });
+
+  // A terminal's Ctrl-C reaches npm, its shell and the service at once, and npm passes its own
+  // on to the shell: the service must see one signal only (a second one exits at once, without
+  // draining), as it would with `exec` in the script, where npm's forwarded one reached it too.
+  it('stops once on Ctrl-C, SIGINT to its whole process group', async () => {
+    const run = await npmStart();
+
+    process.kill(-(run.npm.pid as number), 'SIGINT');
+
+    await vi.waitFor(() => expect(isRunning(run.service)).toBe(false), { timeout: 20_000 });
+    expect(run.output).toContain('"signal":"SIGINT","msg":"shutting down"');
+    expect(run.output).not.toContain('second signal');
+  });
+});
+
+/** Every process below `pid` (Linux /proc). */
+function descendants(pid: number): number[] {
+  let children: number[] = [];
+  try {
+    children = readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8')
+      .split(' ')
+      .filter((id) => id !== '')
+      .map(Number);
+  } catch {
+    return [];
+  }
+  return children.flatMap((child) => [child, ...descendants(child)]);
+}
+
+function commandLine(pid: number): string {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ');
+  } catch {
+    return '';
+  }
+}
+
+function isRunning(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
 
 describe('billing start on a port in use', () => {
   it('stops with the reason, and stops the private Redis it started', async () => {
