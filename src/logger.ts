@@ -17,10 +17,12 @@ export const REDACT_PATHS = [
   '*.token',
   '*.secret',
   '*.signature',
+  '*.passphrase',
   'apiKey',
   'password',
   'token',
   'secret',
+  'passphrase',
   'params.password',
   'body.params.password',
 ];
@@ -113,6 +115,7 @@ const SECRET_NAMES = new Set([
   'signature',
   'webhook-signature',
   'authorization',
+  'passphrase',
 ]);
 
 /** How deep scrubSecrets looks: log fields and errors nest a few levels at most. */

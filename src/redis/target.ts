@@ -2,7 +2,7 @@
 // (`redis+sentinel://`), so that a failover moves every connection to the new master, or a Redis
 // Cluster (`redis+cluster://`). Each has a TLS form (`rediss...`), which takes the files that a
 // private certificate authority or a server that asks for client certificates needs
-// (`?ca=&cert=&key=`).
+// (`?ca=&cert=&key=`, and `passphrase-file=` for an encrypted key).
 import type { RedisOptions } from 'ioredis';
 
 /**
@@ -55,6 +55,11 @@ export interface TlsFiles {
   ca?: string;
   cert?: string;
   key?: string;
+  /**
+   * A file holding the passphrase of an encrypted `key` (its first line). A file, not the
+   * passphrase itself: the URL is shown in logs and process lists, where the secret must not be.
+   */
+  passphraseFile?: string;
 }
 
 export type RedisTarget =
@@ -142,7 +147,10 @@ export function parseRedisTarget(url: string): RedisTarget {
 
 /** The URL parameters that name TLS files, in the order Node's options take them. */
 export const TLS_FILE_NAMES = ['ca', 'cert', 'key'] as const satisfies readonly (keyof TlsFiles)[];
-const TLS_FILE_PARAMS: ReadonlySet<string> = new Set(TLS_FILE_NAMES);
+const PASSPHRASE_FILE_PARAM = 'passphrase-file';
+const TLS_FILE_PARAMS: ReadonlySet<string> = new Set([...TLS_FILE_NAMES, PASSPHRASE_FILE_PARAM]);
+/** The TLS parameters, as an unknown parameter's error lists them. */
+const TLS_PARAM_LIST = `ca, cert, key, ${PASSPHRASE_FILE_PARAM}`;
 
 /**
  * The TLS files among `params` (which it removes), or undefined when not `secure`; the error
@@ -157,8 +165,16 @@ function tlsFiles(params: Map<string, string>, secure: boolean): TlsFiles | unde
     if (path === '') throw new Error(`${name} must be the path of a PEM file`);
     files[name] = path;
   }
+  const passphraseFile = params.get(PASSPHRASE_FILE_PARAM);
+  if (passphraseFile !== undefined) {
+    params.delete(PASSPHRASE_FILE_PARAM);
+    if (passphraseFile === '') {
+      throw new Error(`${PASSPHRASE_FILE_PARAM} must be the path of a file holding the passphrase`);
+    }
+    files.passphraseFile = passphraseFile;
+  }
   if (!secure) {
-    const given = Object.keys(files)[0];
+    const given = Object.keys(files)[0]?.replace('passphraseFile', PASSPHRASE_FILE_PARAM);
     if (given !== undefined)
       throw new Error(
         `${given} is for TLS: use rediss://, rediss+sentinel:// or rediss+cluster://`,
@@ -167,6 +183,9 @@ function tlsFiles(params: Map<string, string>, secure: boolean): TlsFiles | unde
   }
   if ((files.cert === undefined) !== (files.key === undefined)) {
     throw new Error('cert and key go together: the client certificate and its private key');
+  }
+  if (files.passphraseFile !== undefined && files.key === undefined) {
+    throw new Error(`${PASSPHRASE_FILE_PARAM} is the passphrase of key: name the key too`);
   }
   return files;
 }
@@ -189,7 +208,7 @@ function parseSentinelUrl(url: string): RedisTarget {
   const tls = tlsFiles(params, scheme === 'rediss');
   const unknown = [...params.keys()].filter((key) => key !== 'sentinelPassword');
   if (unknown.length > 0) {
-    const known = tls ? 'sentinelPassword, ca, cert, key' : 'only sentinelPassword';
+    const known = tls ? `sentinelPassword, ${TLS_PARAM_LIST}` : 'only sentinelPassword';
     throw new Error(`unknown parameter ${unknown[0]} (${known})`);
   }
   const dbNumber = db === undefined ? 0 : Number(db);
@@ -217,7 +236,7 @@ function parseSentinelUrl(url: string): RedisTarget {
 /**
  * `redis+cluster://[[user]:password@]host:port[,host:port...]`: some nodes of a Redis Cluster
  * (the client learns the rest from them), and the credentials every node takes. A cluster has
- * database 0 only. `rediss+cluster://` speaks TLS to every node, with `?ca=&cert=&key=`.
+ * database 0 only. `rediss+cluster://` speaks TLS to every node, with `?ca=&cert=&key=` (and `passphrase-file`).
  */
 const CLUSTER_URL = /^(rediss?)\+cluster:\/\/(?:([^:@/]*)(?::([^@/]*))?@)?([^/@?]+)\/?(?:\?(.*))?$/;
 
@@ -231,7 +250,7 @@ function parseClusterUrl(url: string): RedisTarget {
   const tls = tlsFiles(params, scheme === 'rediss');
   const unknown = [...params.keys()][0];
   if (unknown !== undefined) {
-    throw new Error(`unknown parameter ${unknown} (${tls ? 'only ca, cert, key' : 'none'})`);
+    throw new Error(`unknown parameter ${unknown} (${tls ? `only ${TLS_PARAM_LIST}` : 'none'})`);
   }
   return {
     kind: 'cluster',

@@ -34,15 +34,44 @@ export function tlsOptions(files: TlsFiles): ConnectionOptions {
   ) {
     throw new Error(`the ca file ${files.ca} holds no PEM certificate`);
   }
+  if (files.passphraseFile !== undefined) {
+    options.passphrase = passphraseIn(files.passphraseFile);
+  } else if (ENCRYPTED_KEY.test(String(options.key ?? ''))) {
+    throw new Error(
+      `the key file ${files.key} is encrypted: name a file holding its passphrase with passphrase-file`,
+    );
+  }
   try {
     createSecureContext(options);
   } catch (error) {
+    if (files.passphraseFile !== undefined && /bad decrypt/i.test((error as Error).message)) {
+      throw new Error(
+        `the passphrase in ${files.passphraseFile} does not decrypt the key file ${files.key}`,
+      );
+    }
     const named = TLS_FILE_NAMES.filter((name) => files[name] !== undefined)
       .map((name) => `${name} ${files[name]}`)
       .join(', ');
     throw new Error(`the TLS files (${named}) cannot be used: ${(error as Error).message}`);
   }
   return options;
+}
+
+/** A PEM key that needs a passphrase: PKCS#8 encrypted, or the older OpenSSL form. */
+const ENCRYPTED_KEY = /-----BEGIN ENCRYPTED PRIVATE KEY-----|Proc-Type: 4,ENCRYPTED/;
+
+/** The passphrase a file holds: its first line, without the line break an editor adds. */
+function passphraseIn(path: string): string {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (error) {
+    const reason = (error as NodeJS.ErrnoException).code ?? (error as Error).message;
+    throw new Error(`the passphrase-file ${path} cannot be read (${reason})`);
+  }
+  const passphrase = text.split(/\r?\n/)[0] ?? '';
+  if (passphrase === '') throw new Error(`the passphrase-file ${path} is empty`);
+  return passphrase;
 }
 
 /** How long each step of a probe (connect, handshake, answer) may take. */

@@ -106,11 +106,13 @@ describe('request logs', () => {
         req: { headers: { 'x-api-key': 'k-123', authorization: 'Bearer t-456' } },
         partner: { apiKey: 'k-789' },
         user: { password: 'p-000' },
+        tls: { passphrase: 'pp-111' },
       },
       'oops',
     );
     const out = captured.join('');
-    for (const secret of ['k-123', 't-456', 'k-789', 'p-000']) expect(out).not.toContain(secret);
+    for (const secret of ['k-123', 't-456', 'k-789', 'p-000', 'pp-111'])
+      expect(out).not.toContain(secret);
     expect(out).toContain('[redacted]');
   });
 

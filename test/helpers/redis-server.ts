@@ -30,6 +30,9 @@ export const TEST_TLS = {
   localhostKey: fileURLToPath(new URL('tls/localhost.key', import.meta.url)),
   clientCert: fileURLToPath(new URL('tls/client.pem', import.meta.url)),
   clientKey: fileURLToPath(new URL('tls/client.key', import.meta.url)),
+  /** The client's key encrypted, and the file holding its passphrase. */
+  clientKeyEncrypted: fileURLToPath(new URL('tls/client-encrypted.key', import.meta.url)),
+  clientKeyPassphrase: fileURLToPath(new URL('tls/client-key.pass', import.meta.url)),
 };
 
 /** The helpers' own connections to TLS servers: the test CA, and the client certificate. */
@@ -48,7 +51,12 @@ export function testClientTls() {
 export type TestRedisTransport = 'plain' | 'tls' | 'tls-client-cert';
 
 /** `?ca=...&cert=...&key=...` naming the given files, percent-encoded; empty for none. */
-export function tlsQuery(files: { ca?: string; cert?: string; key?: string }): string {
+export function tlsQuery(files: {
+  ca?: string;
+  cert?: string;
+  key?: string;
+  'passphrase-file'?: string;
+}): string {
   const pairs = Object.entries(files).map(([name, path]) => `${name}=${encodeURIComponent(path)}`);
   return pairs.length > 0 ? `?${pairs.join('&')}` : '';
 }

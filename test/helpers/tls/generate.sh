@@ -25,3 +25,7 @@ extendedKeyUsage=serverAuth,clientAuth'
   rm "$name.csr"
 done
 rm -f ca.srl ca.key
+# The client's key again, encrypted (PKCS#8, AES-256), and the file holding its passphrase.
+printf '%s\n' 'billing test passphrase' > client-key.pass
+openssl pkcs8 -topk8 -v2 aes-256-cbc -in client.key -passout file:client-key.pass \
+  -out client-encrypted.key

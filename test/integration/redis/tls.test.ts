@@ -1,7 +1,7 @@
 // rediss:// against real redis-servers that speak only TLS: a private CA given by `ca`, a client
 // certificate for a server that requires one, and clear errors when either is missing or a file
 // is not what it should be; a TLS Cluster whose nodes cannot be verified fails with the reason.
-import { rm } from 'node:fs/promises';
+import { rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -78,6 +78,31 @@ describe('rediss:// with the files of the URL', () => {
     await expect(connect(withFiles(tlsServer, keyNotPem))).rejects.toThrow(
       /the TLS files \(.*key .*ca\.pem\) cannot be used/,
     );
+  });
+
+  it('opens an encrypted client key with the passphrase its file holds', async () => {
+    const { ca, clientCert: cert, clientKeyEncrypted: key } = TEST_TLS;
+    const passphraseFile = TEST_TLS.clientKeyPassphrase;
+    const redis = await connect(
+      withFiles(clientCertServer, { ca, cert, key, 'passphrase-file': passphraseFile }),
+    );
+    expect(await redis.ping()).toBe('PONG');
+
+    await expect(connect(withFiles(clientCertServer, { ca, cert, key }))).rejects.toThrow(
+      `the key file ${key} is encrypted: name a file holding its passphrase with passphrase-file`,
+    );
+    const wrong = join(tmpdir(), `billing-wrong-passphrase-${process.pid}`);
+    await writeFile(wrong, 'not the passphrase\n');
+    try {
+      await expect(
+        connect(withFiles(clientCertServer, { ca, cert, key, 'passphrase-file': wrong })),
+      ).rejects.toThrow(`the passphrase in ${wrong} does not decrypt the key file ${key}`);
+    } finally {
+      await rm(wrong, { force: true });
+    }
+    await expect(
+      connect(withFiles(clientCertServer, { ca, cert, key, 'passphrase-file': '/nonexistent/p' })),
+    ).rejects.toThrow('the passphrase-file /nonexistent/p cannot be read (ENOENT)');
   });
 
   it('does not take a plain connection on a TLS-only server', async () => {

@@ -86,6 +86,13 @@ describe('parseRedisTarget', () => {
       url: 'rediss://:pw@h:6380/1?family=6',
       tls: { ca: '/etc/ca.pem', cert: 'c.pem', key: 'k.pem' },
     });
+    expect(
+      parseRedisTarget('rediss://h:6380?cert=c.pem&key=k.pem&passphrase-file=%2Frun%2Fk.pass'),
+    ).toEqual({
+      kind: 'server',
+      url: 'rediss://h:6380',
+      tls: { cert: 'c.pem', key: 'k.pem', passphraseFile: '/run/k.pass' },
+    });
     expect(parseRedisTarget('rediss://h:6380?ca=ca.pem')).toEqual({
       kind: 'server',
       url: 'rediss://h:6380',
@@ -133,6 +140,12 @@ describe('parseRedisTarget', () => {
     expect(parseRedisTarget('rediss+cluster://n1:7000/?ca=%2Fca.pem&cert=c&key=k')).toMatchObject({
       tls: { ca: '/ca.pem', cert: 'c', key: 'k' },
     });
+    expect(
+      parseRedisTarget('rediss+sentinel://s1:26379/m?cert=c&key=k&passphrase-file=p'),
+    ).toMatchObject({ tls: { cert: 'c', key: 'k', passphraseFile: 'p' } });
+    expect(
+      parseRedisTarget('rediss+cluster://n1:7000?cert=c&key=k&passphrase-file=p'),
+    ).toMatchObject({ tls: { cert: 'c', key: 'k', passphraseFile: 'p' } });
   });
 
   it.each([
@@ -146,11 +159,20 @@ describe('parseRedisTarget', () => {
     ],
     ['redis://h:6379?ca=ca.pem', 'ca is for TLS: use rediss://, rediss+sentinel:// or rediss+'],
     ['redis+sentinel://s1:26379/m?cert=c', 'cert is for TLS'],
-    ['rediss+sentinel://s1:26379/m?db=1', 'unknown parameter db (sentinelPassword, ca, cert, key)'],
+    [
+      'rediss+sentinel://s1:26379/m?db=1',
+      'unknown parameter db (sentinelPassword, ca, cert, key, passphrase-file)',
+    ],
+    ['rediss://h:6379?ca=a&passphrase-file=p', 'passphrase-file is the passphrase of key: name'],
+    ['rediss://h:6379?cert=c&key=k&passphrase-file=', 'passphrase-file must be the path of a'],
+    ['redis://h:6379?passphrase-file=p', 'passphrase-file is for TLS: use rediss://'],
     ['rediss://h:6379?cert=c.pem', 'cert and key go together'],
     ['rediss://h:6379?ca=', 'ca must be the path of a PEM file'],
     ['redis+cluster://n1:7000?key=k.pem', 'key is for TLS'],
-    ['rediss+cluster://n1:7000?ca=a&tls=1', 'unknown parameter tls (only ca, cert, key)'],
+    [
+      'rediss+cluster://n1:7000?ca=a&tls=1',
+      'unknown parameter tls (only ca, cert, key, passphrase-file)',
+    ],
     ['rediss://h:6380?ca=a.pem&tls=RedisCloudFixed', 'tls is not a parameter'],
     ['rediss://h:6380?ca=%ZZ', 'parameter ca is not percent-encoded correctly (write % as %25)'],
     ['redis://h:6379?%E0=1', 'a parameter name is not percent-encoded correctly'],
