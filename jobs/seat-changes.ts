@@ -107,14 +107,19 @@ async function applySeatEvent(
     if (decision.kind === 'next_renewal_only') {
       // A total needed later is carried by the first renewal from that date.
       const later = ev.effectiveAt !== undefined && ev.effectiveAt > now;
+      const pending = stillNeeded(
+        chain.pendingAddOn,
+        Math.max(ev.effectiveAt ?? now, now),
+        decision.total,
+      );
       const counts = allocation(
         deps,
         chain,
         addOns,
         decision.total,
-        later ? { from: ev.effectiveAt } : {},
+        pending ? { waiting: pending.licenses } : later ? { from: ev.effectiveAt } : {},
       );
-      if (chain.pendingAddOn) await removeAddOnJob(deps, chain, job);
+      if (chain.pendingAddOn && !pending) await removeAddOnJob(deps, chain, job);
       const reason = {
         decrease: 'a decrease refunds nothing',
         already_paid: 'already paid',
@@ -122,11 +127,14 @@ async function applySeatEvent(
         next_term_has_it:
           'short only until the next term, already ordered with enough, starts: an add-on would run a whole term',
       }[decision.reason];
+      const kept = pending
+        ? `; the waiting ${pending.licenses} licenses are still bought ${formatInstant(pending.startsAt)}, needed until this total is`
+        : '';
       await save(
-        { ...chain, ...applied(chain, event), ...counts, pendingAddOn: null },
+        { ...chain, ...applied(chain, event), ...counts, pendingAddOn: pending },
         {
           event: 'seats.changed',
-          detail: `${decision.total} licenses: nothing to buy now (${reason}); ${describeAllocation(counts)}`,
+          detail: `${decision.total} licenses: nothing to buy now (${reason})${kept}; ${describeAllocation(counts)}`,
         },
       );
       return `next renewal: ${decision.total}`;
@@ -141,6 +149,22 @@ async function applySeatEvent(
     );
     return describeBought(deps, chain, done);
   });
+}
+
+/**
+ * The waiting add-on (external: bought on its day) that a newer event needing nothing bought
+ * leaves in place: one that starts before the newer total applies (`from`), whose licenses the
+ * older event still needs until then. Once bought, the counts carry the newer total; an older
+ * event's later steps (`rest`) are dropped, as the newer event sets what follows. One starting at
+ * or after `from` is the newer event's to replace (null: removed).
+ */
+function stillNeeded(
+  pending: Chain['pendingAddOn'],
+  from: number,
+  total: number,
+): Chain['pendingAddOn'] {
+  if (pending === null || pending.startsAt >= from) return null;
+  return { ...pending, total, rest: false };
 }
 
 /**

@@ -1628,6 +1628,39 @@ describe('the external variant (add-ons only)', () => {
     expect(await system.providerOrder('E-4.a2')).toBeNull();
   });
 
+  it('keeps a waiting add-on when a newer event sets only a later total: it is needed until then', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'E-44', licenses: 5 }));
+    const placed = await system.waitForChain('E-44', () => true);
+    const jobId = addOnJobId(chainIdOf('E-44'));
+    const needed = clock.now() + DAY;
+    await seats(system, 'E-44', 7, { effectiveAt: needed });
+    await system.waitForChain('E-44', (c) => lastEvent(c) === 'seats.addon_scheduled');
+
+    // Back to 5 from the next term: nothing to buy now, and the 2 are still needed from tomorrow
+    // until the term ends (the marketplace variants buy them at once, with that start).
+    clock.advance(60);
+    await seats(system, 'E-44', 5, { effectiveAt: placed.term.expiresAt });
+    const changed = await system.waitForChain('E-44', (c) => lastEvent(c) === 'seats.changed');
+    expect(changed.history.at(-1)?.detail).toContain(
+      `the waiting 2 licenses are still bought ${formatInstant(needed)}`,
+    );
+    expect(changed.nextLicenses).toBe(5);
+    const waiting = await system.queue('seat-changes').getJob(jobId);
+    expect(waiting && (await waiting.getState())).toBe('delayed');
+
+    clock.set(needed);
+    await system.promote('seat-changes', jobId);
+    const bought = await system.waitForChain('E-44', (c) => c.addOns.length === 1);
+    expect(bought.addOns[0]).toMatchObject({
+      order: 'E-44.a1',
+      licenses: 2,
+      term: { startsAt: needed },
+      // The newer total carries the next renewals: the add-on ends with its term.
+      nextLicenses: 0,
+    });
+    expect(bought.nextLicenses).toBe(5);
+  });
+
   it.each([
     ['E-41', 'lets go after the seat job looked'],
     ['E-42', 'lets go between the refused removal and anything the seat job reads next'],
