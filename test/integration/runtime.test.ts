@@ -7,6 +7,7 @@ import { loadSettings } from '../../config/settings.js';
 import { openRuntime, type Runtime } from '../../src/embedded.js';
 import { createLogger } from '../../src/logger.js';
 import { registryKeys } from '../../src/provisioning/keys.js';
+import { isRunning } from '../helpers/processes.js';
 import { startTestRedis, type TestRedis } from '../helpers/redis-server.js';
 
 const log = createLogger('silent');
@@ -28,15 +29,6 @@ async function recordedPid(dataDir: string): Promise<number> {
   return JSON.parse(await readFile(path.join(dataDir, 'redis', 'redis.json'), 'utf8')).pid;
 }
 
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 describe.each([
   ['the one that started it', 0],
   ['the one that found it running', 1],
@@ -54,7 +46,7 @@ describe.each([
     expect(await recordedPid(dataDir)).toBe(pid);
 
     await staying?.close();
-    await expect.poll(() => isAlive(pid), { timeout: 10_000 }).toBe(false);
+    await expect.poll(() => isRunning(pid), { timeout: 10_000 }).toBe(false);
     await expect(readFile(path.join(dataDir, 'redis', 'redis.json'))).rejects.toThrow(/ENOENT/);
   });
 });

@@ -2,7 +2,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
-import { readFileSync } from 'node:fs';
 import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -12,6 +11,7 @@ import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { signWebhook } from '../../../src/intake/sign.js';
 import { QUEUE_PREFIX } from '../../../src/queues.js';
+import { commandLine, descendants, isRunning } from '../../helpers/processes.js';
 import { listen } from '../../helpers/proxy.js';
 import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
 import { runScript } from '../../helpers/run-script.js';
@@ -325,37 +325,6 @@ describe('npm start', () => {
     expect(run.output).not.toContain('second signal');
   });
 });
-
-/** Every process below `pid` (Linux /proc). */
-function descendants(pid: number): number[] {
-  let children: number[] = [];
-  try {
-    children = readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8')
-      .split(' ')
-      .filter((id) => id !== '')
-      .map(Number);
-  } catch {
-    return [];
-  }
-  return children.flatMap((child) => [child, ...descendants(child)]);
-}
-
-function commandLine(pid: number): string {
-  try {
-    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ');
-  } catch {
-    return '';
-  }
-}
-
-function isRunning(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 describe('billing start on a port in use', () => {
   it('stops with the reason, and stops the private Redis it started', async () => {
