@@ -158,26 +158,29 @@ const TLS_PARAM_LIST = `ca, cert, key, ${PASSPHRASE_FILE_PARAM}`;
  */
 function tlsFiles(params: Map<string, string>, secure: boolean): TlsFiles | undefined {
   const files: TlsFiles = {};
+  /** The TLS parameters the URL gives, in the order read. */
+  const given: string[] = [];
   for (const name of TLS_FILE_NAMES) {
     const path = params.get(name);
     if (path === undefined) continue;
     params.delete(name);
+    given.push(name);
     if (path === '') throw new Error(`${name} must be the path of a PEM file`);
     files[name] = path;
   }
   const passphraseFile = params.get(PASSPHRASE_FILE_PARAM);
   if (passphraseFile !== undefined) {
     params.delete(PASSPHRASE_FILE_PARAM);
+    given.push(PASSPHRASE_FILE_PARAM);
     if (passphraseFile === '') {
       throw new Error(`${PASSPHRASE_FILE_PARAM} must be the path of a file holding the passphrase`);
     }
     files.passphraseFile = passphraseFile;
   }
   if (!secure) {
-    const given = Object.keys(files)[0]?.replace('passphraseFile', PASSPHRASE_FILE_PARAM);
-    if (given !== undefined)
+    if (given[0] !== undefined)
       throw new Error(
-        `${given} is for TLS: use rediss://, rediss+sentinel:// or rediss+cluster://`,
+        `${given[0]} is for TLS: use rediss://, rediss+sentinel:// or rediss+cluster://`,
       );
     return undefined;
   }
@@ -236,7 +239,8 @@ function parseSentinelUrl(url: string): RedisTarget {
 /**
  * `redis+cluster://[[user]:password@]host:port[,host:port...]`: some nodes of a Redis Cluster
  * (the client learns the rest from them), and the credentials every node takes. A cluster has
- * database 0 only. `rediss+cluster://` speaks TLS to every node, with `?ca=&cert=&key=` (and `passphrase-file`).
+ * database 0 only. `rediss+cluster://` speaks TLS to every node, with `?ca=&cert=&key=` (and
+ * `passphrase-file`).
  */
 const CLUSTER_URL = /^(rediss?)\+cluster:\/\/(?:([^:@/]*)(?::([^@/]*))?@)?([^/@?]+)\/?(?:\?(.*))?$/;
 

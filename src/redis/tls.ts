@@ -21,12 +21,7 @@ export function tlsOptions(files: TlsFiles): ConnectionOptions {
   for (const name of TLS_FILE_NAMES) {
     const path = files[name];
     if (path === undefined) continue;
-    try {
-      options[name] = readFileSync(path);
-    } catch (error) {
-      const reason = (error as NodeJS.ErrnoException).code ?? (error as Error).message;
-      throw new Error(`the ${name} file ${path} cannot be read (${reason})`);
-    }
+    options[name] = readNamedFile(`${name} file`, path);
   }
   if (
     files.ca !== undefined &&
@@ -60,15 +55,19 @@ export function tlsOptions(files: TlsFiles): ConnectionOptions {
 /** A PEM key that needs a passphrase: PKCS#8 encrypted, or the older OpenSSL form. */
 const ENCRYPTED_KEY = /-----BEGIN ENCRYPTED PRIVATE KEY-----|Proc-Type: 4,ENCRYPTED/;
 
-/** The passphrase a file holds: its first line, without the line break an editor adds. */
-function passphraseIn(path: string): string {
-  let text: string;
+/** A file the URL names, or an error naming its parameter (`what`) and why it cannot be read. */
+function readNamedFile(what: string, path: string): Buffer {
   try {
-    text = readFileSync(path, 'utf8');
+    return readFileSync(path);
   } catch (error) {
     const reason = (error as NodeJS.ErrnoException).code ?? (error as Error).message;
-    throw new Error(`the passphrase-file ${path} cannot be read (${reason})`);
+    throw new Error(`the ${what} ${path} cannot be read (${reason})`);
   }
+}
+
+/** The passphrase a file holds: its first line, without the line break an editor adds. */
+function passphraseIn(path: string): string {
+  const text = readNamedFile('passphrase-file', path).toString('utf8');
   const passphrase = text.split(/\r?\n/)[0] ?? '';
   if (passphrase === '') throw new Error(`the passphrase-file ${path} is empty`);
   return passphrase;
