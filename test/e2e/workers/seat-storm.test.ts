@@ -11,6 +11,7 @@
 // STORM_RUNS, STORM_SEED, STORM_VARIANT (coterm|addon|external), STORM_MAXLEN, STORM_AHEAD,
 // STORM_AUTORENEW=0, STORM_STRICT=1 and STORM_DEBUG=1 steer it.
 import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { renewalJobId } from '../../../jobs/renewals.js';
@@ -20,6 +21,7 @@ import { ChainStore } from '../../../src/chains/store.js';
 import type { ChainView } from '../../../src/chains/view.js';
 import { type ManualClock, manualClock, systemClock } from '../../../src/clock.js';
 import { addTerms } from '../../../src/domain/periods.js';
+import { formatInstant } from '../../../src/format.js';
 import { webhookJobId } from '../../../src/intake/webhooks.js';
 import { partnerKeys } from '../../../src/provisioning/keys.js';
 import type { OrderRecord } from '../../../src/provisioning/records.js';
@@ -34,7 +36,6 @@ const RUNS = Number(process.env.STORM_RUNS ?? 10);
 const SEED = Number(process.env.STORM_SEED ?? 20_261_123);
 const ONLY = process.env.STORM_VARIANT;
 const LEAD = 7 * DAY;
-const iso = (t: number) => new Date(t * 1000).toISOString().replace('.000Z', 'Z');
 
 // --- scenario ------------------------------------------------------------------------------------
 
@@ -137,7 +138,6 @@ async function familyOrders(system: System, parent: string): Promise<OrderRecord
 
 // --- driving the system --------------------------------------------------------------------------
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const QUEUES: QueueName[] = ['orders', 'renewals', 'seat-changes'];
 
 /** Waits until no job runs or is about to, and nothing is in flight on the chain. */
@@ -231,7 +231,7 @@ async function advanceTo(
     if (!next) break;
     if (next.at > clock.now()) clock.set(next.at);
     fired.add(`${next.jobId}@${clock.now()}`);
-    log.push(`  clock ${iso(clock.now())}: fire ${next.jobId}`);
+    log.push(`  clock ${formatInstant(clock.now())}: fire ${next.jobId}`);
     await system.promote(next.queue, next.jobId);
     await quiesce(system, order);
   }
@@ -453,7 +453,7 @@ function checkAll(
     const have = inForce(counted, t) + lenient.reduce((n, o) => n + o.licenses, 0);
     if (have < need.total) {
       problems.push(
-        `(1) coverage at ${iso(t)}: ${have} in force < ${need.total} asked by ${e.describe} [in force: ${counted
+        `(1) coverage at ${formatInstant(t)}: ${have} in force < ${need.total} asked by ${e.describe} [in force: ${counted
           .filter((o) => o.startsAt <= t && t < o.expiresAt)
           .map((o) => `${o.remoteId}=${o.licenses}`)
           .join(', ')}]`,
@@ -506,7 +506,7 @@ function checkAll(
         continue;
       if (over > 0) {
         problems.push(
-          `(2) ${o.remoteId} (${o.licenses}, ${iso(o.startsAt)} – ${iso(o.expiresAt)}) pays ${over} twice at ${iso(t)}: ${p} already in force [${prior
+          `(2) ${o.remoteId} (${o.licenses}, ${formatInstant(o.startsAt)} – ${formatInstant(o.expiresAt)}) pays ${over} twice at ${formatInstant(t)}: ${p} already in force [${prior
             .filter((q) => q.startsAt <= t && t < q.expiresAt)
             .map((q) => `${q.remoteId}=${q.licenses}`)
             .join(', ')}], ${need} needed`,
@@ -571,7 +571,7 @@ async function runScenario(
   const rel = (t: number) => `${((t - t0) / DAY).toFixed(2)}d`;
   const startsAt = variant.external ? undefined : t0 - sc.daysIn * DAY;
   log.push(
-    `place ${parent}: ${sc.licenses} licenses, ${variant.external ? 'now' : `startsAt now-${sc.daysIn}d`} (t0 = ${iso(t0)})`,
+    `place ${parent}: ${sc.licenses} licenses, ${variant.external ? 'now' : `startsAt now-${sc.daysIn}d`} (t0 = ${formatInstant(t0)})`,
   );
   const placed = await system.send(
     'order.placed',
@@ -713,7 +713,7 @@ async function runScenario(
           `  ${o.remoteId.padEnd(parent.length + 6)} ${String(o.licenses).padStart(3)}  ${rel(o.startsAt)} – ${rel(o.expiresAt)}  ${o.status} (${o.id}, created ${rel(o.createdAt)})`,
       )
       .join('\n');
-    const report = `${variant.name}: ${problems.join('\n')}\n--- steps (t0 = ${iso(t0)})\n${log.join('\n')}\n--- orders\n${ordersText}\n--- chain: next ${view.nextLicenses}, term ${view.term.orderId} ${rel(view.term.startsAt)} – ${rel(view.term.expiresAt)}, status ${view.status}, autoRenew ${view.autoRenew}; add-ons ${view.addOns
+    const report = `${variant.name}: ${problems.join('\n')}\n--- steps (t0 = ${formatInstant(t0)})\n${log.join('\n')}\n--- orders\n${ordersText}\n--- chain: next ${view.nextLicenses}, term ${view.term.orderId} ${rel(view.term.startsAt)} – ${rel(view.term.expiresAt)}, status ${view.status}, autoRenew ${view.autoRenew}; add-ons ${view.addOns
       .map(
         (a) =>
           `${a.order} lic ${a.licenses} next ${a.nextLicenses} ${rel(a.term.startsAt)}–${rel(a.term.expiresAt)} ${a.status}`,
