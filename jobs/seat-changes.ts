@@ -23,7 +23,13 @@ import {
   paidInForce,
   withRefusalSettled,
 } from './seat-purchases.js';
-import { ADD_ON_DUE, addOnDueData, removeAddOnJob, scheduleAddOnJob } from './waiting-add-ons.js';
+import {
+  ADD_ON_DUE,
+  addOnDueData,
+  removeAddOnJob,
+  scheduleAddOnJob,
+  waitingAddOnBefore,
+} from './waiting-add-ons.js';
 
 export const schema = eventJobData;
 
@@ -84,15 +90,23 @@ async function applySeatEvent(
     const addOns = await deps.chains.getMany(chain.addOns);
     const renewing = addOnRenewal(addOns);
     if (renewing) return waitForIntent(deps.queues, job, jobToken, renewing);
-    const decision = planSeatChange({
-      ...paidAhead(chain, addOns, now, deps.settings.seatIncrease),
-      total: ev.licenses,
-      neededAt: ev.effectiveAt ?? now,
-      occurredAt: data.occurredAt,
-      lastAppliedAt: chain.lastSeatEventAt,
-      sequence: data.sequence ?? null,
-      lastAppliedSequence: chain.lastSeatEventSequence,
-    });
+    const plan = (counted: readonly Chain[]) =>
+      planSeatChange({
+        ...paidAhead(chain, counted, now, deps.settings.seatIncrease),
+        total: ev.licenses,
+        neededAt: ev.effectiveAt ?? now,
+        occurredAt: data.occurredAt,
+        lastAppliedAt: chain.lastSeatEventAt,
+        sequence: data.sequence ?? null,
+        lastAppliedSequence: chain.lastSeatEventSequence,
+      });
+    // A waiting add-on (external) that starts before this event's date is still needed from its
+    // own: counted as paid from then, it may leave nothing to buy (kept below). A purchase would
+    // replace it (one waiting add-on per chain), so a plan that buys is made without it.
+    const from = Math.max(ev.effectiveAt ?? now, now);
+    const waiting = waitingAddOnBefore(chain, from, deps.settings.leadDays);
+    const withWaiting = waiting ? plan([...addOns, waiting]) : undefined;
+    const decision = withWaiting && withWaiting.kind !== 'buy' ? withWaiting : plan(addOns);
 
     if (decision.kind === 'stale') {
       await save(
@@ -107,11 +121,7 @@ async function applySeatEvent(
     if (decision.kind === 'next_renewal_only') {
       // A total needed later is carried by the first renewal from that date.
       const later = ev.effectiveAt !== undefined && ev.effectiveAt > now;
-      const pending = stillNeeded(
-        chain.pendingAddOn,
-        Math.max(ev.effectiveAt ?? now, now),
-        decision.total,
-      );
+      const pending = stillNeeded(chain.pendingAddOn, from, decision.total);
       const counts = allocation(
         deps,
         chain,
@@ -128,7 +138,7 @@ async function applySeatEvent(
           'short only until the next term, already ordered with enough, starts: an add-on would run a whole term',
       }[decision.reason];
       const kept = pending
-        ? `; the waiting ${pending.licenses} licenses are still bought ${formatInstant(pending.startsAt)}, needed until this total is`
+        ? `; the waiting ${pending.licenses} licenses are still bought ${formatInstant(pending.startsAt)}, as an earlier event asked from then`
         : '';
       await save(
         { ...chain, ...applied(chain, event), ...counts, pendingAddOn: pending },
@@ -154,7 +164,8 @@ async function applySeatEvent(
 /**
  * The waiting add-on (external: bought on its day) that a newer event needing nothing bought
  * leaves in place: one that starts before the newer total applies (`from`), whose licenses the
- * older event still needs until then. Once bought, the counts carry the newer total; an older
+ * older event still needs from its date (counted in what the newer one finds paid: they may
+ * leave it nothing to buy). Once bought, the counts carry the newer total; an older
  * event's later steps (`rest`) are dropped, as the newer event sets what follows. One starting at
  * or after `from` is the newer event's to replace (null: removed).
  */

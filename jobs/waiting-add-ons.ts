@@ -3,11 +3,48 @@
 import type { Job } from 'bullmq';
 import { z } from 'zod';
 import { renewsNoMore } from '../src/chains/expiry.js';
-import type { Chain } from '../src/chains/records.js';
+import { type Chain, newChainRecord } from '../src/chains/records.js';
+import { addTerms } from '../src/domain/periods.js';
+import { withNextRenewalAt } from '../src/domain/renewal.js';
 import { TransientError } from '../src/errors.js';
 import { defaultJobOptions } from '../src/queues.js';
 import { waitForOtherJob } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
+
+/**
+ * The chain's waiting add-on as a seat plan counts it, when it starts before `from` (a newer
+ * event's date): an add-on of its licenses from its day, renewing as the chain's add-ons do.
+ * Never stored: its record is made when the add-on is bought.
+ */
+export function waitingAddOnBefore(chain: Chain, from: number, leadDays: number): Chain | null {
+  const pending = chain.pendingAddOn;
+  if (pending === null || pending.startsAt >= from) return null;
+  const term = {
+    orderId: `${chain.order} (waiting add-on)`,
+    count: 1,
+    startsAt: pending.startsAt,
+    expiresAt: addTerms(pending.startsAt, chain.duration, 1),
+  };
+  const fresh = newChainRecord({
+    id: `${chain.id}-waiting`,
+    order: term.orderId,
+    customer: chain.customer,
+    product: chain.product,
+    duration: chain.duration,
+    status: 'active',
+    autoRenew: true,
+    payment: chain.payment,
+    licenses: pending.licenses,
+    nextLicenses: pending.licenses,
+    term,
+    mainChain: chain.id,
+    intent: null,
+    nextRenewalAt: null,
+    createdAt: chain.updatedAt,
+    updatedAt: chain.updatedAt,
+  });
+  return { ...withNextRenewalAt(fresh, pending.startsAt, leadDays), version: 0 };
+}
 
 /** The name of the delayed job that buys an add-on on the date it is needed. */
 export const ADD_ON_DUE = 'add-on due';

@@ -436,7 +436,12 @@ function checkAll(
           return false;
         return seqOf(o) <= offSeq || mainEnd - t <= LEAD;
       });
-      if (inForce(counted, t) + stopped.reduce((n, o) => n + o.licenses, 0) >= need.total) continue;
+      // The same for an add-on still waiting for its day (external): it will not renew either.
+      const waitingStopped = virtual.filter(
+        (v) => v.remoteId === '(waiting add-on)' && v.expiresAt <= t && mainEnd - t <= LEAD,
+      );
+      const left = [...stopped, ...waitingStopped].reduce((n, o) => n + o.licenses, 0);
+      if (inForce(counted, t) + left >= need.total) continue;
     }
     // With add-ons, a newer dated event replaces the next counts (README: "the workers keep no
     // schedule of future counts") and, external, the waiting add-on ("A newer seat event replaces
@@ -468,6 +473,13 @@ function checkAll(
     if (role !== 'partial' && role !== 'addon') continue;
     const k = actionOf(ctx, o);
     const prior = live.filter((p) => p !== o && seqOf(p) < seqOf(o));
+    // Documented (Decisions, "Seat changes and payment delays"): an external add-on bought on
+    // its day (by its job, in an action that sent no event) was kept for an older event's date
+    // and is bought for a whole term, as a marketplace add-on bought at once would be: a newer
+    // event needing fewer from a later date refunds nothing.
+    const boughtOnItsDay =
+      ctx.external && role === 'addon' && !ctx.events.some((e) => e.action === k);
+    const neededAtStart = boughtOnItsDay ? required(ctx, o.startsAt, k).total : 0;
     const pts = [...points].filter((t) => t >= o.startsAt && t < o.expiresAt).sort((a, b) => a - b);
     for (const t of pts) {
       if (!mainAt(t)) continue;
@@ -477,7 +489,7 @@ function checkAll(
         (m) => m.expiresAt > t && m.expiresAt < o.expiresAt && m.startsAt <= t,
       );
       if (boundary && boundary.expiresAt - t <= LEAD) continue;
-      const need = required(ctx, t, k).total;
+      const need = Math.max(required(ctx, t, k).total, neededAtStart);
       const p = inForce(prior, t);
       const over = p + o.licenses - Math.max(need, p);
       // Documented (Decisions, "Bought in steps"): after an early renewal with auto-renew off, an

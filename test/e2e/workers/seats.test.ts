@@ -1662,6 +1662,48 @@ describe('the external variant (add-ons only)', () => {
   });
 
   it.each([
+    // The same total from a day later: the waiting 2 cover it, and the add-on keeps its day.
+    ['E-45', 7, 2],
+    // Less from a day later: still nothing to buy, and the add-on renews with what it is left.
+    ['E-46', 6, 1],
+  ])(
+    'keeps a waiting add-on (%s) that covers a newer total of %i from a later day: nothing is bought twice',
+    async (order, total, share) => {
+      await system.send('order.placed', orderPlaced({ order, licenses: 5 }));
+      await system.waitForChain(order, () => true);
+      const jobId = addOnJobId(chainIdOf(order));
+      const needed = clock.now() + DAY;
+      await seats(system, order, 7, { effectiveAt: needed });
+      await system.waitForChain(order, (c) => lastEvent(c) === 'seats.addon_scheduled');
+
+      clock.advance(60);
+      await seats(system, order, total, { effectiveAt: needed + DAY });
+      const changed = await system.waitForChain(order, (c) => lastEvent(c) === 'seats.changed');
+      expect(changed.history.at(-1)?.detail).toContain(
+        `nothing to buy now (${total === 7 ? 'already paid' : 'a decrease refunds nothing'}); the waiting 2 licenses are still bought ${formatInstant(needed)}`,
+      );
+      expect(changed.nextLicenses).toBe(5);
+      const waiting = await system.queue('seat-changes').getJob(jobId);
+      expect(waiting && (await waiting.getState())).toBe('delayed');
+      expect(waiting?.delay).toBeGreaterThan(0);
+
+      clock.set(needed);
+      await system.promote('seat-changes', jobId);
+      const bought = await system.waitForChain(order, (c) => c.addOns.length === 1);
+      expect(bought.addOns[0]).toMatchObject({
+        order: `${order}.a1`,
+        licenses: 2,
+        term: { startsAt: needed },
+        nextLicenses: share,
+      });
+      expect(bought.nextLicenses).toBe(5);
+      // One add-on, bought on the first event's day, and no second.
+      expect(await system.providerOrder(`${order}.a1`)).toMatchObject({ licenses: 2 });
+      expect(await system.providerOrder(`${order}.a2`)).toBeNull();
+    },
+  );
+
+  it.each([
     ['E-41', 'lets go after the seat job looked'],
     ['E-42', 'lets go between the refused removal and anything the seat job reads next'],
   ])(
