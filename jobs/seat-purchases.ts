@@ -2,12 +2,16 @@
 // add-on order that buys the rest, written as an intent and finished exactly once.
 import { type Job, UnrecoverableError } from 'bullmq';
 import { finishedChainName, renewsNoMore } from '../src/chains/expiry.js';
-import { addOnsRenew, createChain, governedNextRenewalAt } from '../src/chains/family.js';
+import {
+  addOnsRenew,
+  createChain,
+  governedNextRenewalAt,
+  newAddOnRecord,
+} from '../src/chains/family.js';
 import { chainIdOf } from '../src/chains/keys.js';
-import { type Cause, type Chain, type Intent, newChainRecord } from '../src/chains/records.js';
+import type { Cause, Chain, Intent } from '../src/chains/records.js';
 import { addOnOrderId, partialOrderId } from '../src/domain/ids.js';
 import { addTerms } from '../src/domain/periods.js';
-import { withNextRenewalAt } from '../src/domain/renewal.js';
 import {
   allocateNextLicenses,
   type PartTimeOrder,
@@ -734,33 +738,21 @@ export async function finishSeatIntent(
 
   const addOn = await createChain(
     deps.chains,
-    (() => {
-      const fresh = newChainRecord({
+    newAddOnRecord(
+      chain,
+      {
         id: chainIdOf(intent.orderId),
-        order: intent.orderId,
-        customer: chain.customer,
-        product: chain.product,
-        duration: chain.duration,
-        status: 'active',
-        // The main chain's flag governs the add-on; its own stays on so its schedule exists.
-        autoRenew: true,
-        payment: chain.payment,
         licenses: order.licenses,
-        nextLicenses: order.licenses,
         term: {
           orderId: intent.orderId,
           count: 1,
           startsAt: order.startsAt,
           expiresAt: order.expiresAt,
         },
-        mainChain: chain.id,
-        intent: null,
-        nextRenewalAt: null,
-        createdAt: now,
-        updatedAt: now,
-      });
-      return withNextRenewalAt(fresh, now, deps.settings.leadDays);
-    })(),
+      },
+      now,
+      deps.settings.leadDays,
+    ),
     [
       {
         at: now,

@@ -3,9 +3,9 @@
 import type { Job } from 'bullmq';
 import { z } from 'zod';
 import { renewsNoMore } from '../src/chains/expiry.js';
-import { type Chain, newChainRecord } from '../src/chains/records.js';
+import { newAddOnRecord } from '../src/chains/family.js';
+import type { Chain } from '../src/chains/records.js';
 import { addTerms } from '../src/domain/periods.js';
-import { withNextRenewalAt } from '../src/domain/renewal.js';
 import { TransientError } from '../src/errors.js';
 import { defaultJobOptions } from '../src/queues.js';
 import { waitForOtherJob } from './chain-lock.js';
@@ -25,25 +25,8 @@ export function waitingAddOnBefore(chain: Chain, from: number, leadDays: number)
     startsAt: pending.startsAt,
     expiresAt: addTerms(pending.startsAt, chain.duration, 1),
   };
-  const fresh = newChainRecord({
-    id: `${chain.id}-waiting`,
-    order: term.orderId,
-    customer: chain.customer,
-    product: chain.product,
-    duration: chain.duration,
-    status: 'active',
-    autoRenew: true,
-    payment: chain.payment,
-    licenses: pending.licenses,
-    nextLicenses: pending.licenses,
-    term,
-    mainChain: chain.id,
-    intent: null,
-    nextRenewalAt: null,
-    createdAt: chain.updatedAt,
-    updatedAt: chain.updatedAt,
-  });
-  return { ...withNextRenewalAt(fresh, pending.startsAt, leadDays), version: 0 };
+  const addOn = { id: `${chain.id}-waiting`, licenses: pending.licenses, term };
+  return { ...newAddOnRecord(chain, addOn, pending.startsAt, leadDays), version: 0 };
 }
 
 /** The name of the delayed job that buys an add-on on the date it is needed. */

@@ -1,7 +1,14 @@
 // A main chain and its add-on chains: finding the main one, creating an add-on.
 import { randomUUID } from 'node:crypto';
+import { withNextRenewalAt } from '../domain/renewal.js';
 import { TransientError } from '../errors.js';
-import type { Chain, HistoryEntry, NewChain } from './records.js';
+import {
+  type Chain,
+  type HistoryEntry,
+  type NewChain,
+  newChainRecord,
+  type Term,
+} from './records.js';
 import type { ChainStore } from './store.js';
 
 /** The main chain's id for any order of the family (an event may name an add-on's order). */
@@ -18,6 +25,37 @@ export async function mainChainsOf(
 ): Promise<Map<string, Chain>> {
   const ids = [...new Set(chains.flatMap((c) => (c.mainChain === null ? [] : [c.mainChain])))];
   return new Map((await store.getMany(ids)).map((main) => [main.id, main]));
+}
+
+/**
+ * A new add-on chain of `main`: its first term, its licenses, and its renewal time from `now`.
+ * Its own auto-renew flag stays on so that its schedule exists: the main chain's governs it.
+ */
+export function newAddOnRecord(
+  main: Chain,
+  addOn: { id: string; licenses: number; term: Term },
+  now: number,
+  leadDays: number,
+): NewChain {
+  const fresh = newChainRecord({
+    id: addOn.id,
+    order: addOn.term.orderId,
+    customer: main.customer,
+    product: main.product,
+    duration: main.duration,
+    status: 'active',
+    autoRenew: true,
+    payment: main.payment,
+    licenses: addOn.licenses,
+    nextLicenses: addOn.licenses,
+    term: addOn.term,
+    mainChain: main.id,
+    intent: null,
+    nextRenewalAt: null,
+    createdAt: now,
+    updatedAt: now,
+  });
+  return withNextRenewalAt(fresh, now, leadDays);
 }
 
 /** Stores a chain that does not exist yet (an add-on), under its own fresh lock. */
