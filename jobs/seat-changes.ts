@@ -28,7 +28,7 @@ import {
   addOnDueData,
   removeAddOnJob,
   scheduleAddOnJob,
-  waitingAddOnBefore,
+  waitingAsAddOn,
 } from './waiting-add-ons.js';
 
 export const schema = eventJobData;
@@ -103,9 +103,10 @@ async function applySeatEvent(
     // A waiting add-on (external) that starts before this event's date is still needed from its
     // own: counted as paid from then, it may leave nothing to buy (kept below). A purchase would
     // replace it (one waiting add-on per chain), so a plan that buys is made without it.
-    const from = Math.max(ev.effectiveAt ?? now, now);
-    const waiting = waitingAddOnBefore(chain, from, deps.settings.leadDays);
-    const withWaiting = waiting ? plan([...addOns, waiting]) : undefined;
+    const earlier = waitingBefore(chain.pendingAddOn, Math.max(ev.effectiveAt ?? now, now));
+    const withWaiting = earlier
+      ? plan([...addOns, waitingAsAddOn(chain, earlier, deps.settings.leadDays)])
+      : undefined;
     const decision = withWaiting && withWaiting.kind !== 'buy' ? withWaiting : plan(addOns);
 
     if (decision.kind === 'stale') {
@@ -121,7 +122,9 @@ async function applySeatEvent(
     if (decision.kind === 'next_renewal_only') {
       // A total needed later is carried by the first renewal from that date.
       const later = ev.effectiveAt !== undefined && ev.effectiveAt > now;
-      const pending = stillNeeded(chain.pendingAddOn, from, decision.total);
+      // Bought on its day, the kept add-on's event carries the newer total; the older event's
+      // later steps (`rest`) are dropped, as the newer event sets what follows.
+      const pending = earlier && { ...earlier, total: decision.total, rest: false };
       const counts = allocation(
         deps,
         chain,
@@ -162,20 +165,13 @@ async function applySeatEvent(
 }
 
 /**
- * The waiting add-on (external: bought on its day) that a newer event needing nothing bought
- * leaves in place: one that starts before the newer total applies (`from`), whose licenses the
- * older event still needs from its date (counted in what the newer one finds paid: they may
- * leave it nothing to buy). Once bought, the counts carry the newer total; an older
- * event's later steps (`rest`) are dropped, as the newer event sets what follows. One starting at
- * or after `from` is the newer event's to replace (null: removed).
+ * The chain's waiting add-on (external: bought on its day) when it starts before a newer event's
+ * total applies (`from`): the older event still needs its licenses from its own date, so the
+ * newer event counts them as paid and, buying nothing, leaves it in place. One starting at or
+ * after `from` is the newer event's to replace (null).
  */
-function stillNeeded(
-  pending: Chain['pendingAddOn'],
-  from: number,
-  total: number,
-): Chain['pendingAddOn'] {
-  if (pending === null || pending.startsAt >= from) return null;
-  return { ...pending, total, rest: false };
+function waitingBefore(pending: Chain['pendingAddOn'], from: number): Chain['pendingAddOn'] {
+  return pending !== null && pending.startsAt < from ? pending : null;
 }
 
 /**

@@ -12,13 +12,14 @@ import { waitForOtherJob } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
 
 /**
- * The chain's waiting add-on as a seat plan counts it, when it starts before `from` (a newer
- * event's date): an add-on of its licenses from its day, renewing as the chain's add-ons do.
- * Never stored: its record is made when the add-on is bought.
+ * A waiting add-on of `chain` as a seat plan counts it: an add-on of its licenses from its day,
+ * renewing as the chain's add-ons do. Never stored: its record is made when it is bought.
  */
-export function waitingAddOnBefore(chain: Chain, from: number, leadDays: number): Chain | null {
-  const pending = chain.pendingAddOn;
-  if (pending === null || pending.startsAt >= from) return null;
+export function waitingAsAddOn(
+  chain: Chain,
+  pending: NonNullable<Chain['pendingAddOn']>,
+  leadDays: number,
+): Chain {
   const term = {
     orderId: `${chain.order} (waiting add-on)`,
     count: 1,
