@@ -5,10 +5,11 @@ import type { ChainStore } from './store.js';
 /**
  * Why an active chain is expired as of `now`, not yet marked: its term ended with nothing ordered
  * after it, and nothing will renew it (`not_renewing`: auto-renew off, or its renewal flagged and
- * waiting for a person, who may still renew it, the term starting then) or its renewal waits for an overdue
- * payment (`payment_overdue`; it renews at once when paid, the new term starting then). Null
- * when it is not. `governed` is the chain as whatever governs it sees it: an add-on's schedule
- * and payment are its main chain's. A renewal in flight is its job's to finish, not an expiry.
+ * waiting for a person, who may still renew it, the term starting then) or its renewal waits for
+ * an overdue payment (`payment_overdue`; it renews at once when paid, the new term starting
+ * then). Null when it is not. `governed` is the chain as whatever governs it sees it: an add-on's
+ * schedule and payment are its main chain's. A renewal in flight is its job's to finish, not an
+ * expiry.
  * A suspended chain stays `suspended`: its orders are, at the provider, until the payment.
  */
 export function expiryOf(

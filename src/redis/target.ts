@@ -160,23 +160,21 @@ function tlsFiles(params: Map<string, string>, secure: boolean): TlsFiles | unde
   const files: TlsFiles = {};
   /** The TLS parameters the URL gives, in the order read. */
   const given: string[] = [];
-  for (const name of TLS_FILE_NAMES) {
+  /** Takes the file parameter `name` off `params`: its path, or undefined when not given. */
+  const take = (name: string, holding: string): string | undefined => {
     const path = params.get(name);
-    if (path === undefined) continue;
+    if (path === undefined) return undefined;
     params.delete(name);
     given.push(name);
-    if (path === '') throw new Error(`${name} must be the path of a PEM file`);
-    files[name] = path;
+    if (path === '') throw new Error(`${name} must be the path of ${holding}`);
+    return path;
+  };
+  for (const name of TLS_FILE_NAMES) {
+    const path = take(name, 'a PEM file');
+    if (path !== undefined) files[name] = path;
   }
-  const passphraseFile = params.get(PASSPHRASE_FILE_PARAM);
-  if (passphraseFile !== undefined) {
-    params.delete(PASSPHRASE_FILE_PARAM);
-    given.push(PASSPHRASE_FILE_PARAM);
-    if (passphraseFile === '') {
-      throw new Error(`${PASSPHRASE_FILE_PARAM} must be the path of a file holding the passphrase`);
-    }
-    files.passphraseFile = passphraseFile;
-  }
+  const passphraseFile = take(PASSPHRASE_FILE_PARAM, 'a file holding the passphrase');
+  if (passphraseFile !== undefined) files.passphraseFile = passphraseFile;
   if (!secure) {
     if (given[0] !== undefined)
       throw new Error(
