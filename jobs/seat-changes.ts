@@ -101,13 +101,17 @@ async function applySeatEvent(
         lastAppliedSequence: chain.lastSeatEventSequence,
       });
     // A waiting add-on (external) that starts before this event's date is still needed from its
-    // own: counted as paid from then, it may leave nothing to buy (kept below). A purchase would
-    // replace it (one waiting add-on per chain), so a plan that buys is made without it.
-    const earlier = waitingBefore(chain.pendingAddOn, Math.max(ev.effectiveAt ?? now, now));
+    // own: counted as paid from then, it may leave nothing to buy (kept below), or leave the rest
+    // of this event to buy from its later date once the add-on is bought (kept as well).
+    const neededAt = Math.max(ev.effectiveAt ?? now, now);
+    const earlier = waitingBefore(chain.pendingAddOn, neededAt);
     const withWaiting = earlier
       ? plan([...addOns, waitingAsAddOn(chain, earlier, deps.settings.leadDays)])
       : undefined;
-    const decision = withWaiting && withWaiting.kind !== 'buy' ? withWaiting : plan(addOns);
+    if (earlier && withWaiting?.kind === 'buy') {
+      return keepWaitingWithRest(deps, job, { chain, token }, addOns, { ...event, neededAt });
+    }
+    const decision = withWaiting ?? plan(addOns);
 
     if (decision.kind === 'stale') {
       await save(
@@ -124,7 +128,7 @@ async function applySeatEvent(
       const later = ev.effectiveAt !== undefined && ev.effectiveAt > now;
       // Bought on its day, the kept add-on's event carries the newer total; the older event's
       // later steps (`rest`) are dropped, as the newer event sets what follows.
-      const pending = earlier && { ...earlier, total: decision.total, rest: false };
+      const pending = earlier && { ...withoutRest(earlier), total: decision.total };
       const counts = allocation(
         deps,
         chain,
@@ -172,6 +176,62 @@ async function applySeatEvent(
  */
 function waitingBefore(pending: Chain['pendingAddOn'], from: number): Chain['pendingAddOn'] {
   return pending !== null && pending.startsAt < from ? pending : null;
+}
+
+/** A waiting add-on with no rest after it: a newer event sets what follows. */
+function withoutRest(pending: NonNullable<Chain['pendingAddOn']>) {
+  const { restFrom: _superseded, ...kept } = pending;
+  return { ...kept, rest: false };
+}
+
+/**
+ * A newer event that needs more than a waiting add-on (external) brings, from a later date than
+ * the add-on's: the add-on is still bought on its own day, as the older event asked, and the
+ * newer event is planned again from its own date once it is (its `rest`), with the add-on then
+ * counted as bought. Replacing the add-on by one purchase from the later date would leave the
+ * older event's licenses missing between the two dates. The event is applied now: the add-on's
+ * job carries the rest, and a newer event still replaces it.
+ */
+async function keepWaitingWithRest(
+  deps: WorkerDeps,
+  job: Job,
+  { chain, token }: { chain: Chain; token: string },
+  addOns: readonly Chain[],
+  event: {
+    webhookId: string;
+    occurredAt: number;
+    sequence?: number;
+    total: number;
+    neededAt: number;
+  },
+): Promise<string> {
+  const earlier = chain.pendingAddOn as NonNullable<Chain['pendingAddOn']>;
+  const now = deps.clock.now();
+  const pending = {
+    ...earlier,
+    occurredAt: event.occurredAt,
+    total: event.total,
+    rest: true,
+    restFrom: event.neededAt,
+    webhookId: event.webhookId,
+  };
+  const counts = allocation(deps, chain, addOns, event.total, { waiting: pending.licenses });
+  await deps.chains.save({
+    chainId: chain.id,
+    token,
+    previous: chain,
+    next: { ...chain, ...applied(chain, event), ...counts, pendingAddOn: pending, updatedAt: now },
+    history: [
+      {
+        at: now,
+        event: 'seats.changed',
+        detail: `${event.total} licenses from ${formatInstant(event.neededAt)}: the waiting ${pending.licenses} licenses are still bought ${formatInstant(pending.startsAt)}, as an earlier event asked from then, and what is missing from ${formatInstant(event.neededAt)} is bought after them; ${describeAllocation(counts)}`,
+        cause: { webhookId: event.webhookId, jobId: job.id ?? '' },
+      },
+    ],
+    release: false,
+  });
+  return `add-on scheduled: ${formatInstant(pending.startsAt)}; the rest from ${formatInstant(event.neededAt)}`;
 }
 
 /**
@@ -278,6 +338,7 @@ async function buyDueAddOn(deps: WorkerDeps, job: Job, jobToken: string | undefi
       occurredAt: pending.occurredAt,
       total,
       ...(pending.rest ? { rest: true } : {}),
+      ...(pending.restFrom !== undefined ? { restFrom: pending.restFrom } : {}),
     };
     const intent = addOnIntent(deps, chain, pending.licenses, now, event, job.id ?? null);
     const held = await deps.chains.save({

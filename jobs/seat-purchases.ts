@@ -375,8 +375,14 @@ function recordPurchase(
   deps: WorkerDeps,
   { chain, token }: { chain: Chain; token: string },
   purchase: {
-    event: { webhookId: string; occurredAt: number; total: number; rest?: boolean | undefined };
-    /** When the bought licenses start: where the rest of an unfinished event is planned from. */
+    event: Pick<
+      NonNullable<Intent['event']>,
+      'webhookId' | 'occurredAt' | 'total' | 'rest' | 'restFrom'
+    >;
+    /**
+     * When the bought licenses start: where the rest of an unfinished event is planned from,
+     * unless the event says a later day (`restFrom`: a newer event kept an older one's add-on).
+     */
     startsAt: number;
     /** How the rest of an unfinished event is bought: as this purchase was. */
     style: SeatStyle;
@@ -399,7 +405,7 @@ function recordPurchase(
             webhookId: event.webhookId,
             occurredAt: event.occurredAt,
             total: event.total,
-            neededAt: purchase.startsAt,
+            neededAt: event.restFrom ?? purchase.startsAt,
             style: purchase.style,
           },
         }

@@ -40,7 +40,10 @@ export const addOnDueData = z.object({
 });
 export type AddOnDueData = z.infer<typeof addOnDueData>;
 
-/** One per chain: a newer seat event replaces the waiting add-on. */
+/**
+ * One per chain: a newer seat event needed from the add-on's date or sooner replaces the waiting
+ * add-on; one needed later keeps it and leaves its rest to it (`pendingAddOn.restFrom`).
+ */
 export function addOnJobId(chainId: string): string {
   return `addon-${chainId}`;
 }

@@ -30,6 +30,8 @@ export const intentRecord = z.object({
       sequence: z.int().optional(),
       total: z.int(),
       rest: z.boolean().optional(),
+      /** Where the rest is planned from when not this purchase's start (see `pendingAddOn`). */
+      restFrom: z.int().optional(),
     })
     .optional(),
 });
@@ -124,6 +126,12 @@ export const chainRecord = z.object({
       total: z.int().min(0).optional(),
       /** More licenses are missing later (a step): once it is bought, the event is planned again. */
       rest: z.boolean().default(false),
+      /**
+       * Where that rest is planned from, when a newer event needs more from a later day than the
+       * add-on's (absent: from the add-on's day). The add-on is still bought on its own day, as
+       * the older event asked, and the newer event's rest on its own.
+       */
+      restFrom: z.int().optional(),
       /** The event that asked for it (absent in older records: the last applied one). */
       webhookId: z.string().optional(),
     })

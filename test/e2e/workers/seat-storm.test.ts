@@ -444,9 +444,10 @@ function checkAll(
       if (inForce(counted, t) + left >= need.total) continue;
     }
     // With add-ons, a newer dated event replaces the next counts (README: "the workers keep no
-    // schedule of future counts") and, external, the waiting add-on ("A newer seat event replaces
-    // that job"): what an earlier event needed before the newer one's date is dropped. Reported
-    // (the external case); tolerated unless STORM_STRICT=1.
+    // schedule of future counts") and, external, a waiting add-on's rest (Known limitations: "A
+    // third event needed from a later date than the second's replaces the second's rest"): what
+    // an earlier event needed before the newer one's date is dropped. Tolerated unless
+    // STORM_STRICT=1.
     if (
       process.env.STORM_STRICT !== '1' &&
       ctx.style === 'addon' &&

@@ -1574,7 +1574,7 @@ describe('the external variant (add-ons only)', () => {
     expect(bought.addOns[0]).toMatchObject({ licenses: 2, term: { startsAt: neededAt } });
   });
 
-  it('moves a waiting add-on to the date a newer event needs, and drops it when nothing is missing', async () => {
+  it('buys a waiting add-on on its day and a newer, later need on its own, then drops one already paid', async () => {
     await system.send('order.placed', orderPlaced({ order: 'E-4', licenses: 5 }));
     await system.waitForChain('E-4', () => true);
     const jobId = addOnJobId(chainIdOf('E-4'));
@@ -1584,38 +1584,51 @@ describe('the external variant (add-ons only)', () => {
     await seats(system, 'E-4', 7, { effectiveAt: firstDate });
     await system.waitForChain('E-4', (c) => scheduled(c) === 1);
 
-    // Later and larger: the one waiting job now fires on the new date, for the new count.
+    // Later and larger: the 7 are still needed from the first date, and 10 from the later one.
+    // The waiting job keeps its day; what the newer event adds is bought after it, from its own.
     clock.advance(60);
     const laterDate = clock.now() + 5 * DAY;
     await seats(system, 'E-4', 10, { effectiveAt: laterDate });
-    await system.waitForChain('E-4', (c) => scheduled(c) === 2);
-    const moved = await system.queue('seat-changes').getJob(jobId);
-    expect(moved?.data).toMatchObject({ startsAt: laterDate });
-    expect(moved && (await moved.getState())).toBe('delayed');
-    // Its delay runs from the event's processing (the test clock has not moved since) to then.
-    expect(moved?.delay).toBe((laterDate - clock.now()) * 1000);
+    const kept = await system.waitForChain('E-4', (c) => lastEvent(c) === 'seats.changed');
+    expect(kept.history.at(-1)?.detail).toContain(
+      `the waiting 2 licenses are still bought ${formatInstant(firstDate)}, as an earlier event asked from then, and what is missing from ${formatInstant(laterDate)} is bought after them`,
+    );
+    // The main chain keeps its 5: the add-ons to come carry the rest.
+    expect(kept.nextLicenses).toBe(5);
+    const waiting = await system.queue('seat-changes').getJob(jobId);
+    expect(waiting?.data).toMatchObject({ startsAt: firstDate });
+    expect(waiting && (await waiting.getState())).toBe('delayed');
 
-    // Fired early (on the first date), it puts itself off to the new one and buys nothing.
+    // On the first date: the 2, from then; the job then waits for the later date's 3.
     clock.set(firstDate);
     await system.promote('seat-changes', jobId);
+    const first = await system.waitForChain('E-4', (c) => scheduled(c) === 2);
+    expect(first.addOns).toHaveLength(1);
+    expect(first.addOns[0]).toMatchObject({
+      order: 'E-4.a1',
+      licenses: 2,
+      term: { startsAt: firstDate },
+    });
+    expect(first.history.at(-1)?.detail).toContain(
+      `3 more licenses needed from ${formatInstant(laterDate)}`,
+    );
     await expect
-      .poll(async () =>
-        system
-          .queue('seat-changes')
-          .getJob(jobId)
-          .then((j) => j?.getState()),
-      )
-      .toBe('delayed');
-    expect((await system.waitForChain('E-4', () => true)).addOns).toEqual([]);
+      .poll(async () => {
+        const job = await system.queue('seat-changes').getJob(jobId);
+        return job && [job.data.startsAt, await job.getState()];
+      })
+      .toEqual([laterDate, 'delayed']);
 
     clock.set(laterDate);
     await system.promote('seat-changes', jobId);
-    const bought = await system.waitForChain('E-4', (c) => c.addOns.length === 1);
-    expect(bought.addOns[0]).toMatchObject({
-      order: 'E-4.a1',
-      licenses: 5,
+    const bought = await system.waitForChain('E-4', (c) => c.addOns.length === 2);
+    expect(bought.addOns[1]).toMatchObject({
+      order: 'E-4.a2',
+      licenses: 3,
       term: { startsAt: laterDate },
     });
+    expect(await system.providerOrder('E-4.a1')).toMatchObject({ licenses: 2 });
+    expect(await system.providerOrder('E-4.a2')).toMatchObject({ licenses: 3 });
 
     // A total already paid drops a waiting add-on: its job goes, and nothing more is bought.
     clock.advance(60);
@@ -1625,7 +1638,7 @@ describe('the external variant (add-ons only)', () => {
     await seats(system, 'E-4', 10);
     await system.waitForChain('E-4', (c) => lastEvent(c) === 'seats.changed');
     expect(await system.queue('seat-changes').getJob(jobId)).toBeUndefined();
-    expect(await system.providerOrder('E-4.a2')).toBeNull();
+    expect(await system.providerOrder('E-4.a3')).toBeNull();
   });
 
   it('keeps a waiting add-on when a newer event sets only a later total: it is needed until then', async () => {
@@ -1757,10 +1770,11 @@ describe('the external variant (add-ons only)', () => {
         expect(running?.id).toBe(jobId);
         seatWorker.resume();
 
+        // Needed sooner: the newer event's add-on replaces the waiting one, its job moved.
         clock.advance(60);
-        const laterDate = clock.now() + 5 * DAY;
+        const soonerDate = clock.now() + DAY;
         const webhookId = `wh-seats-${order.toLowerCase()}-10`;
-        await seats(system, order, 10, { effectiveAt: laterDate }, webhookId);
+        await seats(system, order, 10, { effectiveAt: soonerDate }, webhookId);
         const seatJob = () => system.queue('seat-changes').getJob(webhookJobId(webhookId));
         if (running) {
           await expect.poll(async () => (await seatJob())?.getState()).toBe('delayed');
@@ -1771,7 +1785,7 @@ describe('the external variant (add-ons only)', () => {
         // It waited for the running job instead of failing an attempt on it.
         expect((await seatJob())?.failedReason).toBeUndefined();
         const moved = await system.queue('seat-changes').getJob(jobId);
-        expect(moved?.data).toMatchObject({ startsAt: laterDate });
+        expect(moved?.data).toMatchObject({ startsAt: soonerDate });
       } finally {
         vi.restoreAllMocks();
         await holder.close();
