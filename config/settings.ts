@@ -198,7 +198,7 @@ export const settingDefinitions = {
   },
   RECONCILE_INTERVAL_SECONDS: {
     schema: intIn(5, 86_400).default(300),
-    describe: 'how often the maintenance job restores missing renewal jobs',
+    describe: 'how often the maintenance job restores missing jobs and marks expired chains',
   },
   SHUTDOWN_TIMEOUT_SECONDS: {
     schema: intIn(1, 600).default(20),

@@ -1,4 +1,4 @@
-// The `maintenance` queue: a job scheduler that reconciles chains with their renewal jobs.
+// The `maintenance` queue: a job scheduler that reconciles chains with their delayed jobs.
 import type { Job, Queue } from 'bullmq';
 import { z } from 'zod';
 import { markAddOnCancelled } from '../src/chains/cancel.js';
@@ -11,7 +11,11 @@ import { ConfigError, RefusalError, TransientError } from '../src/errors.js';
 import { formatInstant } from '../src/format.js';
 import { defaultJobOptions } from '../src/queues.js';
 import type { WorkerDeps } from './deps.js';
-import { finishUnsuspension } from './payment-signals.js';
+import {
+  finishUnsuspension,
+  pendingSuspensionAt,
+  restoreSuspensionJob,
+} from './payment-signals.js';
 import { ensureRenewalJob, renewalJobsInPlace, schedulesRenewals } from './renewals.js';
 import { finishPendingSeatPurchase } from './seat-purchases.js';
 import { ensureAddOnJob } from './waiting-add-ons.js';
@@ -89,6 +93,7 @@ function hasJobsToEnsure(chain: Chain): boolean {
   return (
     schedulesRenewals(chain) ||
     chain.pendingAddOn !== null ||
+    pendingSuspensionAt(chain) !== null ||
     chain.unsuspending ||
     hasSeatPurchaseToFinish(chain)
   );
@@ -163,7 +168,7 @@ async function settledChains(
 /**
  * reconcileChain's decisions on the page's copy: nothing to do ('settled'), only the renewal job
  * to check (against the schedule returned), or more ('look closer': a half-done step, a waiting
- * add-on, an expiry, a lead to move).
+ * add-on, a suspension to come, an expiry, a lead to move).
  */
 function seenWithoutLock(
   chain: Chain,
@@ -177,6 +182,7 @@ function seenWithoutLock(
     step !== 'ensure jobs' ||
     chain.intent !== null ||
     chain.pendingAddOn !== null ||
+    pendingSuspensionAt(chain) !== null ||
     chain.unsuspending ||
     chain.unfinishedSeatEvent !== null ||
     renewalTimeUnderLead(chain, now, leadDays) !== null
@@ -341,7 +347,8 @@ function isProviderFailure(error: unknown): boolean {
 }
 
 /**
- * The chain's renewal job, and its waiting add-on's job, as the chain is now; first, a seat
+ * The chain's renewal job, its waiting add-on's job and its suspension job, as the chain is
+ * now; first, a seat
  * purchase or the unsuspension of a payment whose job gave up halfway. A provider away for them
  * does not keep the jobs, which need only Redis, from being ensured: the round still counts the
  * chain as failed, and the next one tries again. The chain's lock is free, so no job is sending
@@ -381,6 +388,9 @@ function ensureJobs(deps: WorkerDeps, seen: Chain, now: number, job: Job): Promi
     }
     if (await ensureAddOnJob(deps, chain, now)) {
       deps.log.warn({ chainId: chain.id }, 'reconcile restored a waiting add-on job');
+    }
+    if (await restoreSuspensionJob(deps, chain, now)) {
+      deps.log.warn({ chainId: chain.id }, 'reconcile restored a suspension job');
     }
     if (unfinished !== null) throw unfinished.error;
   });

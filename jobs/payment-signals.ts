@@ -106,15 +106,51 @@ function handled(chain: Chain, webhookId: string) {
 }
 
 /**
- * Restores the current episode's suspension job of an overdue chain not suspended for it yet
- * (one awaiting its manual reactivation is suspended again), which a
- * job that died after its save (or a lost job) may have left without one.
+ * When the current overdue episode's suspension is due, while it is still to come: the chain is
+ * overdue and not suspended for it yet (one awaiting its manual reactivation is suspended again).
+ * Null otherwise: paid, suspended, cancelled, or the suspension found nothing in force.
+ */
+export function pendingSuspensionAt(
+  chain: Pick<Chain, 'payment' | 'suspendAt' | 'status' | 'needsReactivation'>,
+): number | null {
+  const suspended = chain.status === 'suspended' && !chain.needsReactivation;
+  if (chain.payment !== 'overdue' || suspended || chain.status === 'cancelled') return null;
+  return chain.suspendAt;
+}
+
+/**
+ * Restores the current episode's suspension job of an overdue chain not suspended for it yet,
+ * which a job that died after its save (or a lost job) may have left without one.
  */
 async function ensureEpisodeSuspension(deps: WorkerDeps, chain: Chain, now: number) {
-  const suspended = chain.status === 'suspended' && !chain.needsReactivation;
-  if (chain.payment !== 'overdue' || chain.suspendAt === null || suspended) return;
+  const dueAt = pendingSuspensionAt(chain);
+  if (dueAt === null) return;
+  await ensureSuspensionJob(
+    deps.queues['payment-signals'],
+    chain,
+    chain.overdueEpisode,
+    dueAt,
+    now,
+  );
+}
+
+/**
+ * Reconcile: the current episode's suspension job back when it is missing (a Redis restored
+ * without it) or finished with the suspension still to come. One that failed waits for a person,
+ * as a renewal's does (Bull Board shows why). Answers whether it added one.
+ */
+export async function restoreSuspensionJob(
+  deps: WorkerDeps,
+  chain: Chain,
+  now: number,
+): Promise<boolean> {
+  const dueAt = pendingSuspensionAt(chain);
+  if (dueAt === null) return false;
   const queue = deps.queues['payment-signals'];
-  await ensureSuspensionJob(queue, chain, chain.overdueEpisode, chain.suspendAt, now);
+  const existing = await queue.getJob(suspensionJobId(chain.id, chain.overdueEpisode));
+  if (existing && (await existing.getState()) !== 'completed') return false;
+  await ensureSuspensionJob(queue, chain, chain.overdueEpisode, dueAt, now);
+  return true;
 }
 
 /**
@@ -517,7 +553,15 @@ async function suspendChain(deps: WorkerDeps, job: Job, jobToken: string | undef
     // A chain whose term ended, with nothing in force, has nothing to suspend: it is not
     // recorded suspended (external: a payment would then ask to reactivate nothing), and it
     // renews at once when paid. (External ids name whole chains, ended or not: the terms say.)
+    // The episode's suspension is over all the same: reconcile does not bring its job back.
     if (!familyHasOrdersInForce(chain, addOns, now) && chain.term.expiresAt <= now) {
+      await deps.chains.save({
+        chainId: chain.id,
+        token,
+        previous: chain,
+        next: { ...chain, suspendAt: null, updatedAt: now },
+        release: false,
+      });
       return 'skipped: nothing in force';
     }
     const { chain: begun, refused } = await suspendEachOrder(

@@ -3,6 +3,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { type Job, Worker } from 'bullmq';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeProcessor as makeMaintenanceProcessor } from '../../../jobs/maintenance.js';
+import { suspensionJobId } from '../../../jobs/payment-signals.js';
 import { renewalJobId } from '../../../jobs/renewals.js';
 import { addOnJobId } from '../../../jobs/waiting-add-ons.js';
 import { chainIdOf, chainKeys } from '../../../src/chains/keys.js';
@@ -503,3 +504,82 @@ describe('a seat job that ran out of attempts, its purchase refused in reconcile
     }
   });
 });
+
+describe('a Redis that lost the suspension job of an overdue chain', () => {
+  const utc = (y: number, m: number, d: number) => Date.UTC(y, m - 1, d, 9) / 1000;
+  const clock = manualClock(utc(2026, 3, 1));
+  const system = useSystem({ clock, env: { PAYMENT_GRACE_DAYS: '3' } });
+  const queue = () => system.queue('payment-signals');
+
+  it('gets the job back from reconcile, so the chain is suspended when its grace ends', async () => {
+    await system.send(
+      'order.placed',
+      orderPlaced({ order: 'LOSTSUSP-1', startsAt: utc(2026, 3, 1) }),
+    );
+    await system.waitForChain('LOSTSUSP-1', () => true);
+    clock.set(utc(2026, 3, 5));
+    await system.send('payment.overdue', { order: 'LOSTSUSP-1' });
+    await system.waitForChain('LOSTSUSP-1', (c) => c.payment === 'overdue');
+    const id = suspensionJobId(chainIdOf('LOSTSUSP-1'), 1);
+    await (await queue().getJob(id))?.remove();
+
+    // Within the grace: back, for the end of the grace.
+    clock.set(utc(2026, 3, 6));
+    await reconcileRound(system, 'reconcile-lostsusp-1');
+    const restored = await queue().getJob(id);
+    expect(restored && (await restored.getState())).toBe('delayed');
+    expect(restored?.data).toMatchObject({ episode: 1, dueAt: utc(2026, 3, 8) });
+    // A round that finds it in place leaves it.
+    await reconcileRound(system, 'reconcile-lostsusp-2');
+    expect((await queue().getJob(id))?.timestamp).toBe(restored?.timestamp);
+
+    clock.set(utc(2026, 3, 8));
+    await system.promote('payment-signals', id);
+    const suspended = await system.waitForChain('LOSTSUSP-1', (c) => c.status === 'suspended');
+    expect(lastEventOf(suspended)).toBe('chain.suspended');
+    expect((await system.providerOrder('LOSTSUSP-1'))?.status).toBe('suspended');
+    // Suspended: no round brings the finished job back.
+    await reconcileRound(system, 'reconcile-lostsusp-3');
+    expect(await (await queue().getJob(id))?.getState()).toBe('completed');
+  });
+
+  it('lost past the grace, runs it at once', async () => {
+    await system.send(
+      'order.placed',
+      orderPlaced({ order: 'LOSTSUSP-2', startsAt: utc(2026, 3, 8) }),
+    );
+    await system.waitForChain('LOSTSUSP-2', () => true);
+    await system.send('payment.overdue', { order: 'LOSTSUSP-2' });
+    await system.waitForChain('LOSTSUSP-2', (c) => c.payment === 'overdue');
+    await (await queue().getJob(suspensionJobId(chainIdOf('LOSTSUSP-2'), 1)))?.remove();
+
+    clock.set(utc(2026, 3, 20));
+    await reconcileRound(system, 'reconcile-lostsusp-4');
+    await system.waitForChain('LOSTSUSP-2', (c) => c.status === 'suspended');
+  });
+
+  it('does not bring back the job of a suspension that found nothing in force', async () => {
+    await system.send(
+      'order.placed',
+      orderPlaced({ order: 'LOSTSUSP-3', startsAt: utc(2026, 1, 1), autoRenew: false }),
+    );
+    await system.waitForChain('LOSTSUSP-3', () => true);
+    await system.send('payment.overdue', { order: 'LOSTSUSP-3' });
+    await system.waitForChain('LOSTSUSP-3', (c) => c.payment === 'overdue');
+    const id = suspensionJobId(chainIdOf('LOSTSUSP-3'), 1);
+    clock.advance(3 * DAY);
+    await system.promote('payment-signals', id);
+    await expect
+      .poll(async () => (await queue().getJob(id))?.returnvalue)
+      .toBe('skipped: nothing in force');
+    // Its record kept a week, then removed: no round adds it again.
+    await (await queue().getJob(id))?.remove();
+    await reconcileRound(system, 'reconcile-lostsusp-5');
+    expect(await queue().getJob(id)).toBeUndefined();
+    expect((await system.chain('LOSTSUSP-3')).status).toBe('expired');
+  });
+});
+
+function lastEventOf(chain: { history: readonly { event: string }[] }): string | undefined {
+  return chain.history.at(-1)?.event;
+}
