@@ -84,9 +84,15 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
     });
   }
 
-  /** The chain as it is now, with its add-ons, each read together with its history. */
+  /**
+   * The chain as it is now, with its add-ons, each read together with its history. An add-on
+   * shown alone (by its own order) renews, pays and stands as its main chain governs it, as it
+   * shows in its main chain's view: its own record keeps the values its main chain overrides.
+   */
   async function view(chain: Chain): Promise<ChainView> {
-    const [main = { chain, history: [] }] = await chains.getManyWithHistory([chain.id]);
+    const [read = { chain, history: [] }] = await chains.getManyWithHistory([chain.id]);
+    const governing = read.chain.mainChain === null ? null : await chains.get(read.chain.mainChain);
+    const main = governing ? { ...read, chain: asGovernedBy(governing, read.chain) } : read;
     const addOns = await chains.getManyWithHistory(main.chain.addOns);
     return chainView(
       main,

@@ -1029,6 +1029,20 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     expect(await (await system.queue('renewals').getJob(addOnJob))?.getState()).toBe('delayed');
   });
 
+  it('shows an add-on named by its own order as its main chain governs it', async () => {
+    await place(system, 'A-30', 3);
+    await seats(system, 'A-30', 5);
+    await system.waitForChain('A-30', (c) => c.addOns.length === 1);
+    await system.ops('PUT', '/ops/chains/A-30/auto-renew', { enabled: false });
+    const main = await system.waitForChain('A-30', (c) => !c.autoRenew);
+    const alone = await system.ops('GET', '/ops/chains/A-30.a1');
+    expect(alone.status).toBe(200);
+    // The same as in its main chain's view: it renews no more while the main chain is off.
+    const { history: _own, ...shown } = alone.body as ChainView;
+    const { history: _inMain, ...inMain } = main.addOns[0] as ChainView['addOns'][number];
+    expect(shown).toMatchObject({ ...inMain, autoRenew: false, nextRenewalAt: null, addOns: [] });
+  });
+
   it('refuses auto-renew and reactivation on an add-on, which its main chain governs', async () => {
     await place(system, 'A-16', 3);
     await seats(system, 'A-16', 5);
