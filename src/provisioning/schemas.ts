@@ -116,7 +116,8 @@ export function marketplaceSchemas(brand: string) {
         expiresAt: epochSeconds.optional(),
         parent: callerId.optional(),
       })
-      .superRefine(checkOrderForm),
+      // Also when another field is bad: a message names each bad field at once.
+      .superRefine(checkOrderForm, { when: ({ value }) => isRecord(value) }),
     unsuspendOrder: idOnly,
   };
 }
@@ -158,11 +159,19 @@ export type CreateFirstOrderParams = z.infer<ExternalSchemas['createFirstOrder']
 export type CreateRenewalOrderParams = z.infer<ExternalSchemas['createRenewalOrder']>;
 export type OrderIdParams = z.infer<typeof idOnly>;
 
+/**
+ * The fields the order form depends on. Checked also when other fields failed, so their own
+ * values may be of any type (their own schemas name those).
+ */
 interface OrderFormFields {
-  duration?: string | undefined;
-  startsAt?: number | undefined;
-  expiresAt?: number | undefined;
-  parent?: string | undefined;
+  duration?: unknown;
+  startsAt?: unknown;
+  expiresAt?: unknown;
+  parent?: unknown;
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
 /** The three forms of createOrder: simple, controlled start, partial (no duration). */
@@ -196,7 +205,11 @@ function checkOrderForm(p: OrderFormFields, ctx: z.RefinementCtx): void {
       message: 'is only allowed in a partial order (without duration); a term ends by its duration',
     });
   }
-  if (p.startsAt !== undefined && p.expiresAt !== undefined && p.expiresAt <= p.startsAt) {
+  if (
+    typeof p.startsAt === 'number' &&
+    typeof p.expiresAt === 'number' &&
+    p.expiresAt <= p.startsAt
+  ) {
     ctx.addIssue({
       code: 'custom',
       path: ['expiresAt'],

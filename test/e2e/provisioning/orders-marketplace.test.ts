@@ -532,6 +532,13 @@ describe('createOrder validation', () => {
     expect(text).toContain('params.startsAt');
   });
 
+  it('names the missing dates of a partial order along with another bad field', async () => {
+    const text = refusal(await createOrder({ ...partial, product: 'suite-gold' }));
+    expect(text).toContain('params.product');
+    expect(text).toContain('params.startsAt: is required in a partial order');
+    expect(text).toContain('params.expiresAt: is required in a partial order');
+  });
+
   it('refuses an expiresAt equal to startsAt, naming params.expiresAt', async () => {
     const text = refusal(await createOrder({ ...partial, startsAt: T0, expiresAt: T0 }));
     expect(text).toContain('params.expiresAt');
