@@ -59,9 +59,14 @@ export function opsRoutes(deps: OpsDeps) {
         request.log.warn({ code: error.code, refusal: error.message }, 'ops request refused');
         return sendError(reply, error.code === 'chain_busy' ? 409 : 422, error.code, error.message);
       }
-      if (error instanceof TransientError || isRedisUnavailable(error)) {
+      if (error instanceof TransientError) {
         request.log.warn({ err: error }, 'ops request failed for now');
         return sendError(reply, 503, 'unavailable', error.message);
+      }
+      if (isRedisUnavailable(error)) {
+        // ioredis's own words ("Stream isn't writeable ...") tell an operator nothing: the log has them.
+        request.log.warn({ err: error }, 'ops request failed for now');
+        return sendError(reply, 503, 'unavailable', 'storage unreachable, retry later');
       }
       if (error instanceof ConfigError) {
         request.log.error({ err: error }, 'ops request failed: configuration');

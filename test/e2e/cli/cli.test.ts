@@ -391,7 +391,7 @@ describe('billing start when Redis goes away', () => {
   });
 
   it('answers /readyz 503 not ready, naming Redis, and 200 again once it is back', async () => {
-    server = spawnBilling(own.url);
+    server = spawnBilling(own.url, { OPS_TOKEN: 'ops-token-for-redis-away-test-0123456789' });
     const started = await serviceStarted(server);
     const readyz = started.provisioning.replace('/provisioning', '/readyz');
     const ready = async () => {
@@ -407,6 +407,14 @@ describe('billing start when Redis goes away', () => {
     expect(await ready()).toMatchObject({
       status: 503,
       body: { status: 'not ready', redis: false },
+    });
+    // The ops API says so in its own words, not ioredis's.
+    const ops = await request(started.provisioning.replace('/provisioning', '/ops/chains/NONE'), {
+      headers: { authorization: 'Bearer ops-token-for-redis-away-test-0123456789' },
+    });
+    expect({ status: ops.statusCode, body: await ops.body.json() }).toEqual({
+      status: 503,
+      body: { error: 'unavailable', message: 'storage unreachable, retry later' },
     });
 
     await own.restart();
