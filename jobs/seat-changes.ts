@@ -108,10 +108,11 @@ async function applySeatEvent(
     const withWaiting = earlier
       ? plan([...addOns, waitingAsAddOn(chain, earlier, deps.settings.leadDays)])
       : undefined;
-    if (earlier && withWaiting?.kind === 'buy') {
+    // (One whose day has passed, its job late, is replaced instead: one purchase now covers both.)
+    if (earlier && earlier.startsAt > now && withWaiting?.kind === 'buy') {
       return keepWaitingWithRest(deps, job, { chain, token }, addOns, { ...event, neededAt });
     }
-    const decision = withWaiting ?? plan(addOns);
+    const decision = withWaiting && withWaiting.kind !== 'buy' ? withWaiting : plan(addOns);
 
     if (decision.kind === 'stale') {
       await save(
