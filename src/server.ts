@@ -9,6 +9,7 @@ import type { Queue } from 'bullmq';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import { JSON_ONLY, sendError } from './http-errors.js';
 import { type WebhookDeps, webhookRoutes } from './intake/webhooks.js';
+import { FORBIDDEN_KEY_MESSAGE, parsesAsJson } from './json-body.js';
 import { hideQuerySecrets, type Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
 import { requireOpsToken } from './ops/auth.js';
@@ -168,22 +169,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   return app;
 }
 
-function parsesAsJson(text: string): boolean {
-  try {
-    JSON.parse(text);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 function forbiddenKeyError(): Error {
-  return Object.assign(
-    new Error(
-      'the JSON body holds a "__proto__" or "constructor" key with a prototype, which is refused',
-    ),
-    { statusCode: 400 },
-  );
+  return Object.assign(new Error(FORBIDDEN_KEY_MESSAGE), { statusCode: 400 });
 }
 
 /** Bull Board over every queue, behind the ops token (bearer, or basic auth with it as password). */

@@ -13,6 +13,7 @@ import { type Clock, type EpochSeconds, queueTimeMs } from '../clock.js';
 import { ConfigError } from '../errors.js';
 import { sendError } from '../http-errors.js';
 import { utf8Header } from '../http-headers.js';
+import { FORBIDDEN_KEY_MESSAGE, parsesAsJson } from '../json-body.js';
 import { defaultJobOptions, type QueueName, queueForEvent } from '../queues.js';
 import { isRedisTimeout, isRedisUnavailable, type RedisClient } from '../redis/connection.js';
 import { WORKER_KEY_ROOT } from '../redis/key-space.js';
@@ -313,7 +314,11 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
       }
       if (json === undefined) {
         log.warn({ error: 'invalid_json' }, 'webhook rejected');
-        return sendError(reply, 400, 'invalid_json', 'body must be a JSON object {"type", "data"}');
+        const message =
+          text !== undefined && parsesAsJson(text)
+            ? FORBIDDEN_KEY_MESSAGE
+            : 'body must be a JSON object {"type", "data"}';
+        return sendError(reply, 400, 'invalid_json', message);
       }
       const event = parseEvent(json.value, verified.timestamp, now);
       if (event.kind === 'rejected') {

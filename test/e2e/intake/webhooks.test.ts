@@ -556,7 +556,11 @@ describe('a signed request with a bad body', () => {
 
   it('is refused 400 when the JSON carries a __proto__ key', async () => {
     const body = '{"type": "payment.received", "data": {"order": "A-1", "__proto__": {"x": 1}}}';
-    await expectInvalid(await deliver(body), 'invalid_json');
+    await expectInvalid(
+      await deliver(body),
+      'invalid_json',
+      'holds a "__proto__" or "constructor" key',
+    );
   });
 });
 
