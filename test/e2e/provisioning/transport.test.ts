@@ -465,6 +465,15 @@ describe('GET /healthz', () => {
     const res = await raw(`${app.baseUrl}/healthz`, { headers: { 'x-api-key': 'wrong' } });
     expect(res.status).toBe(200);
   });
+
+  it('refuses a body it cannot parse as the service answers errors, {error, message}', async () => {
+    const res = await raw(`${app.baseUrl}/healthz`, {
+      headers: { 'content-type': 'application/json' },
+      body: '{bad',
+    });
+    expect(res.status).toBe(400);
+    expect(res.body).toEqual({ error: 'invalid_request', message: expect.any(String) });
+  });
 });
 
 describe('when Redis is unreachable', () => {
