@@ -108,8 +108,9 @@ async function applySeatEvent(
     const withWaiting = earlier
       ? plan([...addOns, waitingAsAddOn(chain, earlier, deps.settings.leadDays)])
       : undefined;
-    // (One whose day has passed, its job late, is replaced instead: one purchase now covers both.)
-    if (earlier && earlier.startsAt > now && withWaiting?.kind === 'buy') {
+    // (A late one, its day passed, and an event needed now: one purchase now covers both.)
+    const bothNow = earlier !== null && earlier.startsAt <= now && neededAt <= now;
+    if (earlier && !bothNow && withWaiting?.kind === 'buy') {
       return keepWaitingWithRest(deps, job, { chain, token }, addOns, { ...event, neededAt });
     }
     const decision = withWaiting && withWaiting.kind !== 'buy' ? withWaiting : plan(addOns);
@@ -208,6 +209,9 @@ async function keepWaitingWithRest(
 ): Promise<string> {
   const earlier = chain.pendingAddOn as NonNullable<Chain['pendingAddOn']>;
   const now = deps.clock.now();
+  // A late one (its job held up, or failed and waiting for a person) is bought now, so the rest
+  // is not parked behind it.
+  if (earlier.startsAt <= now) await scheduleAddOnJob(deps, chain, now, now, job);
   const pending = {
     ...earlier,
     occurredAt: event.occurredAt,

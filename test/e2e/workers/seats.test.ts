@@ -1655,6 +1655,35 @@ describe('the external variant (add-ons only)', () => {
     expect(await system.providerOrder('E-4.a3')).toBeNull();
   });
 
+  it('buys a late waiting add-on at once when a newer event needs more from a later date', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'E-47', licenses: 5 }));
+    await system.waitForChain('E-47', () => true);
+    const jobId = addOnJobId(chainIdOf('E-47'));
+    const firstDate = clock.now() + 3 * DAY;
+    await seats(system, 'E-47', 7, { effectiveAt: firstDate });
+    await system.waitForChain('E-47', (c) => lastEvent(c) === 'seats.addon_scheduled');
+
+    // Its day has passed and its job has not run (workers held up) when 10 are asked from later:
+    // the 7 are needed now all the same, and the job runs at once.
+    clock.set(firstDate + 60);
+    const laterDate = firstDate + 2 * DAY;
+    await seats(system, 'E-47', 10, { effectiveAt: laterDate });
+    const bought = await system.waitForChain('E-47', (c) => c.addOns.length === 1);
+    expect(bought.addOns[0]).toMatchObject({ order: 'E-47.a1', licenses: 2 });
+    await expect
+      .poll(async () => {
+        const job = await system.queue('seat-changes').getJob(jobId);
+        return job && [job.data.startsAt, await job.getState()];
+      })
+      .toEqual([laterDate, 'delayed']);
+    const rest = await buyWaitingAddOn(system, clock, 'E-47', { at: laterDate, nth: 2 });
+    expect(rest.addOns[1]).toMatchObject({
+      order: 'E-47.a2',
+      licenses: 3,
+      term: { startsAt: laterDate },
+    });
+  });
+
   it('keeps a waiting add-on when a newer event sets only a later total: it is needed until then', async () => {
     await system.send('order.placed', orderPlaced({ order: 'E-44', licenses: 5 }));
     const placed = await system.waitForChain('E-44', () => true);
