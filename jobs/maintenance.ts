@@ -12,9 +12,9 @@ import { formatInstant } from '../src/format.js';
 import { defaultJobOptions } from '../src/queues.js';
 import type { WorkerDeps } from './deps.js';
 import {
+  ensureEpisodeSuspension,
   finishUnsuspension,
   pendingSuspensionAt,
-  restoreSuspensionJob,
 } from './payment-signals.js';
 import { ensureRenewalJob, renewalJobsInPlace, schedulesRenewals } from './renewals.js';
 import { finishPendingSeatPurchase } from './seat-purchases.js';
@@ -389,7 +389,7 @@ function ensureJobs(deps: WorkerDeps, seen: Chain, now: number, job: Job): Promi
     if (await ensureAddOnJob(deps, chain, now)) {
       deps.log.warn({ chainId: chain.id }, 'reconcile restored a waiting add-on job');
     }
-    if (await restoreSuspensionJob(deps, chain, now)) {
+    if (await ensureEpisodeSuspension(deps, chain, now, { replaceFailed: false })) {
       deps.log.warn({ chainId: chain.id }, 'reconcile restored a suspension job');
     }
     if (unfinished !== null) throw unfinished.error;

@@ -68,7 +68,8 @@ async function removeSuspensionJob(queue: Queue, chain: Chain): Promise<{ partly
  * §4). A finished job of that id blocks a plain add, yet the chain still needs one: a job that
  * skipped because the chain did not say overdue yet (the overdue job died between scheduling it
  * and saving the chain), or because the chain was suspended already (an earlier episode awaiting
- * its manual reactivation, since confirmed).
+ * its manual reactivation, since confirmed). One that failed is replaced too, unless
+ * `replaceFailed` is false (it then waits for a person). Answers whether it added one.
  */
 export async function ensureSuspensionJob(
   queue: Queue,
@@ -76,12 +77,13 @@ export async function ensureSuspensionJob(
   episode: number,
   suspendAt: number,
   now: number,
-): Promise<void> {
+  { replaceFailed = true }: { replaceFailed?: boolean } = {},
+): Promise<boolean> {
   const id = suspensionJobId(chain.id, episode);
   const existing = await queue.getJob(id);
   if (existing) {
     const state = await existing.getState();
-    if (state !== 'completed' && state !== 'failed') return;
+    if (state !== 'completed' && !(replaceFailed && state === 'failed')) return false;
     await existing.remove();
   }
   await queue.add(
@@ -89,6 +91,7 @@ export async function ensureSuspensionJob(
     { chainId: chain.id, order: chain.order, customer: chain.customer, episode, dueAt: suspendAt },
     { ...defaultJobOptions, jobId: id, delay: Math.max(0, suspendAt - now) * 1000 },
   );
+  return true;
 }
 
 /** How many handled payment webhook ids a chain remembers (a job re-run long after is rare). */
@@ -120,37 +123,20 @@ export function pendingSuspensionAt(
 
 /**
  * Restores the current episode's suspension job of an overdue chain not suspended for it yet,
- * which a job that died after its save (or a lost job) may have left without one.
+ * which a job that died after its save (or a lost job: reconcile) may have left without one.
+ * Reconcile leaves one that failed to a person (`replaceFailed: false`), as a renewal's (Bull
+ * Board shows why). Answers whether it added one.
  */
-async function ensureEpisodeSuspension(deps: WorkerDeps, chain: Chain, now: number) {
-  const dueAt = pendingSuspensionAt(chain);
-  if (dueAt === null) return;
-  await ensureSuspensionJob(
-    deps.queues['payment-signals'],
-    chain,
-    chain.overdueEpisode,
-    dueAt,
-    now,
-  );
-}
-
-/**
- * Reconcile: the current episode's suspension job back when it is missing (a Redis restored
- * without it) or finished with the suspension still to come. One that failed waits for a person,
- * as a renewal's does (Bull Board shows why). Answers whether it added one.
- */
-export async function restoreSuspensionJob(
+export async function ensureEpisodeSuspension(
   deps: WorkerDeps,
   chain: Chain,
   now: number,
+  options: { replaceFailed?: boolean } = {},
 ): Promise<boolean> {
   const dueAt = pendingSuspensionAt(chain);
   if (dueAt === null) return false;
   const queue = deps.queues['payment-signals'];
-  const existing = await queue.getJob(suspensionJobId(chain.id, chain.overdueEpisode));
-  if (existing && (await existing.getState()) !== 'completed') return false;
-  await ensureSuspensionJob(queue, chain, chain.overdueEpisode, dueAt, now);
-  return true;
+  return ensureSuspensionJob(queue, chain, chain.overdueEpisode, dueAt, now, options);
 }
 
 /**
