@@ -7,7 +7,7 @@ import { BullMQAdapter } from '@bull-board/api/bullMQAdapter';
 import { FastifyAdapter } from '@bull-board/fastify';
 import type { Queue } from 'bullmq';
 import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify';
-import { JSON_ONLY, sendError } from './http-errors.js';
+import { JSON_ONLY, sendError, sendUnrecognisedError } from './http-errors.js';
 import { type WebhookDeps, webhookRoutes } from './intake/webhooks.js';
 import { FORBIDDEN_KEY_MESSAGE, parsesAsJson } from './json-body.js';
 import { hideQuerySecrets, type Logger } from './logger.js';
@@ -144,13 +144,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
 
   // What the routes without an error handler of their own refuse (a body of /healthz, /readyz
   // or /metrics it cannot parse) answers {error, message} too, not in Fastify's own shape.
-  app.setErrorHandler((error: FastifyError, request, reply) => {
-    const status = error.statusCode ?? 500;
-    if (status === 415) return sendError(reply, 400, 'invalid_request', JSON_ONLY);
-    if (status < 500) return sendError(reply, status, 'invalid_request', error.message);
-    request.log.error({ err: error }, 'request failed');
-    return sendError(reply, 500, 'internal', 'internal error');
-  });
+  app.setErrorHandler((error: FastifyError, request, reply) =>
+    sendUnrecognisedError(error, request, reply, 'request failed'),
+  );
 
   // HEAD too: load balancers often check health with it.
   app.get('/healthz', { exposeHeadRoute: true }, async () => ({ status: 'ok' }));

@@ -3,7 +3,7 @@ import type { FastifyError, FastifyInstance, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import type { Cause } from '../chains/records.js';
 import { ConfigError, NotFoundError, RefusalError, TransientError } from '../errors.js';
-import { JSON_ONLY, sendError } from '../http-errors.js';
+import { sendError, sendUnrecognisedError } from '../http-errors.js';
 import { utf8Header } from '../http-headers.js';
 import { isRedisUnavailable } from '../redis/connection.js';
 import { decimalDigits, describeIssues } from '../validation.js';
@@ -72,12 +72,7 @@ export function opsRoutes(deps: OpsDeps) {
         request.log.error({ err: error }, 'ops request failed: configuration');
         return sendError(reply, 502, error.code, error.message);
       }
-      const status = error.statusCode ?? 500;
-      // Fastify's own 415 (a form body: curl's default) says only "Unsupported Media Type".
-      if (status === 415) return sendError(reply, 400, 'invalid_request', JSON_ONLY);
-      if (status < 500) return sendError(reply, status, 'invalid_request', error.message);
-      request.log.error({ err: error }, 'ops request failed');
-      return sendError(reply, 500, 'internal', 'internal error');
+      return sendUnrecognisedError(error, request, reply, 'ops request failed');
     });
 
     app.get('/ops/chains/:order', async (request) => {
