@@ -108,9 +108,9 @@ async function applySeatEvent(
     const withWaiting = earlier
       ? plan([...addOns, waitingAsAddOn(chain, earlier, deps.settings.leadDays)])
       : undefined;
-    // (A late one, its day passed, and an event needed now: one purchase now covers both.)
-    const bothNow = earlier !== null && earlier.startsAt <= now && neededAt <= now;
-    if (earlier && !bothNow && withWaiting?.kind === 'buy') {
+    // (An event needed now finds one that starts earlier late, its day passed: one purchase now
+    // covers both.)
+    if (earlier && neededAt > now && withWaiting?.kind === 'buy') {
       return keepWaitingWithRest(deps, job, { chain, token }, addOns, { ...event, neededAt });
     }
     const decision = withWaiting && withWaiting.kind !== 'buy' ? withWaiting : plan(addOns);
