@@ -150,7 +150,7 @@ export const TLS_FILE_NAMES = ['ca', 'cert', 'key'] as const satisfies readonly 
 const PASSPHRASE_FILE_PARAM = 'passphrase-file';
 const TLS_FILE_PARAMS: ReadonlySet<string> = new Set([...TLS_FILE_NAMES, PASSPHRASE_FILE_PARAM]);
 /** The TLS parameters, as an unknown parameter's error lists them. */
-const TLS_PARAM_LIST = `ca, cert, key, ${PASSPHRASE_FILE_PARAM}`;
+const TLS_PARAM_LIST = [...TLS_FILE_PARAMS].join(', ');
 
 /**
  * The TLS files among `params` (which it removes), or undefined when not `secure`; the error
