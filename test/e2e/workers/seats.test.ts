@@ -99,6 +99,12 @@ async function buyWaitingAddOn(
   return system.waitForChain(order, (c) => c.addOns.length === nth);
 }
 
+/** A chain's waiting add-on job as a test waits for it: the day it buys for, and its state. */
+async function waitingAddOnJob(system: System, jobId: string) {
+  const job = await system.queue('seat-changes').getJob(jobId);
+  return job && [job.data.startsAt, await job.getState()];
+}
+
 /**
  * What concurrent seat events of one second must leave on `order` (its chain as `chain`): they
  * are applied in the order intake accepted them, so one that reaches the chain after a later
@@ -1626,12 +1632,7 @@ describe('the external variant (add-ons only)', () => {
     expect(first.history.at(-1)?.detail).toContain(
       `3 more licenses needed from ${formatInstant(laterDate)}`,
     );
-    await expect
-      .poll(async () => {
-        const job = await system.queue('seat-changes').getJob(jobId);
-        return job && [job.data.startsAt, await job.getState()];
-      })
-      .toEqual([laterDate, 'delayed']);
+    await expect.poll(() => waitingAddOnJob(system, jobId)).toEqual([laterDate, 'delayed']);
 
     clock.set(laterDate);
     await system.promote('seat-changes', jobId);
@@ -1670,12 +1671,7 @@ describe('the external variant (add-ons only)', () => {
     await seats(system, 'E-47', 10, { effectiveAt: laterDate });
     const bought = await system.waitForChain('E-47', (c) => c.addOns.length === 1);
     expect(bought.addOns[0]).toMatchObject({ order: 'E-47.a1', licenses: 2 });
-    await expect
-      .poll(async () => {
-        const job = await system.queue('seat-changes').getJob(jobId);
-        return job && [job.data.startsAt, await job.getState()];
-      })
-      .toEqual([laterDate, 'delayed']);
+    await expect.poll(() => waitingAddOnJob(system, jobId)).toEqual([laterDate, 'delayed']);
     const rest = await buyWaitingAddOn(system, clock, 'E-47', { at: laterDate, nth: 2 });
     expect(rest.addOns[1]).toMatchObject({
       order: 'E-47.a2',
