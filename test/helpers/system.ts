@@ -247,6 +247,9 @@ export function workerDepsOf(system: System, overrides: Partial<WorkerDeps> = {}
   };
 }
 
+/** The event of a chain's latest history entry. */
+export const lastEvent = (chain: ChainView) => chain.history.at(-1)?.event;
+
 /** One round of reconcile run by the test itself, as job `id`, with `overrides` in its deps. */
 export function reconcileRound(system: System, id: string, overrides: Partial<WorkerDeps> = {}) {
   return makeMaintenanceProcessor(workerDepsOf(system, overrides))({ id, data: {} } as Job);

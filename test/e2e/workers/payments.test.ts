@@ -16,6 +16,7 @@ import { formatInstant } from '../../../src/format.js';
 import { webhookJobId } from '../../../src/intake/webhooks.js';
 import {
   DAY,
+  lastEvent,
   leftByDeadJob,
   orderPlaced,
   runAgain,
@@ -23,8 +24,6 @@ import {
   useSystem,
   workerDepsOf,
 } from '../../helpers/system.js';
-
-const lastEvent = (chain: ChainView) => chain.history.at(-1)?.event;
 
 /** The orders GET /ops/renewals lists within 60 days. */
 async function upcomingOrders(system: System): Promise<string[]> {

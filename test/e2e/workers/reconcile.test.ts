@@ -16,6 +16,7 @@ import { connectRedis } from '../../../src/redis/connection.js';
 import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
 import {
   DAY,
+  lastEvent,
   leftByDeadJob,
   orderPlaced,
   reconcileRound,
@@ -536,7 +537,7 @@ describe('a Redis that lost the suspension job of an overdue chain', () => {
     clock.set(utc(2026, 3, 8));
     await system.promote('payment-signals', id);
     const suspended = await system.waitForChain('LOSTSUSP-1', (c) => c.status === 'suspended');
-    expect(lastEventOf(suspended)).toBe('chain.suspended');
+    expect(lastEvent(suspended)).toBe('chain.suspended');
     expect((await system.providerOrder('LOSTSUSP-1'))?.status).toBe('suspended');
     // Suspended: no round brings the finished job back.
     await reconcileRound(system, 'reconcile-lostsusp-3');
@@ -579,7 +580,3 @@ describe('a Redis that lost the suspension job of an overdue chain', () => {
     expect((await system.chain('LOSTSUSP-3')).status).toBe('expired');
   });
 });
-
-function lastEventOf(chain: { history: readonly { event: string }[] }): string | undefined {
-  return chain.history.at(-1)?.event;
-}

@@ -23,6 +23,7 @@ import { delayedFireTime, QUEUE_PREFIX } from '../../../src/queues.js';
 import { connectRedis } from '../../../src/redis/connection.js';
 import {
   DAY,
+  lastEvent,
   leftByDeadJob,
   orderPlaced,
   reconcileRound,
@@ -84,8 +85,6 @@ async function renewedEarly(
   clock.advance(DAY);
   return { placed, renewed };
 }
-
-const lastEvent = (chain: ChainView) => chain.history.at(-1)?.event;
 
 /** The day `order`'s waiting add-on is needed (external): its job buys it, the `nth` add-on. */
 async function buyWaitingAddOn(
