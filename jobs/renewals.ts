@@ -396,6 +396,7 @@ function addOnView(chain: Chain, main: Chain): RenewalView {
     needsReactivation: main.needsReactivation,
     mainFlagged: main.flagged !== null,
     nextLicenses: main.addOnNextLicenses[chain.id] ?? chain.nextLicenses,
+    licensesUntil: main.addOnLicensesUntil[chain.id] ?? [],
   };
 }
 

@@ -131,13 +131,10 @@ async function applySeatEvent(
       // Bought on its day, the kept add-on's event carries the newer total; the older event's
       // later steps (`rest`) are dropped, as the newer event sets what follows.
       const pending = earlier && { ...withoutRest(earlier), total: decision.total };
-      const counts = allocation(
-        deps,
-        chain,
-        addOns,
-        decision.total,
-        pending ? { waiting: pending.licenses } : later ? { from: ev.effectiveAt } : {},
-      );
+      const counts = allocation(deps, chain, addOns, decision.total, {
+        ...(pending ? { waiting: pending.licenses } : {}),
+        ...(later ? { from: ev.effectiveAt } : {}),
+      });
       if (chain.pendingAddOn && !pending) await removeAddOnJob(deps, chain, job);
       const reason = {
         decrease: 'a decrease refunds nothing',

@@ -14,9 +14,13 @@ import { addOnOrderId, partialOrderId } from '../src/domain/ids.js';
 import { addTerms } from '../src/domain/periods.js';
 import {
   allocateNextLicenses,
+  type KeptLicenses,
+  keepLicensesUntil,
   type PartTimeOrder,
   planSeatChange,
+  renewalLicenses,
   type SeatDecision,
+  stillKept,
 } from '../src/domain/seats.js';
 import { suspendedForNonPayment } from '../src/domain/suspension.js';
 import { RefusalError } from '../src/errors.js';
@@ -264,14 +268,17 @@ function lastSeen(
  * needed), which will renew as the newest add-on: the others' counts leave room for it now, so
  * a renewal in between does not carry a count that the add-on's purchase then corrects.
  * `from`: when the total is needed, if later than now: the first renewal from then carries any
- * excess (allocateNextLicenses, `dated`).
+ * excess (allocateNextLicenses, `dated`), and renewals that start before then keep their counts
+ * (keepLicensesUntil). Otherwise the total applies now and nothing is kept, unless `keep`: the
+ * total is an event's applied before, whose purchase is recorded only now (a waiting add-on
+ * bought on its day), and what renewals keep for a newer event's later date still holds.
  */
 export function allocation(
   deps: WorkerDeps,
   chain: Chain,
   addOns: readonly Chain[],
   total: number,
-  { waiting, from }: { waiting?: number; from?: number } = {},
+  { waiting, from, keep = false }: { waiting?: number; from?: number; keep?: boolean } = {},
 ) {
   // Only add-ons that will renew share the next counts; a stopped or cancelled one gets 0, and so
   // does one expired with no renewal to come. One expired while the payment is overdue renews
@@ -296,20 +303,63 @@ export function allocation(
       : {}),
   });
   const shares = new Map(renewing.map((a, i) => [a.id, split.addOns[i] ?? 0]));
-  return {
+  const counts = {
     nextLicenses: sharing.length > 0 ? split.main : total,
     addOnNextLicenses: Object.fromEntries(addOns.map((a) => [a.id, shares.get(a.id) ?? 0])),
   };
+  // Renewals that start before a later date keep their counts, also beside a waiting add-on.
+  const dated = from !== undefined && from > now;
+  if (!dated && !keep) return { ...counts, licensesUntil: [], addOnLicensesUntil: {} };
+  const keptOf = (kept: readonly KeptLicenses[], before: number, share: number) =>
+    dated ? keepLicensesUntil({ kept, before, share, from, now }) : stillKept(kept, { share, now });
+  const addOnLicensesUntil: Record<string, KeptLicenses[]> = {};
+  for (const [id, share] of Object.entries(counts.addOnNextLicenses)) {
+    const before = chain.addOnNextLicenses[id] ?? share;
+    const kept = keptOf(chain.addOnLicensesUntil[id] ?? [], before, share);
+    if (kept.length > 0) addOnLicensesUntil[id] = kept;
+  }
+  const licensesUntil = keptOf(chain.licensesUntil, chain.nextLicenses, counts.nextLicenses);
+  return { ...counts, licensesUntil, addOnLicensesUntil };
 }
 
-export function describeAllocation(next: {
-  nextLicenses: number;
-  addOnNextLicenses: Record<string, number>;
-}) {
-  const addOns = Object.values(next.addOnNextLicenses);
-  return addOns.length === 0
-    ? `the next renewal carries ${next.nextLicenses}`
-    : `the next renewals carry ${next.nextLicenses} (main) + ${addOns.join(' + ')} (add-ons)`;
+/**
+ * The next counts, for a history entry: the shares of the latest total and, before them, what
+ * renewals that start before a later-dated total keep (one clause per date).
+ */
+export function describeAllocation(
+  next: Pick<Chain, 'nextLicenses' | 'addOnNextLicenses'> &
+    Partial<Pick<Chain, 'licensesUntil' | 'addOnLicensesUntil'>>,
+) {
+  const ids = Object.keys(next.addOnNextLicenses);
+  const carried = (verb: string, startsAt: number) => {
+    const main = renewalLicenses(next.nextLicenses, next.licensesUntil ?? [], startsAt);
+    const addOns = ids.map((id) =>
+      renewalLicenses(
+        next.addOnNextLicenses[id] ?? 0,
+        next.addOnLicensesUntil?.[id] ?? [],
+        startsAt,
+      ),
+    );
+    return addOns.length === 0
+      ? `${verb} ${main}`
+      : `${verb} ${main} (main) + ${addOns.join(' + ')} (add-ons)`;
+  };
+  const dates = [
+    ...new Set(
+      [...(next.licensesUntil ?? []), ...Object.values(next.addOnLicensesUntil ?? {}).flat()].map(
+        (k) => k.until,
+      ),
+    ),
+  ].sort((a, b) => a - b);
+  const shares = carried(
+    ids.length === 0 ? 'the next renewal carries' : 'the next renewals carry',
+    Number.POSITIVE_INFINITY,
+  );
+  if (dates.length === 0) return shares;
+  const kept = dates.map((until) =>
+    carried(`renewals that start before ${formatInstant(until)} carry`, until - 1),
+  );
+  return `${kept.join('; ')}; from then on, ${shares}`;
 }
 
 /** A co-terminated partial order: it ends with the latest ordered term, or the term in force. */
@@ -417,7 +467,14 @@ function recordPurchase(
     ...purchase.change,
     updatedAt: now,
   };
-  const withCounts = { ...next, ...allocation(deps, next, purchase.addOns, event.total) };
+  // The purchase of an event applied before (a waiting add-on, a later step) keeps what a newer
+  // event with a later date left the renewals before that date.
+  const appliedBefore =
+    chain.unfinishedSeatEvent !== null || chain.appliedSeatEvents.includes(event.webhookId);
+  const withCounts = {
+    ...next,
+    ...allocation(deps, next, purchase.addOns, event.total, { keep: appliedBefore }),
+  };
   return deps.chains.save({
     chainId: chain.id,
     token,

@@ -274,13 +274,18 @@ function alsoBelow(chain: ChainView): string {
 const iso = (epochSeconds: number | null) =>
   epochSeconds === null ? '-' : formatInstant(epochSeconds);
 
+/** ", 2 from <date>": what renewals carry once a decrease needed from a later date applies. */
+function laterCounts(chain: Pick<ChainView, 'laterLicenses'>): string {
+  return chain.laterLicenses.map((l) => `, ${l.licenses} from ${iso(l.from)}`).join('');
+}
+
 function printChain(chain: ChainView): void {
   const lines = [
     `chain     ${chain.order} (customer ${chain.customer})`,
     `product   ${chain.product}, ${chain.duration}`,
     `status    ${chain.status}, payment ${chain.payment}, auto-renew ${chain.autoRenew ? 'on' : 'off'}`,
     // The main order of the latest term, which may start later: partials and add-ons add theirs.
-    `licenses  ${chain.licenses} in ${chain.term.orderId}${alsoBelow(chain)}, ${chain.nextLicenses} at the next renewal`,
+    `licenses  ${chain.licenses} in ${chain.term.orderId}${alsoBelow(chain)}, ${chain.nextLicenses} at the next renewal${laterCounts(chain)}`,
     `term      #${chain.term.count} ${chain.term.orderId}: ${iso(chain.term.startsAt)} – ${iso(chain.term.expiresAt)}`,
     `renews    ${iso(chain.nextRenewalAt)}`,
   ];
@@ -304,7 +309,7 @@ function printChain(chain: ChainView): void {
   }
   for (const a of chain.addOns) {
     lines.push(
-      `add-on    ${a.order}: ${a.licenses} licenses (${a.nextLicenses} next), term #${a.term.count} to ${iso(a.term.expiresAt)}, ${a.status}`,
+      `add-on    ${a.order}: ${a.licenses} licenses (${a.nextLicenses} next${laterCounts(a)}), term #${a.term.count} to ${iso(a.term.expiresAt)}, ${a.status}`,
     );
   }
   process.stdout.write(`${lines.join('\n')}\n\nhistory\n`);

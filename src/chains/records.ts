@@ -37,6 +37,8 @@ export const intentRecord = z.object({
 });
 export type Intent = z.infer<typeof intentRecord>;
 
+const keptLicensesRecord = z.object({ until: z.int(), licenses: z.int().min(0) });
+
 export const partialRecord = z.object({
   orderId: z.string(),
   licenses: z.int(),
@@ -160,6 +162,13 @@ export const chainRecord = z.object({
   addOnCount: z.int().min(0).default(0),
   /** Main chain: each add-on chain's licenses for its next renewal (add-ons shrink first). */
   addOnNextLicenses: z.record(z.string(), z.int().min(0)).default({}),
+  /**
+   * Counts that renewals starting before a later-dated total keep (renewalLicenses): this
+   * chain's own, and, on a main chain, each add-on's. Empty unless a decrease is needed from a
+   * date still to come.
+   */
+  licensesUntil: z.array(keptLicensesRecord).default([]),
+  addOnLicensesUntil: z.record(z.string(), z.array(keptLicensesRecord)).default({}),
   /** Webhook ids of the latest applied seat events: a retried job never applies one twice. */
   appliedSeatEvents: z.array(z.string()).default([]),
   /**

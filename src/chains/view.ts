@@ -1,4 +1,5 @@
 // The chain as the ops API and CLI show it (DESIGN §5).
+import { renewalLicenses } from '../domain/seats.js';
 import type { Chain, ChainWithHistory, HistoryEntry, Intent, Term } from './records.js';
 
 export interface AddOnView {
@@ -10,7 +11,13 @@ export interface AddOnView {
   autoRenew: boolean;
   payment: Chain['payment'];
   licenses: number;
+  /** What the next renewal not yet ordered carries (DESIGN §5). */
   nextLicenses: number;
+  /**
+   * What the renewals after it carry from a later date on, when a lower total is needed only
+   * from then (a decrease with a later date): empty when they carry `nextLicenses` too.
+   */
+  laterLicenses: { from: number; licenses: number }[];
   term: Term;
   nextRenewalAt: number | null;
   partials: Chain['partials'];
@@ -50,7 +57,7 @@ function baseView({ chain, history }: ChainWithHistory, now: number): AddOnView 
     autoRenew: chain.autoRenew,
     payment: chain.payment,
     licenses: chain.licenses,
-    nextLicenses: chain.nextLicenses,
+    ...nextCounts(chain, now),
     term: chain.term,
     nextRenewalAt: shownNextRenewalAt(chain),
     // In force or ahead (DESIGN §5): the record drops ended ones only at its next write.
@@ -60,6 +67,28 @@ function baseView({ chain, history }: ChainWithHistory, now: number): AddOnView 
     inFlight: chain.intent ? { kind: chain.intent.kind, orderId: chain.intent.orderId } : null,
     history,
   };
+}
+
+/**
+ * What the next renewal carries (it starts when the term ends, or now once it has ended), and
+ * from which later dates the renewals after it carry less: each kept count ends on its date.
+ */
+function nextCounts(
+  chain: Pick<Chain, 'nextLicenses' | 'licensesUntil' | 'term'>,
+  now: number,
+): Pick<AddOnView, 'nextLicenses' | 'laterLicenses'> {
+  const startsAt = Math.max(chain.term.expiresAt, now);
+  const at = (t: number) => renewalLicenses(chain.nextLicenses, chain.licensesUntil, t);
+  const nextLicenses = at(startsAt);
+  const laterLicenses: AddOnView['laterLicenses'] = [];
+  const dates = [...new Set(chain.licensesUntil.map((k) => k.until))].sort((a, b) => a - b);
+  for (const from of dates.filter((t) => t > startsAt)) {
+    const licenses = at(from);
+    if (licenses !== (laterLicenses.at(-1)?.licenses ?? nextLicenses)) {
+      laterLicenses.push({ from, licenses });
+    }
+  }
+  return { nextLicenses, laterLicenses };
 }
 
 /** The main chain with its add-on chains (same shape, without `addOns`), as of `now`. */

@@ -1,5 +1,6 @@
 // When and how a chain renews: pure decisions from the chain's state and `now`.
 import { SECONDS_PER_DAY } from './periods.js';
+import { type KeptLicenses, renewalLicenses } from './seats.js';
 
 export type ChainStatus = 'active' | 'suspended' | 'cancelled' | 'expired';
 
@@ -12,6 +13,8 @@ export interface RenewalView {
   /** An add-on's: whether its main chain is flagged, its renewal waiting for a person. */
   readonly mainFlagged?: boolean | undefined;
   readonly nextLicenses: number;
+  /** Counts that renewals starting before a later-dated total keep (renewalLicenses). */
+  readonly licensesUntil?: readonly KeptLicenses[] | undefined;
   readonly term: { readonly count: number; readonly startsAt: number; readonly expiresAt: number };
 }
 
@@ -81,12 +84,13 @@ export function decideRenewal(input: {
     return { kind: 'wait', until: now + PAYMENT_RECHECK_SECONDS, reason: 'payment_overdue' };
   }
   const expired = chain.term.expiresAt <= now;
+  const startsAt = expired ? now : chain.term.expiresAt;
   return {
     kind: 'renew',
     count: forCount,
-    startsAt: expired ? now : chain.term.expiresAt,
+    startsAt,
     expired,
-    licenses: chain.nextLicenses,
+    licenses: renewalLicenses(chain.nextLicenses, chain.licensesUntil ?? [], startsAt),
   };
 }
 

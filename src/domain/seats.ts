@@ -296,3 +296,62 @@ function excessTaker(
   }
   return taker === -1 ? newest : taker;
 }
+
+/**
+ * A count kept by the renewals that start before a later-dated total applies: a renewal whose
+ * term starts before `until` carries at least `licenses`.
+ */
+export interface KeptLicenses {
+  readonly until: number;
+  readonly licenses: number;
+}
+
+/**
+ * What a renewal whose term starts at `startsAt` carries: its share of the latest total, or more
+ * while an earlier total is still needed then (a decrease needed from a later date has not
+ * applied yet). An increase is carried early, as DESIGN §4 carries a total needed from the next
+ * term on: the licenses are never missing later in the term, when nothing would buy them.
+ */
+export function renewalLicenses(
+  share: number,
+  kept: readonly KeptLicenses[],
+  startsAt: number,
+): number {
+  return kept.reduce((n, k) => (k.until > startsAt ? Math.max(n, k.licenses) : n), share);
+}
+
+/**
+ * The counts kept once a new total, of which this chain's share is `share`, is needed from `from`
+ * (later than `now`): renewals that start before then keep what they carried so far (`before`,
+ * the previous share, and `kept`, the previous kept counts, up to `from`); from then on the new
+ * share alone applies. A kept count no larger than the new share, or for a date passed (no
+ * renewal starts before now), tells nothing and is dropped.
+ */
+export function keepLicensesUntil(input: {
+  kept: readonly KeptLicenses[];
+  before: number;
+  share: number;
+  from: number;
+  now: number;
+}): KeptLicenses[] {
+  const { kept, share, from, now } = input;
+  const untilFrom = kept.reduce(
+    (n, k) => (k.until >= from ? Math.max(n, k.licenses) : n),
+    input.before,
+  );
+  return stillKept([...kept.filter((k) => k.until < from), { until: from, licenses: untilFrom }], {
+    share,
+    now,
+  });
+}
+
+/**
+ * The kept counts that still tell something beside a chain's share: for a date to come, and
+ * above the share.
+ */
+export function stillKept(
+  kept: readonly KeptLicenses[],
+  { share, now }: { share: number; now: number },
+): KeptLicenses[] {
+  return kept.filter((k) => k.until > now && k.licenses > share);
+}

@@ -53,6 +53,7 @@ function asGovernedBy(main: Chain, addOn: Chain): Chain {
     payment: main.payment,
     needsReactivation: main.needsReactivation,
     nextLicenses: main.addOnNextLicenses[addOn.id] ?? addOn.nextLicenses,
+    licensesUntil: main.addOnLicensesUntil[addOn.id] ?? [],
     nextRenewalAt: governedNextRenewalAt(main, addOn),
   };
 }

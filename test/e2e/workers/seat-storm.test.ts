@@ -37,6 +37,16 @@ const SEED = Number(process.env.STORM_SEED ?? 20_261_123);
 const ONLY = process.env.STORM_VARIANT;
 const LEAD = 7 * DAY;
 
+/** What a renewal starting at `startsAt` carries, as the chain view names it. */
+function renewalCountAt(
+  chain: Pick<ChainView, 'nextLicenses' | 'laterLicenses'>,
+  startsAt: number,
+): number {
+  return (
+    chain.laterLicenses.filter((l) => l.from <= startsAt).at(-1)?.licenses ?? chain.nextLicenses
+  );
+}
+
 // --- scenario ------------------------------------------------------------------------------------
 
 type When =
@@ -343,17 +353,20 @@ function checkAll(
       start = end;
     }
   }
-  // Add-ons renew on their own cycle: a renewal not yet ordered is promised by its share.
+  // Add-ons renew on their own cycle: a renewal not yet ordered is promised by the count the
+  // view names for its start (the next one's, or a later one's from its date).
   for (const a of view.addOns) {
-    if (a.nextRenewalAt === null || a.nextLicenses <= 0) continue;
+    if (a.nextRenewalAt === null) continue;
     let start = a.term.expiresAt;
     for (let i = 0; i < 3; i += 1) {
+      const licenses = renewalCountAt(a, start);
+      if (licenses <= 0) break;
       const end = addTerms(start, ctx.duration, 1);
       virtual.push({
         remoteId: `(renewal of ${a.order})`,
         startsAt: start,
         expiresAt: end,
-        licenses: a.nextLicenses,
+        licenses,
       });
       start = end;
     }
@@ -394,27 +407,6 @@ function checkAll(
         o.startsAt > t &&
         o.createdAt <= t,
     );
-    // Documented (Known limitations; Decisions "The main chain holds its add-ons' next counts"):
-    // a decrease with a later date is carried by the next renewals, also an add-on's renewal
-    // before that date.
-    if (
-      ctx.style === 'addon' &&
-      ctx.events.some(
-        (d) =>
-          d.outcome === 'applied' &&
-          d.action > e.action &&
-          d.eff > t &&
-          d.total < need.total &&
-          d.processedAt <= t,
-      ) &&
-      inForce(counted, t) >=
-        Math.min(
-          ...ctx.events
-            .filter((d) => d.outcome === 'applied' && d.action > e.action && d.eff > t)
-            .map((d) => d.total),
-        )
-    )
-      continue;
     // Auto-renew off stops the add-ons too (README "A chain": autoRenew "renew the chain and its
     // add-ons"): an add-on that ends inside an ordered main term then leaves its days short. And
     // documented (Decisions, "Bought in steps"): with auto-renew off after an early renewal, an
@@ -443,11 +435,10 @@ function checkAll(
       const left = [...stopped, ...waitingStopped].reduce((n, o) => n + o.licenses, 0);
       if (inForce(counted, t) + left >= need.total) continue;
     }
-    // With add-ons, a newer dated event replaces the next counts (README: "the workers keep no
-    // schedule of future counts") and, external, a waiting add-on's rest (Known limitations: "A
-    // third event needed from a later date than the second's replaces the second's rest"): what
-    // an earlier event needed before the newer one's date is dropped. Tolerated unless
-    // STORM_STRICT=1.
+    // External, a newer dated event replaces a waiting add-on's rest, and shrinks the waiting
+    // add-on itself from its first renewal (Known limitations: "A third event needed from a
+    // later date than the second's replaces the second's rest"): what an earlier event needed
+    // before the newer one's date is dropped. Tolerated unless STORM_STRICT=1.
     if (
       process.env.STORM_STRICT !== '1' &&
       ctx.style === 'addon' &&
@@ -533,7 +524,10 @@ function checkAll(
   if (view.status !== 'cancelled' && view.status !== 'expired') {
     const lastApplied = [...ctx.events].reverse().find((e) => e.outcome === 'applied');
     const total = lastApplied?.total ?? ctx.initial.licenses;
-    const held = view.nextLicenses + view.addOns.reduce((n, a) => n + a.nextLicenses, 0);
+    // The shares of the latest total: what renewals carry once every earlier need has passed.
+    const share = (c: Pick<ChainView, 'nextLicenses' | 'laterLicenses'>) =>
+      renewalCountAt(c, Number.POSITIVE_INFINITY);
+    const held = share(view) + view.addOns.reduce((n, a) => n + share(a), 0);
     // A waiting add-on takes what the counts leave for it (0 up to its licenses), and carries the
     // total the counts are worked out from once it is bought.
     const next = pending ? held + Math.min(pending.licenses, Math.max(0, total - held)) : held;

@@ -373,6 +373,29 @@ describe('marketplace, co-terminated partial orders (the default)', () => {
     expect(later.partials).toHaveLength(1);
   });
 
+  it('renews at the old count when a decrease is needed only after the next term starts', async () => {
+    const placed = await place(system, 'S-41', 10);
+    const end = placed.term.expiresAt;
+    const from = end + 10 * DAY;
+    await seats(system, 'S-41', 6, { effectiveAt: from });
+    const decreased = await system.waitForChain('S-41', (c) => c.laterLicenses.length === 1);
+    // The 10 are still needed for the first 10 days of the next term, which renews whole.
+    expect(decreased.nextLicenses).toBe(10);
+    expect(decreased.laterLicenses).toEqual([{ from, licenses: 6 }]);
+    expect(decreased.history.at(-1)?.detail).toContain(
+      `renewals that start before ${formatInstant(from)} carry 10; from then on, the next renewal carries 6`,
+    );
+
+    const renewed = await renewAt(system, clock, 'S-41', { count: 2, expiresAt: end });
+    expect((await system.providerOrder('S-41.r2'))?.licenses).toBe(10);
+    expect(renewed).toMatchObject({ licenses: 10, nextLicenses: 6, laterLicenses: [] });
+    const next = await renewAt(system, clock, 'S-41', {
+      count: 3,
+      expiresAt: renewed.term.expiresAt,
+    });
+    expect(next.licenses).toBe(6);
+  });
+
   it('buys nothing for the days before a first term ordered to start later', async () => {
     const placed = await place(system, 'S-10', 5, -19);
     expect(placed.term.startsAt).toBe(clock.now() + 19 * DAY);
@@ -795,6 +818,53 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     await runAgain(system.queue('renewals'), addOnJob);
     const again = await system.chain('A-1.a1');
     expect(again.history.filter((h) => h.event === 'addon.stopped')).toHaveLength(1);
+  });
+
+  it('keeps an add-on that renews before a decrease is needed at its count, and shrinks it from then', async () => {
+    // 5 + an add-on of 3 bought now; its term ends after the main chain's.
+    const placed = await place(system, 'A-31', 5);
+    await seats(system, 'A-31', 8);
+    const bought = await system.waitForChain('A-31', (c) => c.addOns.length === 1);
+    const addOnEnd = bought.addOns[0]?.term.expiresAt ?? 0;
+    expect(addOnEnd).toBeGreaterThan(placed.term.expiresAt);
+
+    // 6 from 5 days after the add-on's term ends: its renewal before then still needs its 3
+    // (and renews a whole term), the one after carries its share of 1.
+    clock.advance(60);
+    const from = addOnEnd + 5 * DAY;
+    await seats(system, 'A-31', 6, { effectiveAt: from });
+    const decreased = await system.waitForChain(
+      'A-31',
+      (c) => c.addOns[0]?.laterLicenses.length === 1,
+    );
+    expect(decreased.addOns[0]).toMatchObject({
+      nextLicenses: 3,
+      laterLicenses: [{ from, licenses: 1 }],
+    });
+    expect(decreased).toMatchObject({ nextLicenses: 5, laterLicenses: [] });
+    const shown = await run(process.execPath, [BIN, 'chains', 'show', 'A-31'], {
+      env: { ...process.env, REDIS_URL: system.redisUrl, DATA_DIR: system.settings.DATA_DIR },
+    });
+    expect(shown.stdout).toContain(
+      `A-31.a1: 3 licenses (3 next, 1 from ${formatInstant(from)}), term #1`,
+    );
+
+    const main = await renewAt(system, clock, 'A-31', {
+      count: 2,
+      expiresAt: placed.term.expiresAt,
+    });
+    expect(main.licenses).toBe(5);
+    clock.set(addOnEnd - 7 * DAY);
+    await system.promote('renewals', renewalJobId(chainIdOf('A-31.a1'), 2));
+    const renewed = await system.waitForChain('A-31', (c) => c.addOns[0]?.term.count === 2);
+    expect((await system.providerOrder('A-31.a1.r2'))?.licenses).toBe(3);
+    expect(renewed.addOns[0]).toMatchObject({ licenses: 3, nextLicenses: 1, laterLicenses: [] });
+
+    const secondEnd = renewed.addOns[0]?.term.expiresAt ?? 0;
+    clock.set(secondEnd - 7 * DAY);
+    await system.promote('renewals', renewalJobId(chainIdOf('A-31.a1'), 3));
+    const shrunk = await system.waitForChain('A-31', (c) => c.addOns[0]?.term.count === 3);
+    expect(shrunk.addOns[0]?.licenses).toBe(1);
   });
 
   it('replaces an add-on that stopped and ends before the main term does, from its end', async () => {
@@ -1677,6 +1747,39 @@ describe('the external variant (add-ons only)', () => {
       licenses: 3,
       term: { startsAt: laterDate },
     });
+  });
+
+  it('keeps the count of an add-on renewing before a later decrease when a waiting add-on is bought', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'E-48', licenses: 5 }));
+    await system.waitForChain('E-48', () => true);
+    await seats(system, 'E-48', 8);
+    const a1 = (await system.waitForChain('E-48', (c) => c.addOns.length === 1)).addOns[0];
+    const a1End = a1?.term.expiresAt ?? 0;
+    clock.advance(60);
+    const waitingDate = clock.now() + 3 * DAY;
+    await seats(system, 'E-48', 10, { effectiveAt: waitingDate });
+    await system.waitForChain('E-48', (c) => lastEvent(c) === 'seats.addon_scheduled');
+
+    // 6 from 5 days after E-48.a1's term ends: its renewal before then keeps its 3.
+    clock.advance(60);
+    const from = a1End + 5 * DAY;
+    await seats(system, 'E-48', 6, { effectiveAt: from });
+    const decreased = await system.waitForChain('E-48', (c) => lastEvent(c) === 'seats.changed');
+    expect(decreased.addOns[0]).toMatchObject({
+      nextLicenses: 3,
+      laterLicenses: [{ from, licenses: 1 }],
+    });
+
+    // Bought on its day, the waiting add-on leaves what the renewals before that date keep.
+    const bought = await buyWaitingAddOn(system, clock, 'E-48', { at: waitingDate, nth: 2 });
+    expect(bought.addOns[0]).toMatchObject({
+      nextLicenses: 3,
+      laterLicenses: [{ from, licenses: 1 }],
+    });
+    clock.set(a1End - 7 * DAY);
+    await system.promote('renewals', renewalJobId(chainIdOf('E-48.a1'), 2));
+    await system.waitForChain('E-48', (c) => c.addOns[0]?.term.count === 2);
+    expect((await system.providerOrder('E-48.a1.r2'))?.licenses).toBe(3);
   });
 
   it('keeps a waiting add-on when a newer event sets only a later total: it is needed until then', async () => {

@@ -164,6 +164,14 @@ describe('decideRenewal', () => {
         licenses: 5,
       });
     });
+
+    it('keeps a count needed until a later date when its term starts before then', () => {
+      const kept = [{ until: expiresAt + 10 * DAY, licenses: 9 }];
+      const view = chain({ nextLicenses: 5, licensesUntil: kept });
+      expect(decide(view, expiresAt - 1)).toMatchObject({ startsAt: expiresAt, licenses: 9 });
+      const later = chain({ nextLicenses: 5, licensesUntil: [{ until: expiresAt, licenses: 9 }] });
+      expect(decide(later, expiresAt - 1)).toMatchObject({ startsAt: expiresAt, licenses: 5 });
+    });
   });
 
   describe('when the term has expired', () => {
@@ -175,6 +183,15 @@ describe('decideRenewal', () => {
         startsAt: now,
         expired: true,
         licenses: 12,
+      });
+    });
+
+    it('keeps a count needed until a later date by when the new term starts: now', () => {
+      const now = expiresAt + 2 * DAY;
+      const kept = [{ until: expiresAt + DAY, licenses: 9 }];
+      expect(decide(chain({ nextLicenses: 5, licensesUntil: kept }), now)).toMatchObject({
+        startsAt: now,
+        licenses: 5,
       });
     });
 

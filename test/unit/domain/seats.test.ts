@@ -5,7 +5,10 @@ import { describe, expect, it } from 'vitest';
 import { SECONDS_PER_DAY } from '../../../src/domain/periods.js';
 import {
   allocateNextLicenses,
+  type KeptLicenses,
+  keepLicensesUntil,
   planSeatChange,
+  renewalLicenses,
   type SeatChangeInput,
   type SeatDecision,
 } from '../../../src/domain/seats.js';
@@ -1008,6 +1011,99 @@ describe('allocateNextLicenses', () => {
           const firstCut = shares.findIndex((share, i) => share < (held[i] ?? 0));
           if (firstCut === -1) return;
           for (const share of shares.slice(firstCut + 1)) expect(share).toBe(0);
+        },
+      ),
+    );
+  });
+});
+
+describe('renewalLicenses and keepLicensesUntil: a decrease needed from a later date', () => {
+  const from = utc(2025, 3, 20);
+
+  it('keeps the earlier count for a renewal that starts before the date, and the share from it', () => {
+    // 5 licenses, then a total needed from the 20th leaves this chain 2: a renewal on the 10th
+    // still needs the 5 until the 20th, and renews a whole term.
+    const kept = keepLicensesUntil({ kept: [], before: 5, share: 2, from, now });
+    expect(kept).toEqual([{ until: from, licenses: 5 }]);
+    expect(renewalLicenses(2, kept, utc(2025, 3, 10) + 1)).toBe(5);
+    expect(renewalLicenses(2, kept, from - 1)).toBe(5);
+    expect(renewalLicenses(2, kept, from)).toBe(2);
+    expect(renewalLicenses(2, kept, utc(2025, 4, 10))).toBe(2);
+  });
+
+  it('keeps nothing for an increase: it is carried early, as a total needed from the next term is', () => {
+    expect(keepLicensesUntil({ kept: [], before: 5, share: 8, from, now })).toEqual([]);
+  });
+
+  it('drops a kept count whose date has passed: no renewal starts before now', () => {
+    const kept = [{ until: now - 1, licenses: 9 }];
+    expect(keepLicensesUntil({ kept, before: 5, share: 2, from, now })).toEqual([
+      { until: from, licenses: 5 },
+    ]);
+  });
+
+  it('caps an older kept count at the newer date, and keeps the higher of the two before it', () => {
+    const later = utc(2025, 4, 5);
+    const kept = [{ until: later, licenses: 9 }];
+    // 9 until the 5th of April (an older event), then 5 from the 20th of March: before the 20th
+    // the 9 still hold (the older decrease had not applied yet); from then, the newer total.
+    expect(keepLicensesUntil({ kept, before: 7, share: 5, from, now })).toEqual([
+      { until: from, licenses: 9 },
+    ]);
+  });
+
+  /**
+   * The count a renewal starting at `s` needs after a run of totals: an undated total applies
+   * from now; a dated one from its date, before which the earlier need still holds unless the
+   * new share is higher (an increase is carried early).
+   */
+  function need(events: readonly { share: number; from: number | null }[], start: number) {
+    return (s: number) =>
+      events.reduce(
+        (before, e) => (e.from === null || s >= e.from ? e.share : Math.max(e.share, before)),
+        start,
+      );
+  }
+
+  it('gives every later renewal exactly the count the run of totals needs at its start', () => {
+    const event = fc.record({
+      share: fc.integer({ min: 0, max: 20 }),
+      // Days after the event's own time; null: needed now.
+      fromDays: fc.option(fc.integer({ min: 1, max: 90 }), { nil: null }),
+      // Days since the previous event.
+      gapDays: fc.integer({ min: 0, max: 40 }),
+    });
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 0, max: 20 }),
+        fc.array(event, { minLength: 1, maxLength: 8 }),
+        fc.array(fc.integer({ min: 0, max: 200 * DAY }), { minLength: 1, maxLength: 10 }),
+        (start, events, offsets) => {
+          let t = now;
+          let share = start;
+          let kept: KeptLicenses[] = [];
+          const applied: { share: number; from: number | null }[] = [];
+          for (const e of events) {
+            t += e.gapDays * DAY;
+            const from = e.fromDays === null ? null : t + e.fromDays * DAY;
+            kept =
+              from === null
+                ? []
+                : keepLicensesUntil({ kept, before: share, share: e.share, from, now: t });
+            share = e.share;
+            applied.push({ share, from });
+            // Bounded: one kept count per dated event at most, each for a date still to come.
+            expect(kept.length).toBeLessThanOrEqual(applied.length);
+            for (const k of kept) {
+              expect(k.until).toBeGreaterThan(t);
+              expect(k.licenses).toBeGreaterThan(share);
+            }
+          }
+          const needed = need(applied, start);
+          for (const offset of offsets) {
+            const s = t + 1 + offset;
+            expect(renewalLicenses(share, kept, s)).toBe(needed(s));
+          }
         },
       ),
     );
