@@ -15,6 +15,7 @@ import type { Metrics } from './metrics.js';
 import { requireOpsToken } from './ops/auth.js';
 import { type OpsDeps, opsRoutes } from './ops/routes.js';
 import {
+  answerAfterKeyCheck,
   isProvisioningPath,
   provisioningNotFound,
   provisioningRoutes,
@@ -97,9 +98,11 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     // What Fastify refuses before any route (a URL it cannot decode) answers in the shape of
     // the API the path falls under, like every other error.
     frameworkErrors: (error, request, reply) => {
-      if (isProvisioningPath(request.url)) {
-        return sendProvisioningError(reply, 400, error.message);
+      if (deps.provisioning && isProvisioningPath(request.url)) {
+        void answerAfterKeyCheck(deps.provisioning.partners, request, reply, [400, error.message]);
+        return;
       }
+      if (isProvisioningPath(request.url)) return sendProvisioningError(reply, 400, error.message);
       return sendError(reply, 400, 'invalid_request', error.message);
     },
     clientErrorHandler: answerUnparsedRequest,
@@ -163,7 +166,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // errors are JSON strings (DESIGN §3), everything else's {error, message} objects.
   app.setNotFoundHandler((request, reply) => {
     if (deps.provisioning && isProvisioningPath(request.url)) {
-      return provisioningNotFound(request, reply);
+      return provisioningNotFound(deps.provisioning.partners, request, reply);
     }
     const path = request.url.split('?')[0] ?? '';
     return sendError(reply, 404, 'not_found', `no such path: ${request.method} ${path}`);

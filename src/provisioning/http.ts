@@ -45,6 +45,39 @@ export function isProvisioningPath(url: string): boolean {
 
 class Unauthorized extends Error {}
 
+/** The caller's partner, by its key: the first check of every request (401 without one). */
+async function callerOf(partners: PartnerDirectory, request: FastifyRequest): Promise<Partner> {
+  const key = request.headers['x-api-key'];
+  if (typeof key !== 'string' || key === '') throw new Unauthorized('missing x-api-key header');
+  const partner = await partners.authenticate(key);
+  if (!partner) throw new Unauthorized('invalid API key');
+  return partner;
+}
+
+const STORAGE_UNREACHABLE = 'service unavailable: storage unreachable, retry later';
+
+/**
+ * Sends `answer` (status, message) for a request no route of the interface takes, once its key
+ * is checked as every route's is: a caller without a valid key gets 401, not what its request
+ * got wrong.
+ */
+export async function answerAfterKeyCheck(
+  partners: PartnerDirectory,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  [status, message]: readonly [number, string],
+) {
+  try {
+    await callerOf(partners, request);
+  } catch (error) {
+    if (error instanceof Unauthorized) return sendError(reply, 401, error.message);
+    if (isRedisUnavailable(error)) return sendError(reply, 503, STORAGE_UNREACHABLE);
+    request.log.error({ err: error }, 'provisioning failed');
+    return sendError(reply, 500, 'internal error');
+  }
+  return sendError(reply, status, message);
+}
+
 export function provisioningRoutes(deps: { core: ProvisioningCore; partners: PartnerDirectory }) {
   return async function plugin(app: FastifyInstance) {
     app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
@@ -66,7 +99,7 @@ export function provisioningRoutes(deps: { core: ProvisioningCore; partners: Par
           503,
           isRedisTimeout(error)
             ? 'service unavailable: storage did not answer in time, and the call may have been applied; retry later (a creation with the same caller id answers the stored object; look a user up by email before creating it again)'
-            : 'service unavailable: storage unreachable, retry later',
+            : STORAGE_UNREACHABLE,
         );
       }
       const status = error.statusCode ?? 500;
@@ -81,11 +114,7 @@ export function provisioningRoutes(deps: { core: ProvisioningCore; partners: Par
     // about its request (401), however malformed the body is.
     const callers = new WeakMap<FastifyRequest, Partner>();
     app.addHook('onRequest', async (request) => {
-      const key = request.headers['x-api-key'];
-      if (typeof key !== 'string' || key === '') throw new Unauthorized('missing x-api-key header');
-      const partner = await deps.partners.authenticate(key);
-      if (!partner) throw new Unauthorized('invalid API key');
-      callers.set(request, partner);
+      callers.set(request, await callerOf(deps.partners, request));
     });
 
     // `{base_url}` configured with a trailing slash reaches the same endpoint.
@@ -124,16 +153,20 @@ export function provisioningRoutes(deps: { core: ProvisioningCore; partners: Par
 }
 
 /**
- * What no route of the interface takes, answered as its errors are (JSON strings): an HTTP
- * method the address has no route for (400, as for the others), or a path below it (404).
+ * What no route of the interface takes, answered as its errors are (JSON strings), after the key
+ * check: an HTTP method the address has no route for (400, as for the others), or a path below
+ * it (404).
  */
-export function provisioningNotFound(request: FastifyRequest, reply: FastifyReply) {
-  if (isProvisioningAddress(request.url)) {
-    return sendError(reply, 400, methodNotAllowed(request.method));
-  }
-  return sendError(
-    reply,
-    404,
-    `no such path: ${request.method} ${pathOf(request.url)} (the interface is ${PROVISIONING_PATH})`,
-  );
+export function provisioningNotFound(
+  partners: PartnerDirectory,
+  request: FastifyRequest,
+  reply: FastifyReply,
+) {
+  const answer: [number, string] = isProvisioningAddress(request.url)
+    ? [400, methodNotAllowed(request.method)]
+    : [
+        404,
+        `no such path: ${request.method} ${pathOf(request.url)} (the interface is ${PROVISIONING_PATH})`,
+      ];
+  return answerAfterKeyCheck(partners, request, reply, answer);
 }

@@ -88,6 +88,29 @@ describe('the provisioning address', () => {
       );
     });
 
+    it.each([
+      ['an HTTP method it has no route for', 'PROPFIND', ''],
+      ['an unknown path below it', 'GET', '/v2'],
+      ['a path it cannot decode', 'GET', '/%E0%A4%A'],
+    ])('checks the key before it answers %s (401)', async (_label, method, path) => {
+      for (const [headers, message] of [
+        [{}, 'missing x-api-key header'],
+        [{ 'x-api-key': 'not-a-key' }, 'invalid API key'],
+      ] as const) {
+        const res = await request(`${app.url}${path}`, { method, headers });
+        expect(res.statusCode).toBe(401);
+        expect(await res.body.json()).toBe(message);
+      }
+    });
+
+    it('answers a path it cannot decode with 400 and a JSON string body', async () => {
+      const res = await request(`${app.url}/%E0%A4%A`, {
+        headers: { 'x-api-key': marketplace.apiKey },
+      });
+      expect(res.statusCode).toBe(400);
+      expect(await res.body.json()).toEqual(expect.stringContaining('%E0%A4%A'));
+    });
+
     it('answers an unknown path below it with 404 and a JSON string body', async () => {
       const res = await raw(`${app.url}/v2`, {
         headers: { 'content-type': 'application/json', 'x-api-key': marketplace.apiKey },
