@@ -306,7 +306,7 @@ async function settleLateAddOn(
     chain.nextLicenses +
       Object.values(chain.addOnNextLicenses).reduce((sum, n) => sum + n, 0) +
       pending.licenses;
-  const counts = allocation(deps, chain, addOns, total);
+  const counts = allocation(deps, chain, addOns, total, { keep: true });
   await record(
     { ...chain, ...counts },
     'seats.changed',

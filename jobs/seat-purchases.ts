@@ -10,6 +10,7 @@ import {
 } from '../src/chains/family.js';
 import { chainIdOf } from '../src/chains/keys.js';
 import type { Cause, Chain, Intent } from '../src/chains/records.js';
+import type { Clock } from '../src/clock.js';
 import { addOnOrderId, partialOrderId } from '../src/domain/ids.js';
 import { addTerms } from '../src/domain/periods.js';
 import {
@@ -20,7 +21,6 @@ import {
   planSeatChange,
   renewalLicenses,
   type SeatDecision,
-  stillKept,
 } from '../src/domain/seats.js';
 import { suspendedForNonPayment } from '../src/domain/suspension.js';
 import { RefusalError } from '../src/errors.js';
@@ -267,14 +267,17 @@ function lastSeen(
  * licenses of an add-on to be bought later (the external variant buys it on the day it is
  * needed), which will renew as the newest add-on: the others' counts leave room for it now, so
  * a renewal in between does not carry a count that the add-on's purchase then corrects.
- * `from`: when the total is needed, if later than now: the first renewal from then carries any
- * excess (allocateNextLicenses, `dated`), and renewals that start before then keep their counts
- * (keepLicensesUntil). Otherwise the total applies now and nothing is kept, unless `keep`: the
- * total is an event's applied before, whose purchase is recorded only now (a waiting add-on
- * bought on its day), and what renewals keep for a newer event's later date still holds.
+ *
+ * `from`: when the total is needed, if later than now (kept as `sharesFrom`, so that `keep`, the
+ * recording of a purchase for an event applied before, splits the same total the same way).
+ * The first renewal from then carries any excess (allocateNextLicenses, `dated`). Inside the
+ * main chain's latest ordered term, an add-on that renews before then still needs its count
+ * then, and renews a whole term: it keeps it (datedShares), and the new total's change falls
+ * on the chains that renew from the date. At or after the term's end, the date only sets the
+ * next renewals' counts (DESIGN §4).
  */
 export function allocation(
-  deps: WorkerDeps,
+  deps: { clock: Clock; settings: Pick<WorkerDeps['settings'], 'seatIncrease'> },
   chain: Chain,
   addOns: readonly Chain[],
   total: number,
@@ -292,34 +295,109 @@ export function allocation(
     (a) =>
       a.nextRenewalAt !== null && (mainTermEnded ? a.status !== 'cancelled' : isLiveAddOn(a, now)),
   );
-  const sharing = [...renewing.map((a) => a.licenses), ...(waiting === undefined ? [] : [waiting])];
-  const split = allocateNextLicenses({
-    total,
-    main: chain.licenses,
-    addOns: sharing,
-    style: sharing.length > 0 ? 'addon' : deps.settings.seatIncrease,
-    ...(from !== undefined && waiting === undefined
-      ? { dated: { from, renewsAt: [chain, ...renewing].map((c) => c.term.expiresAt) } }
-      : {}),
-  });
-  const shares = new Map(renewing.map((a, i) => [a.id, split.addOns[i] ?? 0]));
-  const counts = {
-    nextLicenses: sharing.length > 0 ? split.main : total,
-    addOnNextLicenses: Object.fromEntries(addOns.map((a) => [a.id, shares.get(a.id) ?? 0])),
+  const neededFrom = from ?? (keep ? (chain.sharesFrom ?? undefined) : undefined);
+  const later = neededFrom !== undefined && neededFrom > now ? neededFrom : undefined;
+  const split = (sharedTotal: number, sharingAddOns: readonly Chain[]) => {
+    const sharing = [
+      ...sharingAddOns.map((a) => a.licenses),
+      ...(waiting === undefined ? [] : [waiting]),
+    ];
+    const shares = allocateNextLicenses({
+      total: sharedTotal,
+      main: chain.licenses,
+      addOns: sharing,
+      style: sharing.length > 0 ? 'addon' : deps.settings.seatIncrease,
+      ...(later !== undefined && waiting === undefined
+        ? {
+            dated: {
+              from: later,
+              renewsAt: [chain, ...sharingAddOns].map((c) => c.term.expiresAt),
+            },
+          }
+        : {}),
+    });
+    return {
+      main: sharing.length > 0 ? shares.main : sharedTotal,
+      addOns: new Map(sharingAddOns.map((a, i) => [a.id, shares.addOns[i] ?? 0])),
+    };
   };
-  // Renewals that start before a later date keep their counts, also beside a waiting add-on.
-  const dated = from !== undefined && from > now;
-  if (!dated && !keep) return { ...counts, licensesUntil: [], addOnLicensesUntil: {} };
-  const keptOf = (kept: readonly KeptLicenses[], before: number, share: number) =>
-    dated ? keepLicensesUntil({ kept, before, share, from, now }) : stillKept(kept, { share, now });
-  const addOnLicensesUntil: Record<string, KeptLicenses[]> = {};
-  for (const [id, share] of Object.entries(counts.addOnNextLicenses)) {
-    const before = chain.addOnNextLicenses[id] ?? share;
-    const kept = keptOf(chain.addOnLicensesUntil[id] ?? [], before, share);
-    if (kept.length > 0) addOnLicensesUntil[id] = kept;
+  const inTerm = later !== undefined && later < chain.term.expiresAt;
+  const dated = inTerm ? datedShares(chain, renewing, total, later, split) : undefined;
+  const shares = dated ?? split(total, renewing);
+  const counts = {
+    nextLicenses: shares.main,
+    addOnNextLicenses: Object.fromEntries(addOns.map((a) => [a.id, shares.addOns.get(a.id) ?? 0])),
+  };
+  return {
+    ...counts,
+    addOnLicensesUntil:
+      inTerm && !dated ? keptUntil(chain, renewing, counts.addOnNextLicenses, later, now) : {},
+    sharesFrom: later ?? null,
+  };
+}
+
+type Shares = { main: number; addOns: Map<string, number> };
+
+/**
+ * A total needed from `from`, inside the main chain's latest ordered term: the add-ons that
+ * renew before then keep what their renewals carry now (the licenses are needed until then,
+ * and a renewal runs a whole term), and the chains that renew from then share the rest, as
+ * any total is shared. The family then carries the total exactly, once each has renewed.
+ * Undefined when the rest leaves the main chain nothing: the add-ons renewing first already
+ * carry the whole total (keptUntil covers that).
+ */
+function datedShares(
+  chain: Chain,
+  renewing: readonly Chain[],
+  total: number,
+  from: number,
+  split: (total: number, sharing: readonly Chain[]) => Shares,
+): Shares | undefined {
+  const early = renewing.filter((a) => a.term.expiresAt < from);
+  const carried = new Map(early.map((a) => [a.id, carriedByNextRenewal(chain, a)]));
+  const rest = total - [...carried.values()].reduce((sum, n) => sum + n, 0);
+  if (rest < 1) return undefined;
+  const late = split(
+    rest,
+    renewing.filter((a) => !carried.has(a.id)),
+  );
+  return { main: late.main, addOns: new Map([...late.addOns, ...carried]) };
+}
+
+/** What an add-on's next renewal carries as things stand (its share, or a count it keeps). */
+function carriedByNextRenewal(main: Chain, addOn: Chain): number {
+  return renewalLicenses(
+    main.addOnNextLicenses[addOn.id] ?? addOn.licenses,
+    main.addOnLicensesUntil[addOn.id] ?? [],
+    addOn.term.expiresAt,
+  );
+}
+
+/**
+ * When the add-ons that renew before `from` carry more than the whole total: shared as any
+ * total, each of them keeps what its renewals carry now for those that start before `from`
+ * (keepLicensesUntil). The family then carries more than the total until they renew again.
+ */
+function keptUntil(
+  chain: Chain,
+  renewing: readonly Chain[],
+  shares: Record<string, number>,
+  from: number,
+  now: number,
+): Record<string, KeptLicenses[]> {
+  const kept: Record<string, KeptLicenses[]> = {};
+  for (const { id } of renewing.filter((a) => a.term.expiresAt < from)) {
+    const share = shares[id] ?? 0;
+    const list = keepLicensesUntil({
+      kept: chain.addOnLicensesUntil[id] ?? [],
+      before: chain.addOnNextLicenses[id] ?? share,
+      share,
+      from,
+      now,
+    });
+    if (list.length > 0) kept[id] = list;
   }
-  const licensesUntil = keptOf(chain.licensesUntil, chain.nextLicenses, counts.nextLicenses);
-  return { ...counts, licensesUntil, addOnLicensesUntil };
+  return kept;
 }
 
 /**
@@ -328,11 +406,11 @@ export function allocation(
  */
 export function describeAllocation(
   next: Pick<Chain, 'nextLicenses' | 'addOnNextLicenses'> &
-    Partial<Pick<Chain, 'licensesUntil' | 'addOnLicensesUntil'>>,
+    Partial<Pick<Chain, 'addOnLicensesUntil'>>,
 ) {
   const ids = Object.keys(next.addOnNextLicenses);
   const carried = (verb: string, startsAt: number) => {
-    const main = renewalLicenses(next.nextLicenses, next.licensesUntil ?? [], startsAt);
+    const main = next.nextLicenses;
     const addOns = ids.map((id) =>
       renewalLicenses(
         next.addOnNextLicenses[id] ?? 0,
@@ -346,9 +424,9 @@ export function describeAllocation(
   };
   const dates = [
     ...new Set(
-      [...(next.licensesUntil ?? []), ...Object.values(next.addOnLicensesUntil ?? {}).flat()].map(
-        (k) => k.until,
-      ),
+      Object.values(next.addOnLicensesUntil ?? {})
+        .flat()
+        .map((k) => k.until),
     ),
   ].sort((a, b) => a - b);
   const shares = carried(
@@ -716,7 +794,9 @@ export async function finishSeatIntent(
       chain.unfinishedSeatEvent !== null ||
       (event.webhookId !== '' && chain.appliedSeatEvents.includes(event.webhookId));
     const counts = eventApplied
-      ? allocation(deps, chain, await deps.chains.getMany(chain.addOns), event.total)
+      ? allocation(deps, chain, await deps.chains.getMany(chain.addOns), event.total, {
+          keep: true,
+        })
       : {};
     const reason = `the provider refused ${intent.orderId}: ${error.message}`;
     // Noted for the event's own job, to fail with when it runs again; not when that job failed

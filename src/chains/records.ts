@@ -163,12 +163,17 @@ export const chainRecord = z.object({
   /** Main chain: each add-on chain's licenses for its next renewal (add-ons shrink first). */
   addOnNextLicenses: z.record(z.string(), z.int().min(0)).default({}),
   /**
-   * Counts that renewals starting before a later-dated total keep (renewalLicenses): this
-   * chain's own, and, on a main chain, each add-on's. Empty unless a decrease is needed from a
-   * date still to come.
+   * Main chain: counts that an add-on's renewals keep while they start before a later-dated
+   * total applies (renewalLicenses), when the add-ons renewing before that date already carry
+   * more than the whole total (jobs/seat-purchases.ts, allocation).
    */
-  licensesUntil: z.array(keptLicensesRecord).default([]),
   addOnLicensesUntil: z.record(z.string(), z.array(keptLicensesRecord)).default({}),
+  /**
+   * Main chain: when the total the next counts share is needed from, while that is later than
+   * when they were shared (null: from then). A purchase recorded later for the same total
+   * shares it the same way.
+   */
+  sharesFrom: z.int().nullable().default(null),
   /** Webhook ids of the latest applied seat events: a retried job never applies one twice. */
   appliedSeatEvents: z.array(z.string()).default([]),
   /**

@@ -1,5 +1,5 @@
 // The chain as the ops API and CLI show it (DESIGN §5).
-import { renewalLicenses } from '../domain/seats.js';
+import { type KeptLicenses, renewalLicenses } from '../domain/seats.js';
 import type { Chain, ChainWithHistory, HistoryEntry, Intent, Term } from './records.js';
 
 export interface AddOnView {
@@ -47,7 +47,13 @@ export function shownNextRenewalAt(
   return chain.status === 'expired' || chain.flagged !== null ? null : chain.nextRenewalAt;
 }
 
-function baseView({ chain, history }: ChainWithHistory, now: number): AddOnView {
+/**
+ * A chain read with its history, and, for an add-on, the counts its main chain keeps for its
+ * renewals before a later date (`addOnLicensesUntil`).
+ */
+export type ShownChain = ChainWithHistory & { kept?: readonly KeptLicenses[] };
+
+function baseView({ chain, history, kept = [] }: ShownChain, now: number): AddOnView {
   return {
     order: chain.order,
     customer: chain.customer,
@@ -57,7 +63,7 @@ function baseView({ chain, history }: ChainWithHistory, now: number): AddOnView 
     autoRenew: chain.autoRenew,
     payment: chain.payment,
     licenses: chain.licenses,
-    ...nextCounts(chain, now),
+    ...nextCounts(chain, kept, now),
     term: chain.term,
     nextRenewalAt: shownNextRenewalAt(chain),
     // In force or ahead (DESIGN §5): the record drops ended ones only at its next write.
@@ -74,14 +80,15 @@ function baseView({ chain, history }: ChainWithHistory, now: number): AddOnView 
  * from which later dates the renewals after it carry less: each kept count ends on its date.
  */
 function nextCounts(
-  chain: Pick<Chain, 'nextLicenses' | 'licensesUntil' | 'term'>,
+  chain: Pick<Chain, 'nextLicenses' | 'term'>,
+  kept: readonly KeptLicenses[],
   now: number,
 ): Pick<AddOnView, 'nextLicenses' | 'laterLicenses'> {
   const startsAt = Math.max(chain.term.expiresAt, now);
-  const at = (t: number) => renewalLicenses(chain.nextLicenses, chain.licensesUntil, t);
+  const at = (t: number) => renewalLicenses(chain.nextLicenses, kept, t);
   const nextLicenses = at(startsAt);
   const laterLicenses: AddOnView['laterLicenses'] = [];
-  const dates = [...new Set(chain.licensesUntil.map((k) => k.until))].sort((a, b) => a - b);
+  const dates = [...new Set(kept.map((k) => k.until))].sort((a, b) => a - b);
   for (const from of dates.filter((t) => t > startsAt)) {
     const licenses = at(from);
     if (licenses !== (laterLicenses.at(-1)?.licenses ?? nextLicenses)) {
@@ -92,10 +99,6 @@ function nextCounts(
 }
 
 /** The main chain with its add-on chains (same shape, without `addOns`), as of `now`. */
-export function chainView(
-  main: ChainWithHistory,
-  addOns: readonly ChainWithHistory[],
-  now: number,
-): ChainView {
+export function chainView(main: ShownChain, addOns: readonly ShownChain[], now: number): ChainView {
   return { ...baseView(main, now), addOns: addOns.map((a) => baseView(a, now)) };
 }

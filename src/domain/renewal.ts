@@ -13,7 +13,10 @@ export interface RenewalView {
   /** An add-on's: whether its main chain is flagged, its renewal waiting for a person. */
   readonly mainFlagged?: boolean | undefined;
   readonly nextLicenses: number;
-  /** Counts that renewals starting before a later-dated total keep (renewalLicenses). */
+  /**
+   * An add-on's: counts its renewals keep while they start before a later-dated total applies
+   * (renewalLicenses), as its main chain holds them.
+   */
   readonly licensesUntil?: readonly KeptLicenses[] | undefined;
   readonly term: { readonly count: number; readonly startsAt: number; readonly expiresAt: number };
 }

@@ -349,7 +349,7 @@ export function keepLicensesUntil(input: {
  * The kept counts that still tell something beside a chain's share: for a date to come, and
  * above the share.
  */
-export function stillKept(
+function stillKept(
   kept: readonly KeptLicenses[],
   { share, now }: { share: number; now: number },
 ): KeptLicenses[] {

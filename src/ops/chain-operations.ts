@@ -4,9 +4,9 @@ import { ensureSuspensionJob } from '../../jobs/payment-signals.js';
 import { ensureFamilyRenewalJobs } from '../../jobs/renewals.js';
 import { cancelChain } from '../chains/cancel.js';
 import { governedNextRenewalAt, mainChainsOf } from '../chains/family.js';
-import type { Cause, Chain } from '../chains/records.js';
+import type { Cause, Chain, ChainWithHistory } from '../chains/records.js';
 import type { ChainStore } from '../chains/store.js';
-import { type ChainView, chainView, shownNextRenewalAt } from '../chains/view.js';
+import { type ChainView, chainView, type ShownChain, shownNextRenewalAt } from '../chains/view.js';
 import type { ProvisioningClient } from '../client/provisioning-client.js';
 import type { Clock } from '../clock.js';
 import { SECONDS_PER_DAY } from '../domain/periods.js';
@@ -53,8 +53,16 @@ function asGovernedBy(main: Chain, addOn: Chain): Chain {
     payment: main.payment,
     needsReactivation: main.needsReactivation,
     nextLicenses: main.addOnNextLicenses[addOn.id] ?? addOn.nextLicenses,
-    licensesUntil: main.addOnLicensesUntil[addOn.id] ?? [],
     nextRenewalAt: governedNextRenewalAt(main, addOn),
+  };
+}
+
+/** An add-on read with its history, shown as `main` governs it, with the counts it keeps. */
+function governedView(main: Chain, addOn: ChainWithHistory): ShownChain {
+  return {
+    ...addOn,
+    chain: asGovernedBy(main, addOn.chain),
+    kept: main.addOnLicensesUntil[addOn.chain.id] ?? [],
   };
 }
 
@@ -93,11 +101,11 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
   async function view(chain: Chain): Promise<ChainView> {
     const [read = { chain, history: [] }] = await chains.getManyWithHistory([chain.id]);
     const governing = read.chain.mainChain === null ? null : await chains.get(read.chain.mainChain);
-    const main = governing ? { ...read, chain: asGovernedBy(governing, read.chain) } : read;
+    const main = governing ? governedView(governing, read) : read;
     const addOns = await chains.getManyWithHistory(main.chain.addOns);
     return chainView(
       main,
-      addOns.map((a) => ({ ...a, chain: asGovernedBy(main.chain, a.chain) })),
+      addOns.map((a) => governedView(main.chain, a)),
       clock.now(),
     );
   }

@@ -435,10 +435,10 @@ function checkAll(
       const left = [...stopped, ...waitingStopped].reduce((n, o) => n + o.licenses, 0);
       if (inForce(counted, t) + left >= need.total) continue;
     }
-    // External, a newer dated event replaces a waiting add-on's rest, and shrinks the waiting
-    // add-on itself from its first renewal (Known limitations: "A third event needed from a
-    // later date than the second's replaces the second's rest"): what an earlier event needed
-    // before the newer one's date is dropped. Tolerated unless STORM_STRICT=1.
+    // External, a newer dated event replaces a waiting add-on's rest (Known limitations: "A
+    // third event needed from a later date than the second's replaces the second's rest"): what
+    // an earlier event needed before the newer one's date is dropped. Tolerated unless
+    // STORM_STRICT=1.
     if (
       process.env.STORM_STRICT !== '1' &&
       ctx.style === 'addon' &&

@@ -167,6 +167,24 @@ async function stopFirstAddOn(system: System, clock: ManualClock, order: string,
 }
 
 /**
+ * `order` of 5 placed 20 days ago with an add-on of 3 bought now, and its term 2 ordered ahead
+ * (the clock left at that renewal): the add-on renews inside term 2, some days before it ends.
+ */
+async function addOnRenewingInNextTerm(system: System, clock: ManualClock, order: string) {
+  const placed = await place(system, order, 5, 20);
+  await seats(system, order, 8);
+  const bought = await system.waitForChain(order, (c) => c.addOns.length === 1);
+  const a1End = bought.addOns[0]?.term.expiresAt ?? 0;
+  const renewed = await renewAt(system, clock, order, {
+    count: 2,
+    expiresAt: placed.term.expiresAt,
+  });
+  const termEnd = renewed.term.expiresAt;
+  expect(a1End).toBeLessThan(termEnd - 3 * DAY);
+  return { a1End, termEnd };
+}
+
+/**
  * `order` of 5 with two add-ons, of 3 (bought 3 days in) and of 2 (6 days in), both given up
  * (the total back to 5) and stopped at their renewals after the main chain renewed: they end 3
  * apart inside its next term. Leaves the clock where that term starts; resolves with their ends.
@@ -373,27 +391,17 @@ describe('marketplace, co-terminated partial orders (the default)', () => {
     expect(later.partials).toHaveLength(1);
   });
 
-  it('renews at the old count when a decrease is needed only after the next term starts', async () => {
+  it('carries a decrease needed after the next term starts by the next renewal (DESIGN §4)', async () => {
     const placed = await place(system, 'S-41', 10);
-    const end = placed.term.expiresAt;
-    const from = end + 10 * DAY;
+    const from = placed.term.expiresAt + 10 * DAY;
     await seats(system, 'S-41', 6, { effectiveAt: from });
-    const decreased = await system.waitForChain('S-41', (c) => c.laterLicenses.length === 1);
-    // The 10 are still needed for the first 10 days of the next term, which renews whole.
-    expect(decreased.nextLicenses).toBe(10);
-    expect(decreased.laterLicenses).toEqual([{ from, licenses: 6 }]);
-    expect(decreased.history.at(-1)?.detail).toContain(
-      `renewals that start before ${formatInstant(from)} carry 10; from then on, the next renewal carries 6`,
-    );
-
-    const renewed = await renewAt(system, clock, 'S-41', { count: 2, expiresAt: end });
-    expect((await system.providerOrder('S-41.r2'))?.licenses).toBe(10);
-    expect(renewed).toMatchObject({ licenses: 10, nextLicenses: 6, laterLicenses: [] });
-    const next = await renewAt(system, clock, 'S-41', {
-      count: 3,
-      expiresAt: renewed.term.expiresAt,
+    const decreased = await system.waitForChain('S-41', (c) => c.nextLicenses === 6);
+    expect(decreased.laterLicenses).toEqual([]);
+    const renewed = await renewAt(system, clock, 'S-41', {
+      count: 2,
+      expiresAt: placed.term.expiresAt,
     });
-    expect(next.licenses).toBe(6);
+    expect(renewed.licenses).toBe(6);
   });
 
   it('buys nothing for the days before a first term ordered to start later', async () => {
@@ -820,51 +828,56 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     expect(again.history.filter((h) => h.event === 'addon.stopped')).toHaveLength(1);
   });
 
-  it('keeps an add-on that renews before a decrease is needed at its count, and shrinks it from then', async () => {
-    // 5 + an add-on of 3 bought now; its term ends after the main chain's.
-    const placed = await place(system, 'A-31', 5);
-    await seats(system, 'A-31', 8);
-    const bought = await system.waitForChain('A-31', (c) => c.addOns.length === 1);
-    const addOnEnd = bought.addOns[0]?.term.expiresAt ?? 0;
-    expect(addOnEnd).toBeGreaterThan(placed.term.expiresAt);
-
-    // 6 from 5 days after the add-on's term ends: its renewal before then still needs its 3
-    // (and renews a whole term), the one after carries its share of 1.
-    clock.advance(60);
-    const from = addOnEnd + 5 * DAY;
+  it('keeps an add-on renewing before a decrease is needed at its count; the main chain takes the decrease', async () => {
+    const { a1End, termEnd } = await addOnRenewingInNextTerm(system, clock, 'A-31');
+    // 6 from 3 days after the add-on renews: it still needs its 3 until then, and renews a whole
+    // term, so the main chain, which renews after the date, carries the rest: 3.
+    const from = a1End + 3 * DAY;
     await seats(system, 'A-31', 6, { effectiveAt: from });
-    const decreased = await system.waitForChain(
-      'A-31',
-      (c) => c.addOns[0]?.laterLicenses.length === 1,
-    );
+    const decreased = await system.waitForChain('A-31', (c) => c.nextLicenses === 3);
+    expect(decreased.addOns[0]).toMatchObject({ nextLicenses: 3, laterLicenses: [] });
+
+    clock.set(a1End - 7 * DAY);
+    await system.promote('renewals', renewalJobId(chainIdOf('A-31.a1'), 2));
+    await system.waitForChain('A-31', (c) => c.addOns[0]?.term.count === 2);
+    expect((await system.providerOrder('A-31.a1.r2'))?.licenses).toBe(3);
+    const main = await renewAt(system, clock, 'A-31', { count: 3, expiresAt: termEnd });
+    // From then on the family carries the 6 exactly: 3 + 3.
+    expect(main.licenses).toBe(3);
+  });
+
+  it('keeps the count of an add-on renewing before the date when it alone carries the total, then stops it', async () => {
+    const { a1End, termEnd } = await addOnRenewingInNextTerm(system, clock, 'A-32');
+    // 3 from after the add-on renews: its 3 are needed until then, though they are the whole
+    // total; from then the main chain alone carries it.
+    const from = a1End + 3 * DAY;
+    await seats(system, 'A-32', 3, { effectiveAt: from });
+    const decreased = await system.waitForChain('A-32', (c) => c.nextLicenses === 3);
     expect(decreased.addOns[0]).toMatchObject({
       nextLicenses: 3,
-      laterLicenses: [{ from, licenses: 1 }],
+      laterLicenses: [{ from, licenses: 0 }],
     });
-    expect(decreased).toMatchObject({ nextLicenses: 5, laterLicenses: [] });
-    const shown = await run(process.execPath, [BIN, 'chains', 'show', 'A-31'], {
+    expect(decreased.history.at(-1)?.detail).toContain(
+      `renewals that start before ${formatInstant(from)} carry 3 (main) + 3 (add-ons); from then on, the next renewals carry 3 (main) + 0 (add-ons)`,
+    );
+    const shown = await run(process.execPath, [BIN, 'chains', 'show', 'A-32'], {
       env: { ...process.env, REDIS_URL: system.redisUrl, DATA_DIR: system.settings.DATA_DIR },
     });
     expect(shown.stdout).toContain(
-      `A-31.a1: 3 licenses (3 next, 1 from ${formatInstant(from)}), term #1`,
+      `A-32.a1: 3 licenses (3 next, 0 from ${formatInstant(from)}), term #1`,
     );
 
-    const main = await renewAt(system, clock, 'A-31', {
-      count: 2,
-      expiresAt: placed.term.expiresAt,
-    });
-    expect(main.licenses).toBe(5);
-    clock.set(addOnEnd - 7 * DAY);
-    await system.promote('renewals', renewalJobId(chainIdOf('A-31.a1'), 2));
-    const renewed = await system.waitForChain('A-31', (c) => c.addOns[0]?.term.count === 2);
-    expect((await system.providerOrder('A-31.a1.r2'))?.licenses).toBe(3);
-    expect(renewed.addOns[0]).toMatchObject({ licenses: 3, nextLicenses: 1, laterLicenses: [] });
-
-    const secondEnd = renewed.addOns[0]?.term.expiresAt ?? 0;
-    clock.set(secondEnd - 7 * DAY);
-    await system.promote('renewals', renewalJobId(chainIdOf('A-31.a1'), 3));
-    const shrunk = await system.waitForChain('A-31', (c) => c.addOns[0]?.term.count === 3);
-    expect(shrunk.addOns[0]?.licenses).toBe(1);
+    clock.set(a1End - 7 * DAY);
+    await system.promote('renewals', renewalJobId(chainIdOf('A-32.a1'), 2));
+    const renewed = await system.waitForChain('A-32', (c) => c.addOns[0]?.term.count === 2);
+    expect((await system.providerOrder('A-32.a1.r2'))?.licenses).toBe(3);
+    expect(renewed.addOns[0]).toMatchObject({ nextLicenses: 0, laterLicenses: [] });
+    const main = await renewAt(system, clock, 'A-32', { count: 3, expiresAt: termEnd });
+    expect(main.licenses).toBe(3);
+    clock.set((renewed.addOns[0]?.term.expiresAt ?? 0) - 7 * DAY);
+    await system.promote('renewals', renewalJobId(chainIdOf('A-32.a1'), 3));
+    const stopped = await system.waitForChain('A-32', (c) => c.addOns[0]?.nextRenewalAt === null);
+    expect(stopped.addOns[0]?.history.at(-1)?.event).toBe('addon.stopped');
   });
 
   it('replaces an add-on that stopped and ends before the main term does, from its end', async () => {
@@ -1749,38 +1762,58 @@ describe('the external variant (add-ons only)', () => {
     });
   });
 
-  it('keeps the count of an add-on renewing before a later decrease when a waiting add-on is bought', async () => {
-    await system.send('order.placed', orderPlaced({ order: 'E-48', licenses: 5 }));
-    await system.waitForChain('E-48', () => true);
-    await seats(system, 'E-48', 8);
-    const a1 = (await system.waitForChain('E-48', (c) => c.addOns.length === 1)).addOns[0];
-    const a1End = a1?.term.expiresAt ?? 0;
-    clock.advance(60);
-    const waitingDate = clock.now() + 3 * DAY;
-    await seats(system, 'E-48', 10, { effectiveAt: waitingDate });
-    await system.waitForChain('E-48', (c) => lastEvent(c) === 'seats.addon_scheduled');
+  it.each([
+    ['bought', 'E-48', false],
+    ['refused', 'E-49', true],
+  ] as const)(
+    'keeps the count of an add-on renewing before a later decrease once a waiting add-on is %s',
+    async (_label, order, refused) => {
+      // Term 1 from now; 20 days on, an add-on of 3; term 2 ordered ahead, in which it renews.
+      await system.send('order.placed', orderPlaced({ order, licenses: 5 }));
+      const placed = await system.waitForChain(order, () => true);
+      clock.advance(20 * DAY);
+      await seats(system, order, 8);
+      const a1End =
+        (await system.waitForChain(order, (c) => c.addOns.length === 1)).addOns[0]?.term
+          .expiresAt ?? 0;
+      const renewed = await renewAt(system, clock, order, {
+        count: 2,
+        expiresAt: placed.term.expiresAt,
+      });
+      expect(a1End).toBeLessThan(renewed.term.expiresAt - 3 * DAY);
+      const waitingDate = clock.now() + 5 * DAY;
+      await seats(system, order, 10, { effectiveAt: waitingDate });
+      await system.waitForChain(order, (c) => lastEvent(c) === 'seats.addon_scheduled');
 
-    // 6 from 5 days after E-48.a1's term ends: its renewal before then keeps its 3.
-    clock.advance(60);
-    const from = a1End + 5 * DAY;
-    await seats(system, 'E-48', 6, { effectiveAt: from });
-    const decreased = await system.waitForChain('E-48', (c) => lastEvent(c) === 'seats.changed');
-    expect(decreased.addOns[0]).toMatchObject({
-      nextLicenses: 3,
-      laterLicenses: [{ from, licenses: 1 }],
-    });
+      // 6 from 3 days after the add-on renews: its renewal keeps its 3; the main chain and the
+      // waiting add-on, which renew after that date, share the other 3.
+      clock.advance(60);
+      const from = a1End + 3 * DAY;
+      await seats(system, order, 6, { effectiveAt: from });
+      const decreased = await system.waitForChain(order, (c) => lastEvent(c) === 'seats.changed');
+      expect(decreased).toMatchObject({ nextLicenses: 3 });
+      expect(decreased.addOns[0]).toMatchObject({ nextLicenses: 3, laterLicenses: [] });
 
-    // Bought on its day, the waiting add-on leaves what the renewals before that date keep.
-    const bought = await buyWaitingAddOn(system, clock, 'E-48', { at: waitingDate, nth: 2 });
-    expect(bought.addOns[0]).toMatchObject({
-      nextLicenses: 3,
-      laterLicenses: [{ from, licenses: 1 }],
-    });
-    clock.set(a1End - 7 * DAY);
-    await system.promote('renewals', renewalJobId(chainIdOf('E-48.a1'), 2));
-    await system.waitForChain('E-48', (c) => c.addOns[0]?.term.count === 2);
-    expect((await system.providerOrder('E-48.a1.r2'))?.licenses).toBe(3);
-  });
+      // Bought on its day, or refused by the provider, the waiting add-on leaves the split as is.
+      if (refused) {
+        await leftByDeadJob(system, order, 'product-withdrawn', () => ({
+          product: 'no-such-product',
+        }));
+        clock.set(waitingDate);
+        await system.promote('seat-changes', addOnJobId(chainIdOf(order)));
+        await system.waitForChain(order, (c) => lastEvent(c) === 'seats.refused');
+      } else {
+        await buyWaitingAddOn(system, clock, order, { at: waitingDate, nth: 2 });
+      }
+      const after = await system.chain(order);
+      expect(after.addOns[0]).toMatchObject({ nextLicenses: 3, laterLicenses: [] });
+      expect(after.nextLicenses).toBe(3);
+      clock.set(a1End - 7 * DAY);
+      await system.promote('renewals', renewalJobId(chainIdOf(`${order}.a1`), 2));
+      await system.waitForChain(order, (c) => c.addOns[0]?.term.count === 2);
+      expect((await system.providerOrder(`${order}.a1.r2`))?.licenses).toBe(3);
+    },
+  );
 
   it('keeps a waiting add-on when a newer event sets only a later total: it is needed until then', async () => {
     await system.send('order.placed', orderPlaced({ order: 'E-44', licenses: 5 }));

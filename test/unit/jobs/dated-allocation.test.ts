@@ -1,0 +1,144 @@
+// How a total needed from a later date inside the main chain's term is shared over a family
+// whose add-ons renew on their own cycles: those renewing before the date keep what they carry,
+// and the family carries the total exactly once each chain has renewed (fast-check over random
+// families).
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { allocation } from '../../../jobs/seat-purchases.js';
+import { type Chain, newChainRecord } from '../../../src/chains/records.js';
+import { manualClock } from '../../../src/clock.js';
+import { SECONDS_PER_DAY } from '../../../src/domain/periods.js';
+import { renewalLicenses } from '../../../src/domain/seats.js';
+
+const DAY = SECONDS_PER_DAY;
+const now = Date.UTC(2026, 5, 10) / 1000;
+const mainEnd = now + 20 * DAY;
+const deps = { clock: manualClock(now), settings: { seatIncrease: 'addon' as const } };
+
+function chain(fields: Partial<Chain> & Pick<Chain, 'id' | 'licenses' | 'term'>): Chain {
+  return {
+    ...newChainRecord({
+      order: fields.id,
+      customer: 'C-1',
+      product: 'suite-std',
+      duration: 'monthly',
+      status: 'active',
+      autoRenew: true,
+      payment: 'ok',
+      nextLicenses: fields.licenses,
+      intent: null,
+      nextRenewalAt: fields.term.expiresAt - 7 * DAY,
+      createdAt: now - 60 * DAY,
+      updatedAt: now,
+      ...fields,
+    }),
+    version: 1,
+  };
+}
+
+/** A main chain of `licenses` to mainEnd, with add-ons of `licenses` ending `endsInDays`. */
+function family(
+  mainLicenses: number,
+  addOns: readonly { licenses: number; share: number; endsInDays: number }[],
+) {
+  const addOnChains = addOns.map((a, i) =>
+    chain({
+      id: `M.a${i + 1}`,
+      licenses: a.licenses,
+      mainChain: 'M',
+      term: {
+        orderId: `M.a${i + 1}`,
+        count: 1,
+        startsAt: now + a.endsInDays * DAY - 30 * DAY,
+        expiresAt: now + a.endsInDays * DAY,
+      },
+    }),
+  );
+  const main = chain({
+    id: 'M',
+    licenses: mainLicenses,
+    term: { orderId: 'M', count: 1, startsAt: mainEnd - 30 * DAY, expiresAt: mainEnd },
+    addOns: addOnChains.map((a) => a.id),
+    addOnNextLicenses: Object.fromEntries(addOnChains.map((a, i) => [a.id, addOns[i]?.share ?? 0])),
+  });
+  return { main, addOns: addOnChains };
+}
+
+/** What each add-on's next renewal carries under the main chain's counts. */
+function nextRenewals(main: Chain, addOns: readonly Chain[]) {
+  return addOns.map((a) =>
+    renewalLicenses(
+      main.addOnNextLicenses[a.id] ?? 0,
+      main.addOnLicensesUntil[a.id] ?? [],
+      a.term.expiresAt,
+    ),
+  );
+}
+
+describe('allocation of a total needed from a later date inside the term', () => {
+  it('keeps an add-on renewing before the date at its count, and takes the change from the main chain', () => {
+    // 5 + an add-on of 3 renewing in 5 days; 6 from in 10 days.
+    const { main, addOns } = family(5, [{ licenses: 3, share: 3, endsInDays: 5 }]);
+    const counts = allocation(deps, main, addOns, 6, { from: now + 10 * DAY });
+    expect(counts).toMatchObject({
+      nextLicenses: 3,
+      addOnNextLicenses: { 'M.a1': 3 },
+      addOnLicensesUntil: {},
+      sharesFrom: now + 10 * DAY,
+    });
+  });
+
+  it('shrinks an add-on renewing after the date first, as any decrease does', () => {
+    const { main, addOns } = family(5, [{ licenses: 3, share: 3, endsInDays: 15 }]);
+    const counts = allocation(deps, main, addOns, 6, { from: now + 10 * DAY });
+    expect(counts).toMatchObject({ nextLicenses: 5, addOnNextLicenses: { 'M.a1': 1 } });
+  });
+
+  it('keeps the count of add-ons that renew first and carry the whole total, until the date', () => {
+    const { main, addOns } = family(5, [{ licenses: 3, share: 3, endsInDays: 5 }]);
+    const from = now + 10 * DAY;
+    const counts = allocation(deps, main, addOns, 3, { from });
+    expect(counts).toMatchObject({
+      nextLicenses: 3,
+      addOnNextLicenses: { 'M.a1': 0 },
+      addOnLicensesUntil: { 'M.a1': [{ until: from, licenses: 3 }] },
+    });
+  });
+
+  it('carries the total exactly, never drops a renewal before the date, and shares it again the same way', () => {
+    const addOn = fc.record({
+      licenses: fc.integer({ min: 1, max: 8 }),
+      share: fc.integer({ min: 0, max: 10 }),
+      endsInDays: fc.integer({ min: 1, max: 45 }),
+    });
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 10 }),
+        fc.array(addOn, { maxLength: 4 }),
+        fc.integer({ min: 1, max: 40 }),
+        fc.integer({ min: 1, max: 19 }),
+        (mainLicenses, shapes, total, fromDays) => {
+          const { main, addOns } = family(mainLicenses, shapes);
+          const from = now + fromDays * DAY;
+          const counts = allocation(deps, main, addOns, total, { from });
+          const next = { ...main, ...counts };
+          const shares = Object.values(counts.addOnNextLicenses);
+          expect(counts.nextLicenses + shares.reduce((a, b) => a + b, 0)).toBe(total);
+          expect(counts.nextLicenses).toBeGreaterThanOrEqual(1);
+          const renewals = nextRenewals(next, addOns);
+          const early = addOns.map((a) => a.term.expiresAt < from);
+          const before = nextRenewals(main, addOns);
+          early.forEach((isEarly, i) => {
+            if (isEarly) expect(renewals[i]).toBeGreaterThanOrEqual(before[i] ?? 0);
+            else expect(counts.addOnLicensesUntil[addOns[i]?.id ?? '']).toBeUndefined();
+          });
+          // Exact whenever the add-ons renewing first leave the main chain some of the total.
+          const carriedFirst = before.reduce((sum, n, i) => (early[i] ? sum + n : sum), 0);
+          if (carriedFirst < total) expect(counts.addOnLicensesUntil).toEqual({});
+          // A purchase recorded later for the same total (keep) shares it the same way.
+          expect(allocation(deps, next, addOns, total, { keep: true })).toEqual(counts);
+        },
+      ),
+    );
+  });
+});
