@@ -40,3 +40,32 @@ export function chainFor(
   chainRecord.parse({ ...next, version: 0 });
   return next;
 }
+
+/**
+ * A stored chain (version 1) made of `fields` over an active monthly chain created 60 days
+ * before `now`, whose renewal fires 7 days before its term ends: for tests of what a seat job
+ * reads from a family of chains.
+ */
+export function storedChain(
+  now: number,
+  fields: Partial<Chain> & Pick<Chain, 'id' | 'licenses' | 'term'>,
+): Chain {
+  return {
+    ...newChainRecord({
+      order: fields.id,
+      customer: 'C-1',
+      product: 'suite-std',
+      duration: 'monthly',
+      status: 'active',
+      autoRenew: true,
+      payment: 'ok',
+      nextLicenses: fields.licenses,
+      intent: null,
+      nextRenewalAt: fields.term.expiresAt - 7 * DAY,
+      createdAt: now - 60 * DAY,
+      updatedAt: now,
+      ...fields,
+    }),
+    version: 1,
+  };
+}

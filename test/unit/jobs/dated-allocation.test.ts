@@ -5,10 +5,11 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { allocation } from '../../../jobs/seat-purchases.js';
-import { type Chain, newChainRecord } from '../../../src/chains/records.js';
+import type { Chain } from '../../../src/chains/records.js';
 import { manualClock } from '../../../src/clock.js';
 import { SECONDS_PER_DAY } from '../../../src/domain/periods.js';
 import { renewalLicenses } from '../../../src/domain/seats.js';
+import { storedChain } from '../../helpers/chains.js';
 
 const DAY = SECONDS_PER_DAY;
 const now = Date.UTC(2026, 5, 10) / 1000;
@@ -16,24 +17,7 @@ const mainEnd = now + 20 * DAY;
 const deps = { clock: manualClock(now), settings: { seatIncrease: 'addon' as const } };
 
 function chain(fields: Partial<Chain> & Pick<Chain, 'id' | 'licenses' | 'term'>): Chain {
-  return {
-    ...newChainRecord({
-      order: fields.id,
-      customer: 'C-1',
-      product: 'suite-std',
-      duration: 'monthly',
-      status: 'active',
-      autoRenew: true,
-      payment: 'ok',
-      nextLicenses: fields.licenses,
-      intent: null,
-      nextRenewalAt: fields.term.expiresAt - 7 * DAY,
-      createdAt: now - 60 * DAY,
-      updatedAt: now,
-      ...fields,
-    }),
-    version: 1,
-  };
+  return storedChain(now, fields);
 }
 
 /** A main chain of `licenses` to mainEnd, with add-ons of `licenses` ending `endsInDays`. */

@@ -2,9 +2,10 @@
 // add-ons that renewed early themselves, and add-ons that stopped.
 import { describe, expect, it } from 'vitest';
 import { paidAhead, paidInForce, paidInTermInForce } from '../../../jobs/seat-purchases.js';
-import { type Chain, newChainRecord } from '../../../src/chains/records.js';
+import type { Chain } from '../../../src/chains/records.js';
 import { SECONDS_PER_DAY } from '../../../src/domain/periods.js';
 import { planSeatChange } from '../../../src/domain/seats.js';
+import { storedChain } from '../../helpers/chains.js';
 
 const DAY = SECONDS_PER_DAY;
 const now = Date.UTC(2026, 5, 24) / 1000;
@@ -13,24 +14,7 @@ const renewedAt = now + 6 * DAY;
 const nextEnd = renewedAt + 30 * DAY;
 
 function chain(fields: Partial<Chain> & Pick<Chain, 'id' | 'licenses' | 'term'>): Chain {
-  return {
-    ...newChainRecord({
-      order: fields.id,
-      customer: 'C-1',
-      product: 'suite-std',
-      duration: 'monthly',
-      status: 'active',
-      autoRenew: true,
-      payment: 'ok',
-      nextLicenses: fields.licenses,
-      intent: null,
-      nextRenewalAt: fields.term.expiresAt - 7 * DAY,
-      createdAt: now - 60 * DAY,
-      updatedAt: now,
-      ...fields,
-    }),
-    version: 1,
-  };
+  return storedChain(now, fields);
 }
 
 /** A main chain of 10 in force to Jun 30, renewed early with `next` to Jul 30. */
