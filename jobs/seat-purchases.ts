@@ -321,9 +321,11 @@ export function allocation(
       addOns: new Map(sharingAddOns.map((a, i) => [a.id, shares.addOns[i] ?? 0])),
     };
   };
-  const inTerm = later !== undefined && later < chain.term.expiresAt;
-  const dated = inTerm ? datedShares(chain, renewing, total, later, split) : undefined;
-  const shares = dated ?? split(total, renewing);
+  // The main chain renews at its term's end: from a date up to then, it renews after the date.
+  const inTerm = later !== undefined && later <= chain.term.expiresAt;
+  const ordinary = split(total, renewing);
+  const dated = inTerm ? datedShares(chain, renewing, total, later, ordinary, split) : undefined;
+  const shares = dated ?? ordinary;
   const counts = {
     nextLicenses: shares.main,
     addOnNextLicenses: Object.fromEntries(addOns.map((a) => [a.id, shares.addOns.get(a.id) ?? 0])),
@@ -339,10 +341,11 @@ export function allocation(
 type Shares = { main: number; addOns: Map<string, number> };
 
 /**
- * A total needed from `from`, inside the main chain's latest ordered term: the add-ons that
- * renew before then keep what their renewals carry now (the licenses are needed until then,
- * and a renewal runs a whole term), and the chains that renew from then share the rest, as
- * any total is shared. The family then carries the total exactly, once each has renewed.
+ * A total needed from `from`, up to the end of the main chain's latest ordered term: the add-ons
+ * that renew before then carry no less than their renewals carry now (the licenses are needed
+ * until then, and a renewal runs a whole term), nor than their `ordinary` shares of the total
+ * (needed from then, when nothing else buys them), and the chains that renew from then share the
+ * rest, as any total is shared. The family then carries the total exactly, once each has renewed.
  * Undefined when the rest leaves the main chain nothing: the add-ons renewing first already
  * carry the whole total (keptUntil covers that).
  */
@@ -351,10 +354,16 @@ function datedShares(
   renewing: readonly Chain[],
   total: number,
   from: number,
+  ordinary: Shares,
   split: (total: number, sharing: readonly Chain[]) => Shares,
 ): Shares | undefined {
   const early = renewing.filter((a) => a.term.expiresAt < from);
-  const carried = new Map(early.map((a) => [a.id, carriedByNextRenewal(chain, a)]));
+  const carried = new Map(
+    early.map((a) => [
+      a.id,
+      Math.max(carriedByNextRenewal(chain, a), ordinary.addOns.get(a.id) ?? 0),
+    ]),
+  );
   const rest = total - [...carried.values()].reduce((sum, n) => sum + n, 0);
   if (rest < 1) return undefined;
   const late = split(
@@ -374,7 +383,7 @@ function carriedByNextRenewal(main: Chain, addOn: Chain): number {
 }
 
 /**
- * When the add-ons that renew before `from` carry more than the whole total: shared as any
+ * When the add-ons that renew before `from` carry the whole total on their own: shared as any
  * total, each of them keeps what its renewals carry now for those that start before `from`
  * (keepLicensesUntil). The family then carries more than the total until they renew again.
  */

@@ -846,6 +846,17 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     expect(main.licenses).toBe(3);
   });
 
+  it('keeps an add-on renewing mid-term at its count for a decrease needed from the term end', async () => {
+    const { a1End, termEnd } = await addOnRenewingInNextTerm(system, clock, 'A-33');
+    await seats(system, 'A-33', 5, { effectiveAt: termEnd });
+    const decreased = await system.waitForChain('A-33', (c) => c.nextLicenses === 2);
+    expect(decreased.addOns[0]).toMatchObject({ nextLicenses: 3, laterLicenses: [] });
+    clock.set(a1End - 7 * DAY);
+    await system.promote('renewals', renewalJobId(chainIdOf('A-33.a1'), 2));
+    await system.waitForChain('A-33', (c) => c.addOns[0]?.term.count === 2);
+    expect((await system.providerOrder('A-33.a1.r2'))?.licenses).toBe(3);
+  });
+
   it('keeps the count of an add-on renewing before the date when it alone carries the total, then stops it', async () => {
     const { a1End, termEnd } = await addOnRenewingInNextTerm(system, clock, 'A-32');
     // 3 from after the add-on renews: its 3 are needed until then, though they are the whole

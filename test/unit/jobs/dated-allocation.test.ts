@@ -72,6 +72,24 @@ describe('allocation of a total needed from a later date inside the term', () =>
     });
   });
 
+  it('gives an add-on renewing before the date what the total needs from then, when that is more', () => {
+    // 5 + an add-on of 3 whose share a decrease left at 1; then 8 from in 10 days, which the 3
+    // still paid cover: nothing is bought, so the add-on's renewal must carry its 3 again.
+    const { main, addOns } = family(5, [{ licenses: 3, share: 1, endsInDays: 5 }]);
+    const counts = allocation(deps, main, addOns, 8, { from: now + 10 * DAY });
+    expect(counts).toMatchObject({ nextLicenses: 5, addOnNextLicenses: { 'M.a1': 3 } });
+  });
+
+  it('keeps an add-on renewing mid-term at its count for a total needed from the term end', () => {
+    const { main, addOns } = family(5, [{ licenses: 3, share: 3, endsInDays: 5 }]);
+    for (const from of [mainEnd - DAY, mainEnd]) {
+      expect(allocation(deps, main, addOns, 5, { from })).toMatchObject({
+        nextLicenses: 2,
+        addOnNextLicenses: { 'M.a1': 3 },
+      });
+    }
+  });
+
   it('shrinks an add-on renewing after the date first, as any decrease does', () => {
     const { main, addOns } = family(5, [{ licenses: 3, share: 3, endsInDays: 15 }]);
     const counts = allocation(deps, main, addOns, 6, { from: now + 10 * DAY });
@@ -100,7 +118,7 @@ describe('allocation of a total needed from a later date inside the term', () =>
         fc.integer({ min: 1, max: 10 }),
         fc.array(addOn, { maxLength: 4 }),
         fc.integer({ min: 1, max: 40 }),
-        fc.integer({ min: 1, max: 19 }),
+        fc.integer({ min: 1, max: 20 }),
         (mainLicenses, shapes, total, fromDays) => {
           const { main, addOns } = family(mainLicenses, shapes);
           const from = now + fromDays * DAY;
@@ -116,9 +134,19 @@ describe('allocation of a total needed from a later date inside the term', () =>
             if (isEarly) expect(renewals[i]).toBeGreaterThanOrEqual(before[i] ?? 0);
             else expect(counts.addOnLicensesUntil[addOns[i]?.id ?? '']).toBeUndefined();
           });
-          // Exact whenever the add-ons renewing first leave the main chain some of the total.
-          const carriedFirst = before.reduce((sum, n, i) => (early[i] ? sum + n : sum), 0);
-          if (carriedFirst < total) expect(counts.addOnLicensesUntil).toEqual({});
+          // Nothing is bought for a total already paid: what is in force from the date until the
+          // main chain renews (its licenses, the add-ons renewing after the date, the renewals
+          // of those renewing before it) still covers it.
+          const paid = mainLicenses + shapes.reduce((sum, a) => sum + a.licenses, 0);
+          const inForce = addOns.reduce(
+            (sum, a, i) => sum + (early[i] ? (renewals[i] ?? 0) : a.licenses),
+            mainLicenses,
+          );
+          if (paid >= total) expect(inForce).toBeGreaterThanOrEqual(total);
+          // Exact (nothing kept beside the shares) whenever the renewals of the add-ons renewing
+          // first leave the main chain some of the total.
+          const renewedFirst = renewals.reduce((sum, n, i) => (early[i] ? sum + n : sum), 0);
+          if (renewedFirst < total) expect(counts.addOnLicensesUntil).toEqual({});
           // A purchase recorded later for the same total (keep) shares it the same way.
           expect(allocation(deps, next, addOns, total, { keep: true })).toEqual(counts);
         },
