@@ -323,8 +323,10 @@ export function allocation(
   };
   // The main chain renews at its term's end: from a date up to then, it renews after the date.
   const inTerm = later !== undefined && later <= chain.term.expiresAt;
+  // The add-ons whose next renewal starts before the date.
+  const early = inTerm ? renewing.filter((a) => a.term.expiresAt < later) : [];
   const ordinary = split(total, renewing);
-  const dated = inTerm ? datedShares(chain, renewing, total, later, ordinary, split) : undefined;
+  const dated = inTerm ? datedShares(chain, renewing, early, total, ordinary, split) : undefined;
   const shares = dated ?? ordinary;
   const counts = {
     nextLicenses: shares.main,
@@ -333,7 +335,7 @@ export function allocation(
   return {
     ...counts,
     addOnLicensesUntil:
-      inTerm && !dated ? keptUntil(chain, renewing, counts.addOnNextLicenses, later, now) : {},
+      inTerm && !dated ? keptUntil(chain, early, counts.addOnNextLicenses, later, now) : {},
     sharesFrom: later ?? null,
   };
 }
@@ -341,8 +343,8 @@ export function allocation(
 type Shares = { main: number; addOns: Map<string, number> };
 
 /**
- * A total needed from `from`, up to the end of the main chain's latest ordered term: the add-ons
- * that renew before then carry no less than their renewals carry now (the licenses are needed
+ * A total needed from a date up to the end of the main chain's latest ordered term: the add-ons
+ * that renew before then (`early`) carry no less than their renewals carry now (the licenses are needed
  * until then, and a renewal runs a whole term), nor than their `ordinary` shares of the total
  * (needed from then, when nothing else buys them), and the chains that renew from then share the
  * rest, as any total is shared. The family then carries the total exactly, once each has renewed.
@@ -352,12 +354,11 @@ type Shares = { main: number; addOns: Map<string, number> };
 function datedShares(
   chain: Chain,
   renewing: readonly Chain[],
+  early: readonly Chain[],
   total: number,
-  from: number,
   ordinary: Shares,
   split: (total: number, sharing: readonly Chain[]) => Shares,
 ): Shares | undefined {
-  const early = renewing.filter((a) => a.term.expiresAt < from);
   const carried = new Map(
     early.map((a) => [
       a.id,
@@ -383,19 +384,19 @@ function carriedByNextRenewal(main: Chain, addOn: Chain): number {
 }
 
 /**
- * When the add-ons that renew before `from` carry the whole total on their own: shared as any
- * total, each of them keeps what its renewals carry now for those that start before `from`
+ * When the add-ons that renew before `from` (`early`) carry the whole total on their own: shared
+ * as any total, each of them keeps what its renewals carry now for those that start before `from`
  * (keepLicensesUntil). The family then carries more than the total until they renew again.
  */
 function keptUntil(
   chain: Chain,
-  renewing: readonly Chain[],
+  early: readonly Chain[],
   shares: Record<string, number>,
   from: number,
   now: number,
 ): Record<string, KeptLicenses[]> {
   const kept: Record<string, KeptLicenses[]> = {};
-  for (const { id } of renewing.filter((a) => a.term.expiresAt < from)) {
+  for (const { id } of early) {
     const share = shares[id] ?? 0;
     const list = keepLicensesUntil({
       kept: chain.addOnLicensesUntil[id] ?? [],
@@ -418,6 +419,7 @@ export function describeAllocation(
     Partial<Pick<Chain, 'addOnLicensesUntil'>>,
 ) {
   const ids = Object.keys(next.addOnNextLicenses);
+  // The main chain renews at its term's end, never before a kept date: its share alone.
   const carried = (verb: string, startsAt: number) => {
     const main = next.nextLicenses;
     const addOns = ids.map((id) =>

@@ -98,11 +98,11 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     // What Fastify refuses before any route (a URL it cannot decode) answers in the shape of
     // the API the path falls under, like every other error.
     frameworkErrors: (error, request, reply) => {
-      if (deps.provisioning && isProvisioningPath(request.url)) {
+      if (isProvisioningPath(request.url)) {
+        if (!deps.provisioning) return sendProvisioningError(reply, 400, error.message);
         void answerAfterKeyCheck(deps.provisioning.partners, request, reply, [400, error.message]);
         return;
       }
-      if (isProvisioningPath(request.url)) return sendProvisioningError(reply, 400, error.message);
       return sendError(reply, 400, 'invalid_request', error.message);
     },
     clientErrorHandler: answerUnparsedRequest,
