@@ -129,16 +129,26 @@ async function concurrentSeatOutcome(system: System, order: string, chain: Chain
   return { largestApplied: Math.max(...applied), lastAccepted: last.licenses, events: events.size };
 }
 
-/** Renews `order` to term `count` at its renewal time, 7 days before `expiresAt`. */
+/**
+ * Renews `order` (or, `firstAddOn`, its first add-on) to term `count` at its renewal time, 7 days
+ * before `expiresAt`; resolves with the main chain's view once it is recorded.
+ */
 async function renewAt(
   system: System,
   clock: ManualClock,
   order: string,
-  { count, expiresAt }: { count: number; expiresAt: number },
+  {
+    count,
+    expiresAt,
+    firstAddOn = false,
+  }: { count: number; expiresAt: number; firstAddOn?: boolean },
 ) {
   clock.set(expiresAt - 7 * DAY);
-  await system.promote('renewals', renewalJobId(chainIdOf(order), count));
-  return system.waitForChain(order, (c) => c.term.count === count);
+  const renewing = firstAddOn ? `${order}.a1` : order;
+  await system.promote('renewals', renewalJobId(chainIdOf(renewing), count));
+  return system.waitForChain(order, (c) =>
+    firstAddOn ? c.addOns[0]?.term.count === count : c.term.count === count,
+  );
 }
 
 /**
@@ -837,9 +847,7 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     const decreased = await system.waitForChain('A-31', (c) => c.nextLicenses === 3);
     expect(decreased.addOns[0]).toMatchObject({ nextLicenses: 3, laterLicenses: [] });
 
-    clock.set(a1End - 7 * DAY);
-    await system.promote('renewals', renewalJobId(chainIdOf('A-31.a1'), 2));
-    await system.waitForChain('A-31', (c) => c.addOns[0]?.term.count === 2);
+    await renewAt(system, clock, 'A-31', { count: 2, expiresAt: a1End, firstAddOn: true });
     expect((await system.providerOrder('A-31.a1.r2'))?.licenses).toBe(3);
     const main = await renewAt(system, clock, 'A-31', { count: 3, expiresAt: termEnd });
     // From then on the family carries the 6 exactly: 3 + 3.
@@ -851,9 +859,7 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     await seats(system, 'A-33', 5, { effectiveAt: termEnd });
     const decreased = await system.waitForChain('A-33', (c) => c.nextLicenses === 2);
     expect(decreased.addOns[0]).toMatchObject({ nextLicenses: 3, laterLicenses: [] });
-    clock.set(a1End - 7 * DAY);
-    await system.promote('renewals', renewalJobId(chainIdOf('A-33.a1'), 2));
-    await system.waitForChain('A-33', (c) => c.addOns[0]?.term.count === 2);
+    await renewAt(system, clock, 'A-33', { count: 2, expiresAt: a1End, firstAddOn: true });
     expect((await system.providerOrder('A-33.a1.r2'))?.licenses).toBe(3);
   });
 
@@ -878,9 +884,11 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
       `A-32.a1: 3 licenses (3 next, 0 from ${formatInstant(from)}), term #1`,
     );
 
-    clock.set(a1End - 7 * DAY);
-    await system.promote('renewals', renewalJobId(chainIdOf('A-32.a1'), 2));
-    const renewed = await system.waitForChain('A-32', (c) => c.addOns[0]?.term.count === 2);
+    const renewed = await renewAt(system, clock, 'A-32', {
+      count: 2,
+      expiresAt: a1End,
+      firstAddOn: true,
+    });
     expect((await system.providerOrder('A-32.a1.r2'))?.licenses).toBe(3);
     expect(renewed.addOns[0]).toMatchObject({ nextLicenses: 0, laterLicenses: [] });
     const main = await renewAt(system, clock, 'A-32', { count: 3, expiresAt: termEnd });
@@ -998,9 +1006,11 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     await seats(system, 'A-11', 8);
     const bought = await system.waitForChain('A-11', (c) => c.addOns.length === 1);
     const addOn = bought.addOns[0] as ChainView['addOns'][number];
-    clock.set(addOn.term.expiresAt - 7 * DAY);
-    await system.promote('renewals', renewalJobId(chainIdOf('A-11.a1'), 2));
-    await system.waitForChain('A-11', (c) => c.addOns[0]?.term.count === 2);
+    await renewAt(system, clock, 'A-11', {
+      count: 2,
+      expiresAt: addOn.term.expiresAt,
+      firstAddOn: true,
+    });
     // What the race leaves: the cancel listed the family while the add-on's renewal was in
     // flight, then marked the add-on (its renewal recorded by then) cancelled, its order live.
     await leftByDeadJob(system, 'A-11.a1', 'cancel-marking-addon', () => ({
@@ -1314,9 +1324,11 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     await expect(seatProcessor(seatJob)).rejects.toThrow('died before the call');
     expect((await system.chain('A-19')).inFlight).toMatchObject({ orderId: 'A-19.a2' });
 
-    clock.set(addOn.term.expiresAt - 7 * DAY);
-    await system.promote('renewals', renewalJobId(chainIdOf('A-19.a1'), 2));
-    const renewed = await system.waitForChain('A-19', (c) => c.addOns[0]?.term.count === 2);
+    const renewed = await renewAt(system, clock, 'A-19', {
+      count: 2,
+      expiresAt: addOn.term.expiresAt,
+      firstAddOn: true,
+    });
     expect(renewed.inFlight).toBeNull();
     expect(renewed.addOns.map((a) => [a.order, a.licenses])).toEqual([
       ['A-19.a1', 3],
@@ -1819,9 +1831,7 @@ describe('the external variant (add-ons only)', () => {
       const after = await system.chain(order);
       expect(after.addOns[0]).toMatchObject({ nextLicenses: 3, laterLicenses: [] });
       expect(after.nextLicenses).toBe(3);
-      clock.set(a1End - 7 * DAY);
-      await system.promote('renewals', renewalJobId(chainIdOf(`${order}.a1`), 2));
-      await system.waitForChain(order, (c) => c.addOns[0]?.term.count === 2);
+      await renewAt(system, clock, order, { count: 2, expiresAt: a1End, firstAddOn: true });
       expect((await system.providerOrder(`${order}.a1.r2`))?.licenses).toBe(3);
     },
   );
