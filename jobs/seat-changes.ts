@@ -19,6 +19,7 @@ import {
   describeAllocation,
   finishPendingSeatPurchase,
   finishSeatIntent,
+  newestTotal,
   paidAhead,
   paidInForce,
   withRefusalSettled,
@@ -129,10 +130,14 @@ async function applySeatEvent(
       // A total needed later is carried by the first renewal from that date.
       const later = ev.effectiveAt !== undefined && ev.effectiveAt > now;
       // Bought on its day, the kept add-on's event carries the newer total; the older event's
-      // later steps (`rest`) are dropped, as the newer event sets what follows.
-      const pending = earlier && { ...withoutRest(earlier), total: decision.total };
+      // later steps (`rest`) are dropped, as the newer event sets what follows, unless a newer
+      // event's total needed before this one's day is its rest: that is still bought, and this
+      // total is planned after it (it may buy nothing then).
+      const queued = earlier ? laterTotalsAfter(chain, earlier, { ...event, neededAt }) : undefined;
+      const pending =
+        earlier && (queued ? earlier : { ...withoutRest(earlier), total: decision.total });
       const counts = allocation(deps, chain, addOns, decision.total, {
-        ...(pending ? { waiting: pending.licenses } : {}),
+        ...(pending ? { waiting: { licenses: pending.licenses, rest: queued !== undefined } } : {}),
         ...(later ? { from: ev.effectiveAt } : {}),
       });
       if (chain.pendingAddOn && !pending) await removeAddOnJob(deps, chain, job);
@@ -144,10 +149,16 @@ async function applySeatEvent(
           'short only until the next term, already ordered with enough, starts: an add-on would run a whole term',
       }[decision.reason];
       const kept = pending
-        ? `; the waiting ${pending.licenses} licenses are still bought ${formatInstant(pending.startsAt)}, as an earlier event asked from then`
+        ? `; the waiting ${pending.licenses} licenses are still bought ${formatInstant(pending.startsAt)}, as an earlier event asked from then${queued && earlier?.restFrom !== undefined ? `, and what newer events need from ${formatInstant(earlier.restFrom)} on after them` : ''}`
         : '';
       await save(
-        { ...chain, ...applied(chain, event), ...counts, pendingAddOn: pending },
+        {
+          ...chain,
+          ...applied(chain, event),
+          ...counts,
+          pendingAddOn: pending,
+          laterSeatTotals: queued ?? [],
+        },
         {
           event: 'seats.changed',
           detail: `${decision.total} licenses: nothing to buy now (${reason})${kept}; ${describeAllocation(counts)}`,
@@ -175,6 +186,30 @@ async function applySeatEvent(
  */
 function waitingBefore(pending: Chain['pendingAddOn'], from: number): Chain['pendingAddOn'] {
   return pending !== null && pending.startsAt < from ? pending : null;
+}
+
+/**
+ * The later totals (`laterSeatTotals`) with a newer event's, needed from `event.neededAt`, when
+ * the waiting add-on's rest (an earlier event's total from `restFrom`) is needed before that day:
+ * it stays, as do the totals needed before the day, and those from the day on give way to the
+ * newer event. Undefined when the add-on has no such rest: the newer event takes its place.
+ */
+function laterTotalsAfter(
+  chain: Chain,
+  earlier: NonNullable<Chain['pendingAddOn']>,
+  event: { webhookId: string; occurredAt: number; total: number; neededAt: number },
+): Chain['laterSeatTotals'] | undefined {
+  const { restFrom } = earlier;
+  if (!earlier.rest || restFrom === undefined || restFrom >= event.neededAt) return undefined;
+  return [
+    ...chain.laterSeatTotals.filter((later) => later.from < event.neededAt),
+    {
+      webhookId: event.webhookId,
+      occurredAt: event.occurredAt,
+      total: event.total,
+      from: event.neededAt,
+    },
+  ];
 }
 
 /** A waiting add-on with no rest after it: a newer event sets what follows. */
@@ -209,25 +244,43 @@ async function keepWaitingWithRest(
   // A late one (its job held up, or failed and waiting for a person) is bought now, so the rest
   // is not parked behind it.
   if (earlier.startsAt <= now) await scheduleAddOnJob(deps, chain, now, now, job);
-  const pending = {
-    ...earlier,
-    occurredAt: event.occurredAt,
-    total: event.total,
-    rest: true,
-    restFrom: event.neededAt,
-    webhookId: event.webhookId,
-  };
-  const counts = allocation(deps, chain, addOns, event.total, { waiting: pending.licenses });
+  // The add-on's rest, a newer event's total needed before this one's day, is bought before this
+  // one, which waits after it (laterTotalsAfter); otherwise this event is the add-on's rest.
+  const later = laterTotalsAfter(chain, earlier, event);
+  const pending = later
+    ? earlier
+    : {
+        ...earlier,
+        occurredAt: event.occurredAt,
+        total: event.total,
+        rest: true,
+        restFrom: event.neededAt,
+        webhookId: event.webhookId,
+      };
+  const counts = allocation(deps, chain, addOns, event.total, {
+    waiting: { licenses: pending.licenses, rest: true },
+  });
+  const before =
+    later && earlier.restFrom !== undefined
+      ? `, then what a newer event needs from ${formatInstant(earlier.restFrom)}`
+      : '';
   await deps.chains.save({
     chainId: chain.id,
     token,
     previous: chain,
-    next: { ...chain, ...applied(chain, event), ...counts, pendingAddOn: pending, updatedAt: now },
+    next: {
+      ...chain,
+      ...applied(chain, event),
+      ...counts,
+      pendingAddOn: pending,
+      laterSeatTotals: later ?? [],
+      updatedAt: now,
+    },
     history: [
       {
         at: now,
         event: 'seats.changed',
-        detail: `${event.total} licenses from ${formatInstant(event.neededAt)}: the waiting ${pending.licenses} licenses are still bought ${formatInstant(pending.startsAt)}, as an earlier event asked from then, and what is missing from ${formatInstant(event.neededAt)} is bought after them; ${describeAllocation(counts)}`,
+        detail: `${event.total} licenses from ${formatInstant(event.neededAt)}: the waiting ${pending.licenses} licenses are still bought ${formatInstant(pending.startsAt)}, as an earlier event asked from then${before}, and what is missing from ${formatInstant(event.neededAt)} is bought after them; ${describeAllocation(counts)}`,
         cause: { webhookId: event.webhookId, jobId: job.id ?? '' },
       },
     ],
@@ -282,7 +335,9 @@ async function settleLateAddOn(
       chainId: chain.id,
       token,
       previous: chain,
-      next: { ...next, pendingAddOn: null, updatedAt: now },
+      // The totals needed after the add-on's day are past the term as well: the renewal to come
+      // carries the newest.
+      next: { ...next, pendingAddOn: null, laterSeatTotals: [], updatedAt: now },
       history: [{ at: now, event, detail, cause: { jobId: job.id ?? '' } }],
       release: false,
     });
@@ -301,11 +356,13 @@ async function settleLateAddOn(
   }
   // The counts left room for the waiting licenses when it was scheduled: with them, the total.
   // (Paid in force is no measure once the term has ended.)
-  const total =
+  const total = newestTotal(
+    chain.laterSeatTotals,
     pending.total ??
-    chain.nextLicenses +
-      Object.values(chain.addOnNextLicenses).reduce((sum, n) => sum + n, 0) +
-      pending.licenses;
+      chain.nextLicenses +
+        Object.values(chain.addOnNextLicenses).reduce((sum, n) => sum + n, 0) +
+        pending.licenses,
+  );
   const counts = allocation(deps, chain, addOns, total, { keep: true });
   await record(
     { ...chain, ...counts },

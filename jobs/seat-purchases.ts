@@ -44,6 +44,27 @@ export function applied(
   return { ...lastSeen(chain, event), appliedSeatEvents: remembered };
 }
 
+/**
+ * The next of the chain's later seat totals made its unfinished event, to be planned from its
+ * day now that what came before it is bought (or settled); none left: no unfinished event.
+ */
+export function nextLaterTotal(
+  later: Chain['laterSeatTotals'],
+): Pick<Chain, 'unfinishedSeatEvent' | 'laterSeatTotals'> {
+  const [next, ...after] = later;
+  if (!next) return { unfinishedSeatEvent: null, laterSeatTotals: [] };
+  const { from, ...event } = next;
+  return {
+    unfinishedSeatEvent: { ...event, neededAt: from, style: 'addon' },
+    laterSeatTotals: after,
+  };
+}
+
+/** The total the next renewals carry: the newest event's, the last later total if any wait. */
+export function newestTotal(later: Chain['laterSeatTotals'], total: number): number {
+  return later.at(-1)?.total ?? total;
+}
+
 type RefusalNote = Chain['refusedSeatEvents'][number];
 
 /** The chain's refused seat events with `note` for its event (the latest few are remembered). */
@@ -281,7 +302,11 @@ export function allocation(
   chain: Chain,
   addOns: readonly Chain[],
   total: number,
-  { waiting, from, keep = false }: { waiting?: number; from?: number; keep?: boolean } = {},
+  {
+    waiting,
+    from,
+    keep = false,
+  }: { waiting?: { licenses: number; rest: boolean }; from?: number; keep?: boolean } = {},
 ) {
   // Only add-ons that will renew share the next counts; a stopped or cancelled one gets 0, and so
   // does one expired with no renewal to come. One expired while the payment is overdue renews
@@ -300,7 +325,7 @@ export function allocation(
   const split = (sharedTotal: number, sharingAddOns: readonly Chain[]) => {
     const sharing = [
       ...sharingAddOns.map((a) => a.licenses),
-      ...(waiting === undefined ? [] : [waiting]),
+      ...(waiting === undefined ? [] : [waiting.licenses]),
     ];
     const shares = allocateNextLicenses({
       total: sharedTotal,
@@ -316,9 +341,19 @@ export function allocation(
           }
         : {}),
     });
+    const main = sharing.length > 0 ? shares.main : sharedTotal;
+    const addOnShares = sharingAddOns.map((_, i) => shares.addOns[i] ?? 0);
+    // The waiting add-on's own share is set when it is bought (its purchase shares again), so
+    // an excess over it is carried by the newest chain already bought: a renewal before the
+    // purchase then carries the whole total. Unless more is bought after it (its rest, later
+    // totals), which buys that excess: carried now as well, it would be paid twice.
+    const excess =
+      waiting && !waiting.rest ? Math.max(0, (shares.addOns.at(-1) ?? 0) - waiting.licenses) : 0;
+    const newest = addOnShares.length - 1;
+    if (newest >= 0) addOnShares[newest] = (addOnShares[newest] ?? 0) + excess;
     return {
-      main: sharing.length > 0 ? shares.main : sharedTotal,
-      addOns: new Map(sharingAddOns.map((a, i) => [a.id, shares.addOns[i] ?? 0])),
+      main: newest >= 0 ? main : main + excess,
+      addOns: new Map(sharingAddOns.map((a, i) => [a.id, addOnShares[i] ?? 0])),
     };
   };
   // The main chain renews at its term's end: from a date up to then, it renews after the date.
@@ -533,10 +568,14 @@ function recordPurchase(
   },
 ): Promise<Chain> {
   const { event, now, entry } = purchase;
+  // A newer event bought instead of a waiting add-on replaces the totals that were to follow it
+  // as well (they were needed later than its own day).
+  const later = chain.pendingAddOn === null ? chain.laterSeatTotals : [];
   const next = {
     ...chain,
     // An event with a purchase still to make is applied by the last one and kept on the chain
     // until then; events older than it are stale already, so none buys for an outdated total.
+    // Its last purchase made, the next later total (if any) is planned in turn.
     ...(event.rest
       ? {
           ...lastSeen(chain, event),
@@ -547,8 +586,9 @@ function recordPurchase(
             neededAt: event.restFrom ?? purchase.startsAt,
             style: purchase.style,
           },
+          laterSeatTotals: later,
         }
-      : { ...applied(chain, event), unfinishedSeatEvent: null }),
+      : { ...applied(chain, event), ...nextLaterTotal(later) }),
     intent: null,
     // The purchase's event replaces an earlier one's waiting add-on (its own was taken off when
     // its day came).
@@ -562,7 +602,9 @@ function recordPurchase(
     chain.unfinishedSeatEvent !== null || chain.appliedSeatEvents.includes(event.webhookId);
   const withCounts = {
     ...next,
-    ...allocation(deps, next, purchase.addOns, event.total, { keep: appliedBefore }),
+    ...allocation(deps, next, purchase.addOns, newestTotal(later, event.total), {
+      keep: appliedBefore,
+    }),
   };
   return deps.chains.save({
     chainId: chain.id,
@@ -639,23 +681,31 @@ async function finishUnfinishedSeatEvent(
       jobId: job.id ?? '',
       ...(event.webhookId ? { webhookId: event.webhookId } : {}),
     };
-    return deps.chains.save({
+    const saved = await deps.chains.save({
       chainId: chain.id,
       token,
       previous: chain,
-      next: { ...chain, ...applied(chain, event), unfinishedSeatEvent: null, updatedAt: now },
+      next: {
+        ...chain,
+        ...applied(chain, event),
+        // Nor are later totals, for a chain that renews no more.
+        ...nextLaterTotal(ended ? [] : chain.laterSeatTotals),
+        updatedAt: now,
+      },
       history: [
         {
           at: now,
           event: ended ? 'seats.ignored' : 'seats.changed',
           detail: ended
             ? `${event.total} licenses: the rest is not bought for ${finishedChainName(chain.status)}`
-            : `${event.total} licenses: none missing any more, nothing left to buy`,
+            : `${event.total} licenses${laterThanNow(unfinished.neededAt, now)}: none missing any more, nothing left to buy`,
           cause,
         },
       ],
       release: false,
     });
+    if (saved.unfinishedSeatEvent === null) return saved;
+    return finishUnfinishedSeatEvent(deps, job, { chain: saved, token }, options);
   }
   return buyPlanned(deps, job, { chain, token }, options, {
     decision,
@@ -663,6 +713,11 @@ async function finishUnfinishedSeatEvent(
     style: unfinished.style,
     addOns,
   });
+}
+
+/** ` from <day>` for a total needed later than now, to name it among an event's steps. */
+function laterThanNow(neededAt: number, now: number): string {
+  return neededAt > now ? ` from ${formatInstant(neededAt)}` : '';
 }
 
 export type SeatStyle = 'coterm' | 'addon';
@@ -714,8 +769,11 @@ export async function buyPlanned(
   ) {
     // The job comes first: one that fires without a waiting add-on on the chain does nothing.
     await scheduleAddOnJob(deps, chain, decision.startsAt, now, job);
-    const counts = allocation(deps, chain, plan.addOns, decision.total, {
-      waiting: decision.licenses,
+    // The rest of an event (or a later total) keeps the later totals after it; a new event
+    // replaces them, as it replaces the waiting add-on they followed.
+    const later = rest ? chain.laterSeatTotals : [];
+    const counts = allocation(deps, chain, plan.addOns, newestTotal(later, decision.total), {
+      waiting: { licenses: decision.licenses, rest: decision.rest || later.length > 0 },
     });
     return save(
       {
@@ -723,6 +781,7 @@ export async function buyPlanned(
         ...applied(chain, event),
         ...counts,
         unfinishedSeatEvent: null,
+        laterSeatTotals: later,
         pendingAddOn: {
           licenses: decision.licenses,
           startsAt: decision.startsAt,
@@ -804,10 +863,15 @@ export async function finishSeatIntent(
     const eventApplied =
       chain.unfinishedSeatEvent !== null ||
       (event.webhookId !== '' && chain.appliedSeatEvents.includes(event.webhookId));
+    // The newest event's total stays in the next renewals, also when it was to be bought later.
     const counts = eventApplied
-      ? allocation(deps, chain, await deps.chains.getMany(chain.addOns), event.total, {
-          keep: true,
-        })
+      ? allocation(
+          deps,
+          chain,
+          await deps.chains.getMany(chain.addOns),
+          newestTotal(chain.laterSeatTotals, event.total),
+          { keep: true },
+        )
       : {};
     const reason = `the provider refused ${intent.orderId}: ${error.message}`;
     // Noted for the event's own job, to fail with when it runs again; not when that job failed
@@ -829,6 +893,10 @@ export async function finishSeatIntent(
         ...(chain.unfinishedSeatEvent
           ? { ...applied(chain, chain.unfinishedSeatEvent), unfinishedSeatEvent: null }
           : {}),
+        // So do the later totals queued behind it (all but a newer event's own purchase, which
+        // leaves the waiting add-on and what follows it in place): one refusal stops the
+        // purchases it held up, and a person looks (its job fails, or the seat job behind it).
+        ...(chain.pendingAddOn === null ? { laterSeatTotals: [] } : {}),
         ...counts,
         // An event not applied ends with its refusal, also for its own job run again after its
         // worker died, or after another job met the refusal for it (withRefusalSettled).

@@ -42,7 +42,9 @@ export type AddOnDueData = z.infer<typeof addOnDueData>;
 
 /**
  * One per chain: a newer seat event needed from the add-on's date or sooner replaces the waiting
- * add-on; one needed later keeps it and leaves its rest to it (`pendingAddOn.restFrom`).
+ * add-on; one needed later keeps it and leaves its rest to it (`pendingAddOn.restFrom`), or
+ * queues after that rest (`laterSeatTotals`). The job buys each in turn, moving itself to the
+ * next one's day.
  */
 export function addOnJobId(chainId: string): string {
   return `addon-${chainId}`;

@@ -71,6 +71,7 @@ export async function cancelChain(input: {
       // Nothing more is bought for a cancelled chain, the rest of a seat event included, and
       // nothing is unsuspended.
       unfinishedSeatEvent: null,
+      laterSeatTotals: [],
       unsuspending: false,
       nextRenewalAt: null,
       updatedAt: input.now,

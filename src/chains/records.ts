@@ -140,6 +140,23 @@ export const chainRecord = z.object({
     .nullable()
     .default(null),
   /**
+   * Totals that newer seat events need from days after a waiting add-on's rest (external), the
+   * earliest first; the last is the newest event's, which the next renewals carry. Once what
+   * comes before one is bought, it becomes the unfinished event and is planned from its day, so
+   * each event's licenses are there from the day it asked for them. A newer event drops those
+   * from its own day on.
+   */
+  laterSeatTotals: z
+    .array(
+      z.object({
+        webhookId: z.string(),
+        occurredAt: z.int(),
+        total: z.int().min(0),
+        from: z.int(),
+      }),
+    )
+    .default([]),
+  /**
    * A seat event whose first purchase is bought and whose rest is not yet (the rest of a term in
    * force that lacked more than the next term, or licenses missing from a later day, when an
    * order ending inside the term ends): whoever holds the chain next plans it again and buys

@@ -435,15 +435,20 @@ function checkAll(
       const left = [...stopped, ...waitingStopped].reduce((n, o) => n + o.licenses, 0);
       if (inForce(counted, t) + left >= need.total) continue;
     }
-    // External, a newer dated event replaces a waiting add-on's rest (Known limitations: "A
-    // third event needed from a later date than the second's replaces the second's rest"): what
-    // an earlier event needed before the newer one's date is dropped. Tolerated unless
+    // Documented (Known limitations: "A total needed from a date after the end of the latest
+    // ordered term sets the next renewals' counts at once"): a newer total needed after the term
+    // leaves an add-on that renews before its date short until then. Tolerated unless
     // STORM_STRICT=1.
     if (
       process.env.STORM_STRICT !== '1' &&
       ctx.style === 'addon' &&
       ctx.events.some(
-        (l) => l.outcome === 'applied' && l.action > e.action && l.processedAt <= t && l.needed > t,
+        (l) =>
+          l.outcome === 'applied' &&
+          l.afterTerm &&
+          l.action > e.action &&
+          l.processedAt <= t &&
+          l.needed > t,
       )
     )
       continue;

@@ -1761,6 +1761,90 @@ describe('the external variant (add-ons only)', () => {
     expect(await system.providerOrder('E-4.a3')).toBeNull();
   });
 
+  it.each([
+    // Each newer total needed from a later day than the one before: each bought on its own day.
+    [
+      'E-50',
+      [
+        [7, 3],
+        [10, 5],
+        [12, 7],
+      ],
+      [
+        [2, 3],
+        [3, 5],
+        [2, 7],
+      ],
+      12,
+    ],
+    // The last one less: the 10 are still needed from the 5th, and nothing more is bought.
+    [
+      'E-51',
+      [
+        [7, 3],
+        [10, 5],
+        [6, 7],
+      ],
+      [
+        [2, 3],
+        [3, 5],
+      ],
+      6,
+    ],
+    // A newer total from the 7th replaces the one from the 8th, and keeps the one from the 5th.
+    [
+      'E-52',
+      [
+        [7, 3],
+        [10, 5],
+        [12, 8],
+        [11, 7],
+      ],
+      [
+        [2, 3],
+        [3, 5],
+        [1, 7],
+      ],
+      11,
+    ],
+  ] as const)(
+    'buys every newer total needed from a later day on its own day, after the waiting add-on (%s)',
+    async (order, events, addOns, total) => {
+      await system.send('order.placed', orderPlaced({ order, licenses: 5 }));
+      let chain = await system.waitForChain(order, () => true);
+      const jobId = addOnJobId(chainIdOf(order));
+      const start = clock.now();
+      const day = (n: number) => start + n * DAY;
+      for (const [licenses, from] of events) {
+        clock.advance(60);
+        const seen = chain.history.length;
+        await seats(system, order, licenses, { effectiveAt: day(from) });
+        chain = await system.waitForChain(order, (c) => c.history.length > seen);
+      }
+      if (order === 'E-50') {
+        expect(chain.history.at(-1)?.detail).toContain(
+          `the waiting 2 licenses are still bought ${formatInstant(day(3))}, as an earlier event asked from then, then what a newer event needs from ${formatInstant(day(5))}, and what is missing from ${formatInstant(day(7))} is bought after them`,
+        );
+      }
+
+      for (const [n, [licenses, from]] of addOns.entries()) {
+        await expect.poll(() => waitingAddOnJob(system, jobId)).toEqual([day(from), 'delayed']);
+        chain = await buyWaitingAddOn(system, clock, order, { at: day(from), nth: n + 1 });
+        expect(chain.addOns[n]).toMatchObject({
+          order: `${order}.a${n + 1}`,
+          licenses,
+          term: { startsAt: day(from) },
+        });
+      }
+      // Nothing more waits, and the family's next renewals carry the newest total.
+      await expect.poll(async () => (await waitingAddOnJob(system, jobId))?.[1]).toBe('completed');
+      expect(await system.providerOrder(`${order}.a${addOns.length + 1}`)).toBeNull();
+      chain = await system.waitForChain(order, () => true);
+      const carried = chain.nextLicenses + chain.addOns.reduce((n, a) => n + a.nextLicenses, 0);
+      expect(carried).toBe(total);
+    },
+  );
+
   it('buys a late waiting add-on at once when a newer event needs more from a later date', async () => {
     await system.send('order.placed', orderPlaced({ order: 'E-47', licenses: 5 }));
     await system.waitForChain('E-47', () => true);
@@ -2129,6 +2213,36 @@ describe('the external variant (add-ons only)', () => {
     // The event was applied when the add-on was scheduled: its 8 now renew with the main chain.
     expect(chain.addOns).toEqual([]);
     expect(chain.nextLicenses).toBe(8);
+  });
+
+  it('stops the totals queued after a waiting add-on the provider refuses, keeping the newest in the next renewal', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'E-53', licenses: 5 }));
+    let chain = await system.waitForChain('E-53', () => true);
+    const day = (n: number) => chain.term.startsAt + n * DAY;
+    for (const [licenses, from] of [
+      [7, 3],
+      [10, 5],
+      [12, 7],
+    ] as const) {
+      clock.advance(60);
+      const seen = chain.history.length;
+      await seats(system, 'E-53', licenses, { effectiveAt: day(from) });
+      chain = await system.waitForChain('E-53', (c) => c.history.length > seen);
+    }
+    await leftByDeadJob(system, 'E-53', 'product-withdrawn', () => ({
+      product: 'no-such-product',
+    }));
+
+    clock.set(day(3));
+    await system.promote('seat-changes', addOnJobId(chainIdOf('E-53')));
+    chain = await system.waitForChain('E-53', (c) => lastEvent(c) === 'seats.refused');
+    expect(chain.addOns).toEqual([]);
+    expect(chain.nextLicenses).toBe(12);
+    // Nothing queued behind the refused add-on is bought later, by reconcile either.
+    clock.set(day(7));
+    await reconcileRound(system, 'reconcile-after-refusal');
+    expect(lastEvent(await system.chain('E-53'))).toBe('seats.refused');
+    expect(await system.providerOrder('E-53.a2')).toBeNull();
   });
 
   it('orders the replacements of stopped add-ons ending on different days, each on its day', async () => {

@@ -154,3 +154,36 @@ describe('allocation of a total needed from a later date inside the term', () =>
     );
   });
 });
+
+describe('allocation with an add-on waiting for its day (external)', () => {
+  const afterTerm = mainEnd + 3 * DAY;
+
+  it.each([
+    ['the main chain', 0],
+    ['the newest add-on', 1],
+  ])('has %s carry a total above what is paid and waiting, when nothing more is bought', (_, n) => {
+    // 5 (+ an add-on of 3), an add-on of 18 waiting, then 38 needed after the term: nothing is
+    // bought for it, so the renewals must carry it, also one before the waiting add-on's day.
+    const { main, addOns } = family(5, [{ licenses: 3, share: 3, endsInDays: 15 }].slice(0, n));
+    const counts = allocation(deps, main, addOns, 38, {
+      waiting: { licenses: 18, rest: false },
+      from: afterTerm,
+    });
+    const carried =
+      counts.nextLicenses + Object.values(counts.addOnNextLicenses).reduce((a, b) => a + b, 0);
+    expect(carried + 18).toBe(38);
+    expect(counts.nextLicenses).toBe(n === 0 ? 20 : 5);
+  });
+
+  it('leaves the excess to the purchases after the waiting add-on (its rest)', () => {
+    const { main, addOns } = family(5, []);
+    const counts = allocation(deps, main, addOns, 10, { waiting: { licenses: 2, rest: true } });
+    expect(counts.nextLicenses).toBe(5);
+  });
+
+  it('gives the waiting add-on no more than the total leaves it', () => {
+    const { main, addOns } = family(5, []);
+    const counts = allocation(deps, main, addOns, 6, { waiting: { licenses: 2, rest: false } });
+    expect(counts.nextLicenses).toBe(5);
+  });
+});
