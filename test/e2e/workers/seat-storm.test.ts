@@ -410,7 +410,8 @@ function checkAll(
     // Auto-renew off stops the add-ons too (README "A chain": autoRenew "renew the chain and its
     // add-ons"): an add-on that ends inside an ordered main term then leaves its days short. And
     // documented (Decisions, "Bought in steps"): with auto-renew off after an early renewal, an
-    // add-on bought in the term in force leaves the next term's last days (at most the lead) short.
+    // add-on bought in the term in force leaves the next term's last days (the lead, a few days
+    // more when the add-on's month is shorter) short.
     if (ctx.autoRenewOffAction !== null) {
       const offSeq = ctx.seqBefore[ctx.autoRenewOffAction] ?? 0;
       const mainEnd = mainAt(t)?.expiresAt ?? 0;
@@ -426,7 +427,12 @@ function checkAll(
           )
         )
           return false;
-        return seqOf(o) <= offSeq || mainEnd - t <= LEAD;
+        // (The lead, plus the days a month of the add-on's is shorter than the main term.)
+        const mainTerm = mainAt(t);
+        const shorter = mainTerm
+          ? Math.max(0, mainTerm.expiresAt - mainTerm.startsAt - (o.expiresAt - o.startsAt))
+          : 0;
+        return seqOf(o) <= offSeq || mainEnd - o.expiresAt <= LEAD + shorter;
       });
       // The same for an add-on still waiting for its day (external): it will not renew either.
       const waitingStopped = virtual.filter(
