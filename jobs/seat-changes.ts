@@ -149,7 +149,7 @@ async function applySeatEvent(
           'short only until the next term, already ordered with enough, starts: an add-on would run a whole term',
       }[decision.reason];
       const kept = pending
-        ? `; the waiting ${pending.licenses} licenses are still bought ${formatInstant(pending.startsAt)}, as an earlier event asked from then${queued && earlier?.restFrom !== undefined ? `, and what newer events need from ${formatInstant(earlier.restFrom)} on after them` : ''}`
+        ? `; the waiting ${pending.licenses} licenses are still bought ${formatInstant(pending.startsAt)}, as an earlier event asked from then${queued ? `, and what newer events need from ${formatInstant(queued.from)} on after them` : ''}`
         : '';
       await save(
         {
@@ -157,7 +157,7 @@ async function applySeatEvent(
           ...applied(chain, event),
           ...counts,
           pendingAddOn: pending,
-          laterSeatTotals: queued ?? [],
+          laterSeatTotals: queued?.totals ?? [],
         },
         {
           event: 'seats.changed',
@@ -189,19 +189,31 @@ function waitingBefore(pending: Chain['pendingAddOn'], from: number): Chain['pen
 }
 
 /**
+ * The day of what is bought next after the waiting add-on: its rest (a newer event's total from
+ * `restFrom`), or, with no rest, the first queued total. Undefined when nothing is, or when its
+ * rest is a next step of its own event, whose day is known only once the add-on is bought.
+ */
+function nextAfterWaiting(
+  chain: Chain,
+  earlier: NonNullable<Chain['pendingAddOn']>,
+): number | undefined {
+  return earlier.rest ? earlier.restFrom : chain.laterSeatTotals[0]?.from;
+}
+
+/**
  * The later totals (`laterSeatTotals`) with a newer event's, needed from `event.neededAt`, when
- * the waiting add-on's rest (an earlier event's total from `restFrom`) is needed before that day:
- * it stays, as do the totals needed before the day, and those from the day on give way to the
- * newer event. Undefined when the add-on has no such rest: the newer event takes its place.
+ * what is bought next after the waiting add-on is needed before that day (`from`): it stays, as
+ * do the totals needed before the day, and those from the day on give way to the newer event.
+ * Undefined otherwise: the newer event takes the place of all that follows the add-on.
  */
 function laterTotalsAfter(
   chain: Chain,
   earlier: NonNullable<Chain['pendingAddOn']>,
   event: { webhookId: string; occurredAt: number; total: number; neededAt: number },
-): Chain['laterSeatTotals'] | undefined {
-  const { restFrom } = earlier;
-  if (!earlier.rest || restFrom === undefined || restFrom >= event.neededAt) return undefined;
-  return [
+): { totals: Chain['laterSeatTotals']; from: number } | undefined {
+  const from = nextAfterWaiting(chain, earlier);
+  if (from === undefined || from >= event.neededAt) return undefined;
+  const totals = [
     ...chain.laterSeatTotals.filter((later) => later.from < event.neededAt),
     {
       webhookId: event.webhookId,
@@ -210,6 +222,7 @@ function laterTotalsAfter(
       from: event.neededAt,
     },
   ];
+  return { totals, from };
 }
 
 /** A waiting add-on with no rest after it: a newer event sets what follows. */
@@ -244,8 +257,9 @@ async function keepWaitingWithRest(
   // A late one (its job held up, or failed and waiting for a person) is bought now, so the rest
   // is not parked behind it.
   if (earlier.startsAt <= now) await scheduleAddOnJob(deps, chain, now, now, job);
-  // The add-on's rest, a newer event's total needed before this one's day, is bought before this
-  // one, which waits after it (laterTotalsAfter); otherwise this event is the add-on's rest.
+  // What is bought after the add-on (its rest, the queued totals), when needed before this
+  // one's day, is still bought first, and this one waits after it (laterTotalsAfter); otherwise
+  // this event becomes the add-on's rest.
   const later = laterTotalsAfter(chain, earlier, event);
   const pending = later
     ? earlier
@@ -260,10 +274,7 @@ async function keepWaitingWithRest(
   const counts = allocation(deps, chain, addOns, event.total, {
     waiting: { licenses: pending.licenses, rest: true },
   });
-  const before =
-    later && earlier.restFrom !== undefined
-      ? `, then what a newer event needs from ${formatInstant(earlier.restFrom)}`
-      : '';
+  const before = later ? `, then what a newer event needs from ${formatInstant(later.from)}` : '';
   await deps.chains.save({
     chainId: chain.id,
     token,
@@ -273,7 +284,7 @@ async function keepWaitingWithRest(
       ...applied(chain, event),
       ...counts,
       pendingAddOn: pending,
-      laterSeatTotals: later ?? [],
+      laterSeatTotals: later?.totals ?? [],
       updatedAt: now,
     },
     history: [

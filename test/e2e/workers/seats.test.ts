@@ -1845,6 +1845,96 @@ describe('the external variant (add-ons only)', () => {
     },
   );
 
+  it.each([
+    // After the 3rd's add-on, 15 from the 9th: the 12 from the 7th is still bought on the 7th.
+    [
+      'E-54',
+      15,
+      [
+        [3, 5],
+        [2, 7],
+        [3, 9],
+      ],
+      15,
+    ],
+    // Or 10 from the 9th: the 12 are still needed from the 7th until then.
+    [
+      'E-55',
+      10,
+      [
+        [3, 5],
+        [2, 7],
+      ],
+      10,
+    ],
+  ] as const)(
+    'keeps a queued total dated before a newer event once the first add-on is bought (%s)',
+    async (order, last, addOns, total) => {
+      await system.send('order.placed', orderPlaced({ order, licenses: 5 }));
+      let chain = await system.waitForChain(order, () => true);
+      const jobId = addOnJobId(chainIdOf(order));
+      const start = clock.now();
+      const day = (n: number) => start + n * DAY;
+      const send = async (licenses: number, from: number) => {
+        clock.advance(60);
+        const seen = chain.history.length;
+        await seats(system, order, licenses, { effectiveAt: day(from) });
+        chain = await system.waitForChain(order, (c) => c.history.length > seen);
+      };
+      await send(7, 3);
+      await send(10, 5);
+      await send(12, 7);
+      chain = await buyWaitingAddOn(system, clock, order, { at: day(3), nth: 1 });
+      // The add-on waiting now is the 10's rest, a purchase of its own: the 12 queue after it.
+      await expect.poll(() => waitingAddOnJob(system, jobId)).toEqual([day(5), 'delayed']);
+      await send(last, 9);
+      expect(chain.history.at(-1)?.detail).toContain(
+        `the waiting 3 licenses are still bought ${formatInstant(day(5))}, as an earlier event asked from then, ${last > 12 ? `then what a newer event needs from ${formatInstant(day(7))}, and what is missing from ${formatInstant(day(9))} is bought after them` : `and what newer events need from ${formatInstant(day(7))} on after them`}`,
+      );
+
+      for (const [n, [licenses, from]] of addOns.entries()) {
+        await expect.poll(() => waitingAddOnJob(system, jobId)).toEqual([day(from), 'delayed']);
+        chain = await buyWaitingAddOn(system, clock, order, { at: day(from), nth: n + 2 });
+        expect(chain.addOns[n + 1]).toMatchObject({ licenses, term: { startsAt: day(from) } });
+      }
+      expect(await system.providerOrder(`${order}.a${addOns.length + 2}`)).toBeNull();
+      chain = await system.waitForChain(order, () => true);
+      const carried = chain.nextLicenses + chain.addOns.reduce((n, a) => n + a.nextLicenses, 0);
+      expect(carried).toBe(total);
+    },
+  );
+
+  it('buys nothing queued after a waiting add-on once the chain is cancelled', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'E-56', licenses: 5 }));
+    let chain = await system.waitForChain('E-56', () => true);
+    const day = (n: number) => chain.term.startsAt + n * DAY;
+    for (const [licenses, from] of [
+      [7, 3],
+      [10, 5],
+      [12, 7],
+    ] as const) {
+      clock.advance(60);
+      const seen = chain.history.length;
+      await seats(system, 'E-56', licenses, { effectiveAt: day(from) });
+      chain = await system.waitForChain('E-56', (c) => c.history.length > seen);
+    }
+    await system.ops('POST', '/ops/chains/E-56/cancel');
+    await system.waitForChain('E-56', (c) => c.status === 'cancelled');
+    for (const at of [3, 5, 7]) {
+      clock.set(day(at));
+      await reconcileRound(system, `reconcile-cancelled-${at}`);
+      const job = await system.queue('seat-changes').getJob(addOnJobId(chainIdOf('E-56')));
+      if (job && (await job.getState()) === 'delayed') await job.promote();
+    }
+    await expect
+      .poll(async () =>
+        (await system.queue('seat-changes').getJob(addOnJobId(chainIdOf('E-56'))))?.getState(),
+      )
+      .not.toBe('delayed');
+    expect(await system.providerOrder('E-56.a1')).toBeNull();
+    expect((await system.chain('E-56')).addOns).toEqual([]);
+  });
+
   it('buys a late waiting add-on at once when a newer event needs more from a later date', async () => {
     await system.send('order.placed', orderPlaced({ order: 'E-47', licenses: 5 }));
     await system.waitForChain('E-47', () => true);
