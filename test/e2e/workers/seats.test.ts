@@ -86,6 +86,13 @@ async function renewedEarly(
   return { placed, renewed };
 }
 
+/** Three totals needed from later days each (external: an add-on waits, then two totals). */
+const QUEUED = [
+  [7, 3],
+  [10, 5],
+  [12, 7],
+] as const;
+
 /** The day `order`'s waiting add-on is needed (external): its job buys it, the `nth` add-on. */
 async function buyWaitingAddOn(
   system: System,
@@ -96,6 +103,27 @@ async function buyWaitingAddOn(
   clock.set(at);
   await system.promote('seat-changes', addOnJobId(chainIdOf(order)));
   return system.waitForChain(order, (c) => c.addOns.length === nth);
+}
+
+/**
+ * Sends seat totals to `order` one after another, each needed from its day (`at(day)`) and a
+ * minute after the last; answers the chain once the last is applied.
+ */
+async function sendDatedTotals(
+  system: System,
+  clock: ManualClock,
+  order: string,
+  totals: readonly (readonly [licenses: number, day: number])[],
+  at: (day: number) => number,
+) {
+  let chain = await system.chain(order);
+  for (const [licenses, day] of totals) {
+    clock.advance(60);
+    const seen = chain.history.length;
+    await seats(system, order, licenses, { effectiveAt: at(day) });
+    chain = await system.waitForChain(order, (c) => c.history.length > seen);
+  }
+  return chain;
 }
 
 /** A chain's waiting add-on job as a test waits for it: the day it buys for, and its state. */
@@ -1815,12 +1843,7 @@ describe('the external variant (add-ons only)', () => {
       const jobId = addOnJobId(chainIdOf(order));
       const start = clock.now();
       const day = (n: number) => start + n * DAY;
-      for (const [licenses, from] of events) {
-        clock.advance(60);
-        const seen = chain.history.length;
-        await seats(system, order, licenses, { effectiveAt: day(from) });
-        chain = await system.waitForChain(order, (c) => c.history.length > seen);
-      }
+      chain = await sendDatedTotals(system, clock, order, events, day);
       if (order === 'E-50') {
         expect(chain.history.at(-1)?.detail).toContain(
           `the waiting 2 licenses are still bought ${formatInstant(day(3))}, as an earlier event asked from then, then what a newer event needs from ${formatInstant(day(5))}, and what is missing from ${formatInstant(day(7))} is bought after them`,
@@ -1875,19 +1898,11 @@ describe('the external variant (add-ons only)', () => {
       const jobId = addOnJobId(chainIdOf(order));
       const start = clock.now();
       const day = (n: number) => start + n * DAY;
-      const send = async (licenses: number, from: number) => {
-        clock.advance(60);
-        const seen = chain.history.length;
-        await seats(system, order, licenses, { effectiveAt: day(from) });
-        chain = await system.waitForChain(order, (c) => c.history.length > seen);
-      };
-      await send(7, 3);
-      await send(10, 5);
-      await send(12, 7);
+      await sendDatedTotals(system, clock, order, QUEUED, day);
       chain = await buyWaitingAddOn(system, clock, order, { at: day(3), nth: 1 });
       // The add-on waiting now is the 10's rest, a purchase of its own: the 12 queue after it.
       await expect.poll(() => waitingAddOnJob(system, jobId)).toEqual([day(5), 'delayed']);
-      await send(last, 9);
+      chain = await sendDatedTotals(system, clock, order, [[last, 9]], day);
       expect(chain.history.at(-1)?.detail).toContain(
         `the waiting 3 licenses are still bought ${formatInstant(day(5))}, as an earlier event asked from then, ${last > 12 ? `then what a newer event needs from ${formatInstant(day(7))}, and what is missing from ${formatInstant(day(9))} is bought after them` : `and what newer events need from ${formatInstant(day(7))} on after them`}`,
       );
@@ -1908,16 +1923,7 @@ describe('the external variant (add-ons only)', () => {
     await system.send('order.placed', orderPlaced({ order: 'E-56', licenses: 5 }));
     let chain = await system.waitForChain('E-56', () => true);
     const day = (n: number) => chain.term.startsAt + n * DAY;
-    for (const [licenses, from] of [
-      [7, 3],
-      [10, 5],
-      [12, 7],
-    ] as const) {
-      clock.advance(60);
-      const seen = chain.history.length;
-      await seats(system, 'E-56', licenses, { effectiveAt: day(from) });
-      chain = await system.waitForChain('E-56', (c) => c.history.length > seen);
-    }
+    chain = await sendDatedTotals(system, clock, 'E-56', QUEUED, day);
     await system.ops('POST', '/ops/chains/E-56/cancel');
     await system.waitForChain('E-56', (c) => c.status === 'cancelled');
     for (const at of [3, 5, 7]) {
@@ -2309,16 +2315,7 @@ describe('the external variant (add-ons only)', () => {
     await system.send('order.placed', orderPlaced({ order: 'E-53', licenses: 5 }));
     let chain = await system.waitForChain('E-53', () => true);
     const day = (n: number) => chain.term.startsAt + n * DAY;
-    for (const [licenses, from] of [
-      [7, 3],
-      [10, 5],
-      [12, 7],
-    ] as const) {
-      clock.advance(60);
-      const seen = chain.history.length;
-      await seats(system, 'E-53', licenses, { effectiveAt: day(from) });
-      chain = await system.waitForChain('E-53', (c) => c.history.length > seen);
-    }
+    chain = await sendDatedTotals(system, clock, 'E-53', QUEUED, day);
     await leftByDeadJob(system, 'E-53', 'product-withdrawn', () => ({
       product: 'no-such-product',
     }));
