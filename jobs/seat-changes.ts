@@ -22,6 +22,7 @@ import {
   newestTotal,
   paidAhead,
   paidInForce,
+  waitingToCount,
   withRefusalSettled,
 } from './seat-purchases.js';
 import {
@@ -137,7 +138,7 @@ async function applySeatEvent(
       const pending =
         earlier && (queued ? earlier : { ...withoutRest(earlier), total: decision.total });
       const counts = allocation(deps, chain, addOns, decision.total, {
-        ...(pending ? { waiting: { licenses: pending.licenses, rest: queued !== undefined } } : {}),
+        ...(pending ? { waiting: waitingToCount(pending, queued?.totals ?? []) } : {}),
         ...(later ? { from: ev.effectiveAt } : {}),
       });
       if (chain.pendingAddOn && !pending) await removeAddOnJob(deps, chain, job);
@@ -260,8 +261,8 @@ async function keepWaitingWithRest(
   // What is bought after the add-on (its rest, the queued totals), when needed before this
   // one's day, is still bought first, and this one waits after it (laterTotalsAfter); otherwise
   // this event becomes the add-on's rest.
-  const later = laterTotalsAfter(chain, earlier, event);
-  const pending = later
+  const queued = laterTotalsAfter(chain, earlier, event);
+  const pending = queued
     ? earlier
     : {
         ...earlier,
@@ -271,10 +272,11 @@ async function keepWaitingWithRest(
         restFrom: event.neededAt,
         webhookId: event.webhookId,
       };
+  const later = queued?.totals ?? [];
   const counts = allocation(deps, chain, addOns, event.total, {
-    waiting: { licenses: pending.licenses, rest: true },
+    waiting: waitingToCount(pending, later),
   });
-  const before = later ? `, then what a newer event needs from ${formatInstant(later.from)}` : '';
+  const before = queued ? `, then what a newer event needs from ${formatInstant(queued.from)}` : '';
   await deps.chains.save({
     chainId: chain.id,
     token,
@@ -284,7 +286,7 @@ async function keepWaitingWithRest(
       ...applied(chain, event),
       ...counts,
       pendingAddOn: pending,
-      laterSeatTotals: later?.totals ?? [],
+      laterSeatTotals: later,
       updatedAt: now,
     },
     history: [

@@ -60,6 +60,17 @@ export function nextLaterTotal(
   };
 }
 
+/**
+ * A waiting add-on (external) as `allocation` counts it: its licenses, and whether more is bought
+ * after it (a rest of its own, or totals queued behind it).
+ */
+export function waitingToCount(
+  pending: { licenses: number; rest: boolean },
+  later: Chain['laterSeatTotals'],
+): { licenses: number; rest: boolean } {
+  return { licenses: pending.licenses, rest: pending.rest || later.length > 0 };
+}
+
 /** The total the next renewals carry: the newest event's, the last later total if any wait. */
 export function newestTotal(later: Chain['laterSeatTotals'], total: number): number {
   return later.at(-1)?.total ?? total;
@@ -341,20 +352,22 @@ export function allocation(
           }
         : {}),
     });
-    const main = sharing.length > 0 ? shares.main : sharedTotal;
-    const addOnShares = sharingAddOns.map((_, i) => shares.addOns[i] ?? 0);
+    // The main chain, then the add-ons already bought, oldest first.
+    const bought = [
+      sharing.length > 0 ? shares.main : sharedTotal,
+      ...sharingAddOns.map((_, i) => shares.addOns[i] ?? 0),
+    ];
     // The waiting add-on's own share is set when it is bought (its purchase shares again), so
     // an excess over it is carried by the newest chain already bought: a renewal before the
     // purchase then carries the whole total. Unless more is bought after it (its rest, later
     // totals), which buys that excess: carried now as well, it would be paid twice.
-    const excess =
-      waiting && !waiting.rest ? Math.max(0, (shares.addOns.at(-1) ?? 0) - waiting.licenses) : 0;
-    const newest = addOnShares.length - 1;
-    if (newest >= 0) addOnShares[newest] = (addOnShares[newest] ?? 0) + excess;
-    return {
-      main: newest >= 0 ? main : main + excess,
-      addOns: new Map(sharingAddOns.map((a, i) => [a.id, addOnShares[i] ?? 0])),
-    };
+    if (waiting && !waiting.rest) {
+      const newest = bought.length - 1;
+      bought[newest] =
+        (bought[newest] ?? 0) + Math.max(0, (shares.addOns.at(-1) ?? 0) - waiting.licenses);
+    }
+    const [main = 0, ...addOnShares] = bought;
+    return { main, addOns: new Map(sharingAddOns.map((a, i) => [a.id, addOnShares[i] ?? 0])) };
   };
   // The main chain renews at its term's end: from a date up to then, it renews after the date.
   const inTerm = later !== undefined && later <= chain.term.expiresAt;
@@ -773,7 +786,7 @@ export async function buyPlanned(
     // replaces them, as it replaces the waiting add-on they followed.
     const later = rest ? chain.laterSeatTotals : [];
     const counts = allocation(deps, chain, plan.addOns, newestTotal(later, decision.total), {
-      waiting: { licenses: decision.licenses, rest: decision.rest || later.length > 0 },
+      waiting: waitingToCount(decision, later),
     });
     return save(
       {

@@ -140,8 +140,8 @@ export const chainRecord = z.object({
     .nullable()
     .default(null),
   /**
-   * Totals that newer seat events need from days after a waiting add-on's rest (external), the
-   * earliest first; the last is the newest event's, which the next renewals carry. Once what
+   * Totals that newer seat events need from later days than a waiting add-on and its rest
+   * (external), the earliest first; the last is the newest event's, which the next renewals carry. Once what
    * comes before one is bought, it becomes the unfinished event and is planned from its day, so
    * each event's licenses are there from the day it asked for them. A newer event drops those
    * from its own day on.
