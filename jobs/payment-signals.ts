@@ -407,7 +407,14 @@ export async function finishUnsuspension(
 async function replayed(deps: WorkerDeps, chain: Chain, data: EventJobData, now: number) {
   if (data.type === 'payment.overdue') {
     await ensureEpisodeSuspension(deps, chain, now);
-  } else if (chain.payment === 'ok' && !chain.needsReactivation) {
+  } else if (chain.payment === 'ok' && chain.needsReactivation) {
+    // Its worker died after asking for the manual reactivation and before the job failed: it
+    // fails now with the reason it saved, so Bull Board lists it under Failed all the same.
+    const asked = (await deps.chains.history(chain.id)).findLast(
+      (h) => h.event === 'reactivation.needed' && h.cause.webhookId === data.webhookId,
+    );
+    if (asked) throw new UnrecoverableError(asked.detail);
+  } else if (chain.payment === 'ok') {
     await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, chain, now, {
       overrideDeferral: true,
     });
@@ -527,9 +534,11 @@ async function suspendChain(deps: WorkerDeps, job: Job, jobToken: string | undef
       return 'skipped: paid meanwhile';
     // A chain awaiting its manual reactivation (paid before, external) is suspended again:
     // what was reactivated by hand, bought since, or left by a suspension that died halfway
-    // is active at the provider while this payment is overdue.
-    if (chain.status === 'cancelled' || (chain.status === 'suspended' && !chain.needsReactivation))
-      return `skipped: ${chain.status}`;
+    // is active at the provider while this payment is overdue. Once this episode's suspension
+    // is saved (its due time cleared), a run again after a crash has nothing left to do.
+    const suspendedForEpisode =
+      chain.status === 'suspended' && (!chain.needsReactivation || chain.suspendAt === null);
+    if (chain.status === 'cancelled' || suspendedForEpisode) return `skipped: ${chain.status}`;
     // The chain's own time rules: a job left by an attempt that died before its save may carry
     // an earlier one than the episode recorded since.
     const dueAt = chain.suspendAt ?? data.dueAt;

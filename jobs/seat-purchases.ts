@@ -933,9 +933,10 @@ export async function finishSeatIntent(
   // Orders of a chain suspended for non-payment are suspended: one bought meanwhile joins them.
   // A chain awaiting its manual reactivation (external) keeps a new one active, paid (nothing
   // would ever reactivate it) or overdue again within the grace (its suspension takes it along).
-  if (suspendedForNonPayment(chain)) {
-    await deps.provisioning.suspendOrder({ id: intent.orderId });
-  }
+  const joinsSuspension = suspendedForNonPayment(chain);
+  if (joinsSuspension) await deps.provisioning.suspendOrder({ id: intent.orderId });
+  // The suspension listed the chain's orders before this one existed: its entry does not name it.
+  const onArrival = joinsSuspension ? '; suspended on arrival: the payment is overdue' : '';
   const now = deps.clock.now();
   const addOns = await deps.chains.getMany(chain.addOns);
   if (intent.kind === 'partial') {
@@ -958,7 +959,7 @@ export async function finishSeatIntent(
       addOns,
       entry: {
         event: 'seats.partial_ordered',
-        detail: `partial ${intent.orderId}: ${describeTerm(order)}, co-terminated with the term${event.rest ? '; the rest of the event is bought next' : ''}`,
+        detail: `partial ${intent.orderId}: ${describeTerm(order)}, co-terminated with the term${onArrival}${event.rest ? '; the rest of the event is bought next' : ''}`,
         cause,
       },
       orderIds: [intent.orderId],
@@ -992,7 +993,7 @@ export async function finishSeatIntent(
       {
         at: now,
         event: 'addon.ordered',
-        detail: `add-on ${intent.orderId} of ${chain.order}: ${describeTerm(order)}`,
+        detail: `add-on ${intent.orderId} of ${chain.order}: ${describeTerm(order)}${onArrival}`,
         cause,
       },
     ],
@@ -1015,7 +1016,7 @@ export async function finishSeatIntent(
     addOns: [...addOns, addOn],
     entry: {
       event: 'seats.addon_ordered',
-      detail: `add-on ${intent.orderId}: ${describeTerm(order)}, renewing on its own cycle${event.rest ? '; the rest of the event is bought next' : ''}`,
+      detail: `add-on ${intent.orderId}: ${describeTerm(order)}, renewing on its own cycle${onArrival}${event.rest ? '; the rest of the event is bought next' : ''}`,
       cause,
     },
   });

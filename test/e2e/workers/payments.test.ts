@@ -547,6 +547,22 @@ describe('marketplace with add-on seat increases, 3 days of grace: reconcile', (
 describe('marketplace with no grace', () => {
   const system = useSystem({ env: { PAYMENT_GRACE_DAYS: '0' } });
 
+  it('says a partial bought while suspended is suspended on arrival', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'N-8' }));
+    await system.waitForChain('N-8', () => true);
+    await system.send('payment.overdue', { order: 'N-8' });
+    await system.waitForChain('N-8', (c) => c.status === 'suspended');
+    await system.send('seats.changed', { order: 'N-8', licenses: 8 });
+    const bought = await system.waitForChain('N-8', (c) => c.partials.length === 1);
+    expect(await providerStatus(system, 'N-8.p1')).toBe('suspended');
+    expect(bought.history.at(-1)).toMatchObject({ event: 'seats.partial_ordered' });
+    expect(bought.history.at(-1)?.detail).toContain('suspended on arrival');
+
+    await system.send('payment.received', { order: 'N-8' });
+    await system.waitForChain('N-8', (c) => c.status === 'active');
+    expect(await providerStatus(system, 'N-8.p1')).toBe('active');
+  });
+
   it('applies a payment event run again after its save once, also with events applied since', async () => {
     const now = systemClock.now();
     await system.send('order.placed', orderPlaced({ order: 'N-7', startsAt: now - 2 * DAY }));
@@ -726,6 +742,26 @@ describe('the external variant', () => {
     expect((res.body as ChainView).nextRenewalAt).not.toBeNull();
   });
 
+  it('fails again, for Bull Board, a payment job run again after it asked for the reactivation', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'X-11' }));
+    await system.waitForChain('X-11', () => true);
+    await system.send('payment.overdue', { order: 'X-11' });
+    await system.waitForChain('X-11', (c) => c.status === 'suspended');
+    const paid = await system.send('payment.received', { order: 'X-11' });
+    await system.waitForChain('X-11', (c) => c.needsReactivation);
+    const queue = system.queue('payment-signals');
+    const id = webhookJobId((paid.body as { id: string }).id);
+    await expect.poll(async () => (await queue.getJob(id))?.getState()).toBe('failed');
+
+    // Its worker died after the save and before the failure: the stalled job runs again.
+    await runAgain(queue, id);
+    const job = await queue.getJob(id);
+    expect(await job?.getState()).toBe('failed');
+    expect(job?.failedReason).toContain('reactivate X-11 by hand');
+    const chain = await system.chain('X-11');
+    expect(chain.history.filter((h) => h.event === 'reactivation.needed')).toHaveLength(1);
+  });
+
   it('leaves active an add-on bought while it awaits its reactivation, paid', async () => {
     await system.send('order.placed', orderPlaced({ order: 'X-2' }));
     await system.waitForChain('X-2', () => true);
@@ -822,6 +858,27 @@ describe('the external variant, 3 days of grace', () => {
     );
     expect(suspended.history.at(-1)?.detail).toContain('X-10.a1');
     expect(await providerStatus(system, 'X-10.a1')).toBe('suspended');
+  });
+
+  it("runs a newer episode's suspension again after its save without suspending twice", async () => {
+    await overdueAgainAwaitingReactivation('X-12');
+    await graceEnds('X-12', 2);
+    const ofEpisode2 = (c: ChainView) =>
+      c.history.filter((h) => h.event === 'chain.suspended' && h.detail.includes('episode 2'));
+    await system.waitForChain('X-12', (c) => ofEpisode2(c).length === 1);
+
+    // Its worker died after the save: the stalled job runs again and finds it done.
+    const queue = system.queue('payment-signals');
+    const id = suspensionJobId(chainIdOf('X-12'), 2);
+    await runAgain(queue, id);
+    expect((await queue.getJob(id))?.returnvalue).toBe('skipped: suspended');
+    const chain = await system.chain('X-12');
+    expect(ofEpisode2(chain)).toHaveLength(1);
+    expect(chain).toMatchObject({
+      status: 'suspended',
+      payment: 'overdue',
+      needsReactivation: true,
+    });
   });
 
   it("reactivated during a newer payment's grace, is suspended again when it ends", async () => {
@@ -998,6 +1055,23 @@ describe('marketplace with add-on seat increases', () => {
     expect(paid.history.at(-1)?.detail).toContain('MA-1.a1');
     expect(await providerStatus(system, 'MA-1')).toBe('active');
     expect(await providerStatus(system, 'MA-1.a1')).toBe('active');
+  });
+
+  it('says an add-on bought while suspended is suspended on arrival', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'MA-5' }));
+    await system.waitForChain('MA-5', () => true);
+    await system.send('payment.overdue', { order: 'MA-5' });
+    await system.waitForChain('MA-5', (c) => c.status === 'suspended');
+    await system.send('seats.changed', { order: 'MA-5', licenses: 8 });
+    const bought = await system.waitForChain('MA-5', (c) => c.addOns.length === 1);
+    expect(await providerStatus(system, 'MA-5.a1')).toBe('suspended');
+    // The suspension's entry was written before the add-on existed: the purchase's says it.
+    expect(bought.history.at(-1)).toMatchObject({ event: 'seats.addon_ordered' });
+    expect(bought.history.at(-1)?.detail).toContain('suspended on arrival');
+
+    await system.send('payment.received', { order: 'MA-5' });
+    await system.waitForChain('MA-5', (c) => c.status === 'active');
+    expect(await providerStatus(system, 'MA-5.a1')).toBe('active');
   });
 
   it('says which orders the provider refused to unsuspend, and why', async () => {
