@@ -205,7 +205,9 @@ async function markOverdue(deps: WorkerDeps, job: Job, held: Held, payment: Appl
         detail:
           chain.status === 'suspended'
             ? `${aboutInvoice}payment overdue (episode ${episode}) while the chain is suspended, awaiting its manual reactivation: renewals wait; unless paid, the family is suspended again at ${formatInstant(suspendAt)} (what was reactivated or bought since too), and a reactivation waits for the payment`
-            : `${aboutInvoice}payment overdue (episode ${episode}): renewals wait; the chain is suspended at ${formatInstant(suspendAt)} unless paid`,
+            : chain.status === 'expired'
+              ? `${aboutInvoice}payment overdue (episode ${episode}): renewals wait; its term has ended, and what of the family is still in force at ${formatInstant(suspendAt)} is suspended then unless paid`
+              : `${aboutInvoice}payment overdue (episode ${episode}): renewals wait; the chain is suspended at ${formatInstant(suspendAt)} unless paid`,
         cause,
       },
     ],
@@ -554,7 +556,15 @@ async function suspendChain(deps: WorkerDeps, job: Job, jobToken: string | undef
         chainId: chain.id,
         token,
         previous: chain,
-        next: { ...chain, suspendAt: null, updatedAt: now },
+        // What a suspension that died halfway suspended has ended too: nothing is left to
+        // unsuspend or reactivate when paid.
+        next: {
+          ...chain,
+          suspendAt: null,
+          suspending: null,
+          suspensionCalls: null,
+          updatedAt: now,
+        },
         release: false,
       });
       return 'skipped: nothing in force';

@@ -986,6 +986,31 @@ describe('the external variant, 3 days of grace', () => {
     expect(paid.history.at(-1)?.detail).toContain(`reactivate X-9, ${addOn} by hand`);
   });
 
+  it('asks no reactivation of orders a half-done suspension reached that have ended since', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'X-13' }));
+    const placed = await system.waitForChain('X-13', () => true);
+    await system.send('payment.overdue', { order: 'X-13' });
+    await system.waitForChain('X-13', (c) => c.payment === 'overdue');
+    // The suspension suspended X-13 and died; its retry comes only after the term ended.
+    await system.started.provisioning.suspendOrder({ id: 'X-13' });
+    await leftByDeadJob(system, 'X-13', 'dead-suspension', () => ({
+      suspending: 1,
+      suspensionCalls: ['X-13'],
+    }));
+    clock.set(placed.term.expiresAt + DAY);
+    await system.promote('payment-signals', suspensionJobId(chainIdOf('X-13'), 1));
+    const queue = system.queue('payment-signals');
+    await expect
+      .poll(async () => (await queue.getJob(suspensionJobId(chainIdOf('X-13'), 1)))?.returnvalue)
+      .toBe('skipped: nothing in force');
+
+    // Paid: nothing in force was suspended, so it renews at once, the term starting now.
+    await system.send('payment.received', { order: 'X-13' });
+    const paid = await system.waitForChain('X-13', (c) => c.payment === 'ok');
+    expect(paid.needsReactivation).toBe(false);
+    expect(lastEvent(paid)).not.toBe('reactivation.needed');
+  });
+
   it('leaves a chain with nothing in force unsuspended, and renews it at once when paid', async () => {
     await system.send('order.placed', orderPlaced({ order: 'X-7', autoRenew: false }));
     const placed = await system.waitForChain('X-7', () => true);
