@@ -9,7 +9,8 @@
 //       latest total, which a waiting add-on carries for when it is bought;
 //   (4) no duplicate orders.
 // STORM_RUNS, STORM_SEED, STORM_VARIANT (coterm|addon|external), STORM_MAXLEN, STORM_AHEAD,
-// STORM_AUTORENEW=0, STORM_STRICT=1 and STORM_DEBUG=1 steer it.
+// STORM_AUTORENEW=0, STORM_STRICT=1, STORM_DEBUG=1 and STORM_SCENARIO (a counterexample's JSON
+// object, replayed once) steer it.
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import fc from 'fast-check';
@@ -247,6 +248,37 @@ async function advanceTo(
   }
   if (target > clock.now()) clock.set(target);
   await quiesce(system, order);
+}
+
+/**
+ * What a waiting add-on's rest or the totals queued after it (external) buy, each from its own
+ * day once what precedes it is bought, is known for sure only when bought: the checks below do not
+ * model it. So a run that ends with such purchases to come advances to each day until none is
+ * left (a step of a stepped event shows its day only once the step before it is bought).
+ */
+async function settlePurchasesToCome(
+  system: System,
+  clock: ManualClock,
+  order: string,
+  log: string[],
+  rel: (t: number) => string,
+) {
+  const store = new ChainStore(system.started.runtime.redis);
+  for (let i = 0; i < 10; i += 1) {
+    const chain = await store.get(chainIdOf(order));
+    const pending = chain?.pendingAddOn ?? null;
+    if (!chain || pending === null || (!pending.rest && chain.laterSeatTotals.length === 0)) return;
+    const days = [
+      pending.startsAt,
+      pending.restFrom ?? 0,
+      ...chain.laterSeatTotals.map((l) => l.from),
+    ];
+    const target = Math.max(clock.now(), ...days) + 1;
+    log.push(
+      `settle at ${rel(clock.now())}: advance to ${rel(target)}, what is to be bought after the waiting add-on`,
+    );
+    await advanceTo(system, clock, order, target, log);
+  }
 }
 
 // --- checks --------------------------------------------------------------------------------------
@@ -717,6 +749,7 @@ async function runScenario(
       });
     }
   }
+  await settlePurchasesToCome(system, clock, parent, log, rel);
   ctx.seqBefore[sc.actions.length] = await seqNow();
   await quiesce(system, parent);
   const orders = await familyOrders(system, parent);
@@ -782,12 +815,15 @@ for (const variant of variants) {
 
     it('keeps every promise of the seat rules through random events and clock moves', async () => {
       const withAutoRenew = process.env.STORM_AUTORENEW !== '0';
+      // STORM_SCENARIO replays one scenario as printed in a counterexample (its JSON object).
+      const replay = process.env.STORM_SCENARIO;
+      const scenarios = replay
+        ? fc.constant(JSON.parse(replay) as Scenario)
+        : scenarioArb(withAutoRenew);
       await fc.assert(
-        fc.asyncProperty(scenarioArb(withAutoRenew), (sc) =>
-          runScenario(system, clock, variant, sc),
-        ),
+        fc.asyncProperty(scenarios, (sc) => runScenario(system, clock, variant, sc)),
         {
-          numRuns: RUNS,
+          numRuns: replay ? 1 : RUNS,
           seed: SEED,
           interruptAfterTimeLimit: Number(process.env.STORM_SHRINK_MS ?? 240_000),
           markInterruptAsFailure: false,
