@@ -15,7 +15,7 @@ import { planPaymentReceived, suspensionDueAt } from '../src/domain/suspension.j
 import { RefusalError } from '../src/errors.js';
 import { formatInstant } from '../src/format.js';
 import { type EventJobData, eventJobData, eventSchemas } from '../src/intake/events.js';
-import { defaultJobOptions } from '../src/queues.js';
+import { defaultJobOptions, removedUnlessRunning } from '../src/queues.js';
 import { chainOfEvent, delayJobUntil, waitForIntent, withChainLock } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
 import { ensureFamilyRenewalJobs } from './renewals.js';
@@ -59,7 +59,8 @@ async function removeSuspensionJob(queue: Queue, chain: Chain): Promise<{ partly
   const job = await queue.getJob(suspensionJobId(chain.id, chain.overdueEpisode));
   if (!job) return { partly: false };
   const state = await job.getState();
-  if (state !== 'active') await job.remove();
+  // One taken by a worker since its state was read is active: it waits for this job's lock.
+  if (state !== 'active') await removedUnlessRunning(job);
   return { partly: state === 'failed' };
 }
 

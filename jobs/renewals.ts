@@ -21,7 +21,12 @@ import {
 import { isRenewalWindowRefusal } from '../src/domain/renewal-window.js';
 import { suspendedForNonPayment } from '../src/domain/suspension.js';
 import { RefusalError, TransientError } from '../src/errors.js';
-import { defaultJobOptions, delayedFireTime, fireTimeOfScore } from '../src/queues.js';
+import {
+  defaultJobOptions,
+  delayedFireTime,
+  fireTimeOfScore,
+  removedUnlessRunning,
+} from '../src/queues.js';
 import { delayJobUntil, waitForLock, withChainLock } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
 import { describeTerm, sendIntent } from './intents.js';
@@ -189,8 +194,9 @@ export async function ensureRenewalJob(
   const { id, name, data } = renewalJob(schedule, options.prepared);
   const existing = await queue.getJob(id);
   if (schedule.nextRenewalAt === null) {
+    // One taken by a worker meanwhile finds the chain's schedule when it commits.
     if (existing && ['delayed', 'waiting', 'prioritized'].includes(await existing.getState())) {
-      await existing.remove();
+      await removedUnlessRunning(existing);
     }
     return;
   }

@@ -7,7 +7,7 @@ import { newAddOnRecord } from '../src/chains/family.js';
 import type { Chain } from '../src/chains/records.js';
 import { addTerms } from '../src/domain/periods.js';
 import { TransientError } from '../src/errors.js';
-import { defaultJobOptions } from '../src/queues.js';
+import { defaultJobOptions, removedUnlessRunning } from '../src/queues.js';
 import { waitForOtherJob } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
 
@@ -81,20 +81,6 @@ export async function scheduleAddOnJob(
 /** The chain's waiting add-on job, if there is one (in any state). */
 function waitingAddOnJob(deps: WorkerDeps, chain: Chain): Promise<Job | undefined> {
   return deps.queues['seat-changes'].getJob(addOnJobId(chain.id));
-}
-
-/**
- * Removes `job`, unless a worker holds it: BullMQ refuses to remove a locked job, and that is all
- * it refuses (its state read afterwards may have moved on already: put off, finished). A Redis
- * away fails the caller's next step as well.
- */
-async function removedUnlessRunning(job: Job): Promise<boolean> {
-  try {
-    await job.remove();
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 /**

@@ -1,5 +1,5 @@
 // The queues, which event goes to which, and the job options every queue shares.
-import type { JobsOptions, Queue } from 'bullmq';
+import type { Job, JobsOptions, Queue } from 'bullmq';
 import type { EventType } from './intake/events.js';
 import { QUEUE_KEY_PREFIX } from './redis/key-space.js';
 import { JOB_ATTEMPTS, KEPT_FAILURES, RETRY_BACKOFF_TYPE } from './retry-policy.js';
@@ -67,4 +67,18 @@ export async function delayedFireTime(queue: Queue, jobId: string): Promise<numb
 /** A delayed job's fire time (queue time, ms) from its score in BullMQ's delayed set. */
 export function fireTimeOfScore(score: string | null): number | null {
   return score === null ? null : Math.floor(Number(score) / 0x1000);
+}
+
+/**
+ * Removes `job`, unless a worker holds it: BullMQ refuses to remove a locked job, and that is all
+ * it refuses (its state read before may have moved on since: a delayed job promoted and taken).
+ * A Redis away fails the caller's next step as well.
+ */
+export async function removedUnlessRunning(job: Job): Promise<boolean> {
+  try {
+    await job.remove();
+    return true;
+  } catch {
+    return false;
+  }
 }

@@ -11,7 +11,7 @@ import {
 } from '../../../jobs/renewals.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
 import { type Chain, chainRecord } from '../../../src/chains/records.js';
-import { delayedFireTime, QUEUES } from '../../../src/queues.js';
+import { delayedFireTime, QUEUES, removedUnlessRunning } from '../../../src/queues.js';
 import { chainFor as chainAt } from '../../helpers/chains.js';
 import { useTestRedisConnection } from '../../helpers/redis-server.js';
 
@@ -295,6 +295,37 @@ describe('ensureRenewalJob while the job is active', () => {
     expect(
       Math.abs(((await firesAt(renewalJobId(chain.id, 2))) ?? 0) - (Date.now() + DAY * 1000)),
     ).toBeLessThan(5_000);
+  });
+});
+
+describe('removedUnlessRunning', () => {
+  it('removes a job nobody runs, and leaves one a worker holds', async () => {
+    const idle = await queue.add('idle', {}, { jobId: 'idle', delay: DAY * 1000 });
+    expect(await removedUnlessRunning(idle)).toBe(true);
+    expect(await queue.getJob('idle')).toBeUndefined();
+
+    // Read as waiting, then taken by a worker before the removal: as after a state read that
+    // a promotion overtook. BullMQ refuses to remove it, and the caller goes on.
+    const taken = await queue.add('taken', {}, { jobId: 'taken' });
+    let release = () => {};
+    const started = new Promise<void>((resolve) => {
+      const worker = new Worker(
+        QUEUES.renewals,
+        async () => {
+          resolve();
+          await new Promise<void>((done) => {
+            release = done;
+          });
+          return 'done';
+        },
+        { connection: db.redis, prefix },
+      );
+      workers.push(worker);
+    });
+    await started;
+    expect(await removedUnlessRunning(taken)).toBe(false);
+    expect(await queue.getJobState('taken')).toBe('active');
+    release();
   });
 });
 
