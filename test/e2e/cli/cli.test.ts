@@ -275,13 +275,16 @@ describe('npm start', () => {
     for (const pid of left.filter(isRunning)) process.kill(pid, 'SIGKILL');
   });
 
-  /** `npm start` in a process group of its own, and the service's pid below it. */
-  async function npmStart() {
+  /**
+   * `npm start` (or `npx billing start`: `npm exec`) in a process group of its own, and the
+   * service's pid below it.
+   */
+  async function npmStart(npmArgs = ['start'], service = /^\S*node scripts\/start\.mjs/) {
     // npm as the test runner's own, else the one on PATH.
     const npmCli = process.env.npm_execpath;
     const [command, args] = npmCli?.endsWith('.js')
-      ? [process.execPath, [npmCli, 'start']]
-      : ['npm', ['start']];
+      ? [process.execPath, [npmCli, ...npmArgs]]
+      : ['npm', npmArgs];
     const npm = spawn(command, args, {
       cwd: join(import.meta.dirname, '../../..'),
       env: cleanEnv({ REDIS_URL: redis.url, PORT: '0', LOG_LEVEL: 'info' }),
@@ -296,11 +299,21 @@ describe('npm start', () => {
     // npm runs `sh -c "node scripts/start.mjs"`: the service is npm's grandchild.
     const below = descendants(npm.pid as number);
     left.push(...below);
-    const service = below.find((pid) => /^\S*node scripts\/start\.mjs/.test(commandLine(pid)));
-    expect(service).toBeDefined();
-    run.service = service as number;
+    const found = below.find((pid) => service.test(commandLine(pid)));
+    expect(found).toBeDefined();
+    run.service = found as number;
     return run;
   }
+
+  it('under npx, stops when npm gets SIGTERM (kill $!), though npm does not pass it on', async () => {
+    const run = await npmStart(['exec', '--', 'billing', 'start'], /bin\/billing(\.js)? start/);
+
+    run.npm.kill('SIGTERM');
+
+    await vi.waitFor(() => expect(isRunning(run.service)).toBe(false), { timeout: 20_000 });
+    expect(run.output).toContain('"signal":"SIGTERM","msg":"shutting down"');
+    expect(run.output).not.toContain('second signal');
+  });
 
   it("stops when npm's own pid gets SIGTERM (kill $!), though npm does not pass it on", async () => {
     const run = await npmStart();
