@@ -12,7 +12,7 @@ import { createLogger, type Logger } from './logger.js';
 import { type Role, start, stopOnSignals } from './main.js';
 import { type ChainOperations, makeChainOperations } from './ops/chain-operations.js';
 import { variants } from './provisioning/schemas.js';
-import { workersClock } from './provisioning-client-factory.js';
+import { workersClock, workersVariant } from './provisioning-client-factory.js';
 import { QUEUE_PREFIX, QUEUES } from './queues.js';
 import { decimalDigits } from './validation.js';
 
@@ -236,11 +236,12 @@ async function withChainOperations<T>(run: (ops: ChainOperations) => Promise<T>)
       new Queue(name, { connection: rt.redis, prefix: QUEUE_PREFIX }).on('error', () => {});
     const renewals = queue(QUEUES.renewals);
     const paymentSignals = queue(QUEUES.paymentSignals);
+    const { variant, fromSetting } = await workersVariant(settings, rt);
     try {
       const chains = new ChainStore(rt.redis);
       return await run(
         makeChainOperations({
-          variant: settings.PARTNER_VARIANT,
+          variant,
           chains,
           renewals,
           paymentSignals,
@@ -249,8 +250,8 @@ async function withChainOperations<T>(run: (ops: ChainOperations) => Promise<T>)
         }),
       );
     } catch (error) {
-      // The variant is this command's setting, not the service's: say which one it read.
-      if (error instanceof RefusalError && error.code === 'not_external') {
+      // A variant from this command's setting (remote mode) may not be the service's: say so.
+      if (error instanceof RefusalError && error.code === 'not_external' && fromSetting) {
         throw new RefusalError(
           error.code,
           `${error.message} (this command read PARTNER_VARIANT=${settings.PARTNER_VARIANT}: run it with the service's settings)`,
@@ -292,8 +293,8 @@ function printChain(chain: ChainView): void {
   if (chain.needsReactivation) {
     lines.push(
       chain.payment === 'overdue'
-        ? 'action    payment overdue again: reactivate it once paid (billing chains reactivated ORDER)'
-        : 'action    reactivate it at the provider, then: billing chains reactivated ORDER',
+        ? `action    payment overdue again: reactivate it once paid (billing chains reactivated ${chain.order})`
+        : `action    reactivate it at the provider, then: billing chains reactivated ${chain.order}`,
     );
   }
   if (chain.flagged) lines.push(`flagged   ${chain.flagged}`);

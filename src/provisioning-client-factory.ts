@@ -50,3 +50,19 @@ export async function workersClock(settings: Settings, runtime: Runtime): Promis
   const partner = (await runtime.partners.list()).find((p) => p.name === settings.PARTNER_NAME);
   return partner === undefined ? runtime.clock : partnerClock(runtime.clock, String(partner.id));
 }
+
+/**
+ * The provider's variant as the workers act on it, for a process that does not run them: in
+ * embedded mode the workers' partner's own (the service refuses to start with another
+ * PARTNER_VARIANT), the setting before its first start and in remote mode.
+ */
+export async function workersVariant(
+  settings: Settings,
+  runtime: Runtime,
+): Promise<{ variant: Settings['PARTNER_VARIANT']; fromSetting: boolean }> {
+  if (settings.remote) return { variant: settings.PARTNER_VARIANT, fromSetting: true };
+  const partner = (await runtime.partners.list()).find((p) => p.name === settings.PARTNER_NAME);
+  return partner === undefined
+    ? { variant: settings.PARTNER_VARIANT, fromSetting: true }
+    : { variant: partner.variant, fromSetting: false };
+}

@@ -354,6 +354,7 @@ describe('the CLI', () => {
     ...process.env,
     REDIS_URL: system.redisUrl,
     DATA_DIR: system.settings.DATA_DIR,
+    PARTNER_NAME: system.settings.PARTNER_NAME,
   });
 
   it('shows a chain, switches auto-renew and lists upcoming renewals', async () => {
@@ -401,7 +402,7 @@ describe('the CLI', () => {
     expect(bad.stderr).toContain("value 'maybe' is invalid for argument 'state'");
   });
 
-  it('names the variant it read when it refuses a reactivation for a marketplace chain', async () => {
+  it("acts on the service's variant, its partner's, whatever its own PARTNER_VARIANT says", async () => {
     // As an external service's chain awaiting its reactivation would look to this marketplace one.
     await system.send('order.placed', orderPlaced({ order: 'OPS-X' }));
     await system.waitForChain('OPS-X', () => true);
@@ -410,11 +411,11 @@ describe('the CLI', () => {
       needsReactivation: true,
     }));
     const refused = await run(process.execPath, [BIN, 'chains', 'reactivated', 'OPS-X'], {
-      env: env(),
+      env: { ...env(), PARTNER_VARIANT: 'external' },
     }).catch((e) => e);
     expect(refused.code).toBe(2);
-    expect(refused.stderr).toContain(
-      "(this command read PARTNER_VARIANT=marketplace: run it with the service's settings)",
-    );
+    expect(refused.stderr).toContain('chain OPS-X is a marketplace chain');
+    expect(refused.stderr).not.toContain('PARTNER_VARIANT');
+    expect((await system.chain('OPS-X')).needsReactivation).toBe(true);
   });
 });
