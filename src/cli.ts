@@ -177,10 +177,17 @@ export function buildCli(): Command {
     .requiredOption('--days <days>', 'renewal window in days', positiveInt('--days'))
     .option('--json', 'print {"name","renewalWindowDays","before"} on one line')
     .action(async (opts: { name: string; days: number; json?: boolean }) => {
-      const { before, partner, settings } = await withRuntime(async (rt, settings) => ({
-        ...(await rt.partners.setRenewalWindow(opts.name, opts.days)),
-        settings,
-      }));
+      const { before, partner, settings } = await withRuntime(async (rt, settings) => {
+        // The workers renew their partner's chains RENEWAL_LEAD_DAYS before a term ends: a
+        // shorter window would have the provider refuse those renewals until the term ends.
+        if (opts.name === settings.PARTNER_NAME && opts.days < settings.RENEWAL_LEAD_DAYS) {
+          throw new RefusalError(
+            'window_shorter_than_lead',
+            `--days ${opts.days}: ${opts.name} is the workers' partner (PARTNER_NAME), and they renew RENEWAL_LEAD_DAYS=${settings.RENEWAL_LEAD_DAYS} days before a term ends, which a shorter window refuses; lower RENEWAL_LEAD_DAYS first (both settings: the service's next start applies PARTNER_RENEWAL_WINDOW_DAYS)`,
+          );
+        }
+        return { ...(await rt.partners.setRenewalWindow(opts.name, opts.days)), settings };
+      });
       if (
         partner.name === settings.PARTNER_NAME &&
         partner.renewalWindowDays !== settings.PARTNER_RENEWAL_WINDOW_DAYS

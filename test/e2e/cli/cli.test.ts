@@ -174,6 +174,22 @@ describe('billing partners', () => {
     expect(changed.stderr).toBe(
       "billing: cli-workers is the workers' partner (PARTNER_NAME): the service's next start sets its window back to PARTNER_RENEWAL_WINDOW_DAYS=15; set PARTNER_RENEWAL_WINDOW_DAYS=20 to keep it.\n",
     );
+
+    // Shorter than the lead the workers renew with: the provider would refuse their renewals.
+    const short = await billing(
+      ['partners', 'set-window', '--name', 'cli-workers', '--days', '3'],
+      env,
+    );
+    expect(short.code).toBe(2);
+    expect(short.stderr).toMatch(
+      /^billing: --days 3: cli-workers is the workers' partner \(PARTNER_NAME\), and they renew RENEWAL_LEAD_DAYS=7 days before/,
+    );
+    const list = await billing(['partners', 'list', '--json'], env);
+    const partners = JSON.parse(list.stdout).partners as {
+      name: string;
+      renewalWindowDays: number;
+    }[];
+    expect(partners.find((p) => p.name === 'cli-workers')?.renewalWindowDays).toBe(20);
   });
 
   it('refuses partner commands in remote mode, where the core is not served', async () => {
