@@ -245,7 +245,18 @@ export async function start(
     },
     'billing service started',
   );
+  if (!settings.remote && isWildcardAddress(new URL(settings.PUBLIC_URL).hostname)) {
+    log.warn(
+      { PUBLIC_URL: settings.PUBLIC_URL },
+      'PUBLIC_URL names no address a client can reach (HOST binds every address): onboarding links in createCustomer answers point there; set PUBLIC_URL to where clients reach this service',
+    );
+  }
   return { stop, port, runtime, provisioning, workers, clock };
+}
+
+/** An address to bind to, not to connect to: "every address" (IPv4 or IPv6). */
+function isWildcardAddress(hostname: string): boolean {
+  return hostname === '0.0.0.0' || hostname === '[::]' || hostname === '::';
 }
 
 /**

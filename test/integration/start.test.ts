@@ -9,6 +9,7 @@ import { loadSettings } from '../../config/settings.js';
 import { createLogger } from '../../src/logger.js';
 import { start } from '../../src/main.js';
 import { queueNames } from '../../src/queues.js';
+import { capturingLogger } from '../helpers/logger.js';
 import { startTestRedis, type TestRedis } from '../helpers/redis-server.js';
 
 let redis: TestRedis;
@@ -67,4 +68,28 @@ it('refuses to serve the provisioning API with another key-hash secret, and lets
   } finally {
     await rm(otherDir, { recursive: true, force: true });
   }
+});
+
+it('warns when HOST binds every address and PUBLIC_URL is left to follow it', async () => {
+  const lines = async (extra: Record<string, string>) => {
+    const { log, captured } = capturingLogger();
+    const started = await start(
+      settingsOn(dataDir, {
+        HOST: '0.0.0.0',
+        RECONCILE_INTERVAL_SECONDS: '3600',
+        // The one this Redis's partner keys are hashed with (the test above).
+        KEY_HASH_SECRET: 'a'.repeat(40),
+        ...extra,
+      }),
+      log,
+      'api',
+    );
+    await started.stop();
+    return captured.map((line) => JSON.parse(line) as { level: number; msg: string });
+  };
+  const unreachable = (entries: { level: number; msg: string }[]) =>
+    entries.filter((e) => e.level === 40 && e.msg.startsWith('PUBLIC_URL names no address'));
+
+  expect(unreachable(await lines({}))).toHaveLength(1);
+  expect(unreachable(await lines({ PUBLIC_URL: 'https://billing.example.com' }))).toHaveLength(0);
 });
