@@ -279,6 +279,8 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
     app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
       const status = error.statusCode ?? 500;
       if (status === 413) {
+        // Not read, so not verified: no webhook id of its own is logged (as for a bad signature).
+        request.log.warn({ error: 'body_too_large' }, 'webhook rejected');
         return sendError(
           reply,
           413,
@@ -286,8 +288,10 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
           `body must be at most ${request.routeOptions.bodyLimit} bytes`,
         );
       }
-      if (status >= 400 && status < 500)
+      if (status >= 400 && status < 500) {
+        request.log.warn({ error: 'invalid_request', reason: error.message }, 'webhook rejected');
         return sendError(reply, status, 'invalid_request', error.message);
+      }
       request.log.error({ err: error }, 'webhook intake failed');
       return sendError(reply, 500, 'internal', 'internal error');
     });

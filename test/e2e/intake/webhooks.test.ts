@@ -459,6 +459,23 @@ describe('a signed request with a bad body', () => {
     expect(await redis.dbsize()).toBe(0);
   }
 
+  it('is refused 413 when the body is over the limit, enqueuing nothing, and logs why', async () => {
+    logLines.length = 0;
+    const body = JSON.stringify({
+      type: 'order.placed',
+      data: { ...samples['order.placed'], padding: 'x'.repeat(BODY_LIMIT_BYTES) },
+    });
+    const answer = await post(body, signWebhook(SECRET, 'evt-too-large', T0, body));
+    expect(answer).toEqual({
+      status: 413,
+      body: { error: 'body_too_large', message: `body must be at most ${BODY_LIMIT_BYTES} bytes` },
+    });
+    expect(await totalJobs()).toBe(0);
+    expect(await redis.dbsize()).toBe(0);
+    const rejected = logLines.map((l) => JSON.parse(l)).filter((l) => l.msg === 'webhook rejected');
+    expect(rejected).toMatchObject([{ level: 40, error: 'body_too_large' }]);
+  });
+
   it('is refused 400 when the JSON is malformed', async () => {
     await expectInvalid(await deliver('{"type": "order.placed", '), 'invalid_json');
   });
