@@ -23,6 +23,10 @@ export function sendUnrecognisedError(
 ) {
   const status = error.statusCode ?? 500;
   if (status === 415) return sendError(reply, 400, 'invalid_request', JSON_ONLY);
+  // Fastify's own words name no field: say it as every other refusal of a body does.
+  if (error.code === 'FST_ERR_CTP_INVALID_JSON_BODY') {
+    return sendError(reply, 400, 'invalid_request', 'body: must be valid JSON');
+  }
   if (status < 500) return sendError(reply, status, 'invalid_request', error.message);
   request.log.error({ err: error }, failed);
   return sendError(reply, 500, 'internal', 'internal error');

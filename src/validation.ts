@@ -14,7 +14,10 @@ function describeIssue(issue: z.core.$ZodIssue, prefix: string): string {
   if (issue.code === 'unrecognized_keys') {
     return `${path}: unknown field${issue.keys.length > 1 ? 's' : ''} ${issue.keys.map((k) => `"${k}"`).join(', ')}`;
   }
-  if (issue.code === 'invalid_type' && issue.input === undefined) return `${path}: is required`;
+  // A missing field, whatever its schema would have said of a wrong value (an enum's choices).
+  const missing =
+    (issue.code === 'invalid_type' || issue.code === 'invalid_value') && issue.input === undefined;
+  if (missing) return `${path}: is required`;
   // Custom (cross-field) messages say what they need themselves; their input is the whole object.
   // Only a field's own scalar value is repeated: a whole body, an object or an array may hold a
   // secret field under another name.

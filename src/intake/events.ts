@@ -49,8 +49,8 @@ const orderPlaced = z.object({
       }),
     product: z
       .string()
-      .min(1)
-      .max(64)
+      .min(1, 'must not be empty')
+      .max(64, 'must be at most 64 characters')
       .regex(...WELL_FORMED),
     licenses,
     duration,
@@ -63,7 +63,7 @@ const orderPlaced = z.object({
 const orderRef = { order: callerId, occurredAt: epochSeconds.optional() };
 const invoice = z
   .string()
-  .max(200)
+  .max(200, 'must be at most 200 characters')
   .regex(...WELL_FORMED)
   .optional();
 

@@ -30,7 +30,11 @@ const renewalsQuery = z.strictObject({
     )
     .default(7),
 });
-const operatorHeader = z.string().min(1).max(100).default('ops-api');
+const operatorHeader = z
+  .string()
+  .min(1, 'must not be empty')
+  .max(100, 'must be at most 100 characters')
+  .default('ops-api');
 
 class InvalidRequest extends RefusalError {}
 

@@ -20,7 +20,7 @@ export const callerId = z
   .string()
   .min(1, 'must not be empty')
   .max(128, 'must be at most 128 characters')
-  .regex(/^[^\p{Cc}]+$/u, 'must not contain control characters')
+  .regex(/^[^\p{Cc}]*$/u, 'must not contain control characters')
   .regex(...WELL_FORMED);
 
 /**
@@ -30,7 +30,7 @@ export const callerId = z
 export const email = z
   .email({ pattern: z.regexes.unicodeEmail, error: 'must be an email address' })
   .max(254, 'must be at most 254 characters')
-  .regex(/^[^\p{Cc}]+$/u, 'must not contain control characters')
+  .regex(/^[^\p{Cc}]*$/u, 'must not contain control characters')
   .regex(...WELL_FORMED);
 const password = z
   .string()

@@ -506,6 +506,24 @@ describe('a signed request with a bad body', () => {
     await expectInvalid(answer, 'invalid_event', 'data.order.id: is required');
   });
 
+  it('names each bad field once, in words of its own, also a missing duration', async () => {
+    const data = structuredClone(samples['order.placed']) as { order: Record<string, unknown> };
+    delete data.order.duration;
+    data.order.product = 'p'.repeat(65);
+    const placed = await deliver({ type: 'order.placed', data });
+    expect(placed.body.message).toBe(
+      `data.order.product: must be at most 64 characters, got "${'p'.repeat(65)}"; data.order.duration: is required`,
+    );
+    const empty = await deliver({ type: 'order.cancelled', data: { order: '' } });
+    await expectInvalid(empty, 'invalid_event', 'data.order: must not be empty, got ""');
+    expect(empty.body.message).toBe('data.order: must not be empty, got ""');
+    const invoice = await deliver({
+      type: 'payment.overdue',
+      data: { order: 'A-1', invoice: 'i'.repeat(201) },
+    });
+    await expectInvalid(invoice, 'invalid_event', 'data.invoice: must be at most 200 characters');
+  });
+
   it('is refused 400 naming data.licenses when it is 1.5', async () => {
     const answer = await deliver({ type: 'seats.changed', data: { order: 'A-1', licenses: 1.5 } });
     await expectInvalid(answer, 'invalid_event', 'data.licenses: must be an integer, got 1.5');

@@ -219,6 +219,31 @@ describe('the ops API', () => {
     });
   });
 
+  it('refuses a body that is not JSON, and a long x-operator, naming what is wrong', async () => {
+    const json = {
+      authorization: `Bearer ${system.settings.OPS_TOKEN}`,
+      'content-type': 'application/json',
+    };
+    const before = await system.chain('OPS-2');
+    const bad = await raw('/ops/chains/OPS-2/auto-renew', json, 'PUT', '{"enabled":');
+    expect(bad.status).toBe(400);
+    expect(JSON.parse(bad.text)).toEqual({
+      error: 'invalid_request',
+      message: 'body: must be valid JSON',
+    });
+    const long = await raw(
+      '/ops/chains/OPS-2/auto-renew',
+      { ...json, 'x-operator': 'o'.repeat(101) },
+      'PUT',
+      '{"enabled":false}',
+    );
+    expect(JSON.parse(long.text)).toEqual({
+      error: 'invalid_request',
+      message: 'x-operator: must be at most 100 characters',
+    });
+    expect(await system.chain('OPS-2')).toEqual(before);
+  });
+
   it('names the content type it reads when a form body comes in (curl -d without a header)', async () => {
     const form = {
       authorization: `Bearer ${system.settings.OPS_TOKEN}`,
