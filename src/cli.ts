@@ -14,6 +14,8 @@ import { type ChainOperations, makeChainOperations } from './ops/chain-operation
 import { variants } from './provisioning/schemas.js';
 import { workersClock, workersVariant } from './provisioning-client-factory.js';
 import { QUEUE_PREFIX, QUEUES } from './queues.js';
+import { isRedisUnavailable } from './redis/connection.js';
+import { describeRedisTarget } from './redis/target.js';
 import { decimalDigits } from './validation.js';
 
 function settingsOrExit(): Settings {
@@ -415,6 +417,17 @@ function addChainCommands(program: Command): void {
     });
 }
 
+/** Which Redis a command could not reach, as its settings name it (no password). */
+function redisNamed(): string {
+  const url = process.env.REDIS_URL;
+  if (url === undefined || url === '') return 'cannot reach the private Redis of DATA_DIR';
+  try {
+    return `cannot reach the Redis of REDIS_URL=${describeRedisTarget(url)}`;
+  } catch {
+    return 'cannot reach the Redis of REDIS_URL';
+  }
+}
+
 export async function runCli(argv: readonly string[]): Promise<void> {
   // Output piped into a reader that stops early (`| head`) ends the command quietly instead of
   // with a stack trace, with the status of a process killed by SIGPIPE (128 + 13), as other
@@ -439,7 +452,9 @@ export async function runCli(argv: readonly string[]): Promise<void> {
     // report would inspect the error, and a Redis error carries its command's arguments (a
     // password). LOG_LEVEL=debug adds the stack.
     const message = error instanceof Error ? error.message : String(error);
-    process.stderr.write(`billing: ${message}\n`);
+    process.stderr.write(
+      `billing: ${isRedisUnavailable(error) ? `${redisNamed()}: ` : ''}${message}\n`,
+    );
     const verbose = ['debug', 'trace'].includes(process.env.LOG_LEVEL ?? '');
     if (verbose && error instanceof Error && error.stack) {
       process.stderr.write(`${error.stack}\n`);

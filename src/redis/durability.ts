@@ -48,7 +48,7 @@ export async function warnUnlessDurable(
   if (warning !== null) {
     log.warn(
       { redis: target },
-      `the Redis of REDIS_URL ${warning}; run it with appendonly yes (README: Running it again)`,
+      `the Redis of REDIS_URL ${warning}; run it with appendonly yes (README: What is kept under DATA_DIR)`,
     );
   }
 }

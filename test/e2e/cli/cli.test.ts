@@ -205,7 +205,9 @@ describe('billing partners', () => {
   it('tells an unreachable Redis in one line, with no stack trace', async () => {
     const out = await billing(['partners', 'list'], { REDIS_URL: 'redis://127.0.0.1:1' });
     expect(out.code).toBe(1);
-    expect(out.stderr.trim()).toMatch(/^billing: .*ECONNREFUSED[^\n]*$/);
+    expect(out.stderr.trim()).toMatch(
+      /^billing: cannot reach the Redis of REDIS_URL=redis:\/\/127\.0\.0\.1:1: .*ECONNREFUSED[^\n]*$/,
+    );
   });
 
   it('without REDIS_URL uses the private Redis of DATA_DIR, and its data persists', async () => {

@@ -43,7 +43,7 @@ describe('warnUnlessDurable against a real redis-server', () => {
     expect(lines).toHaveLength(1);
     expect(lines[0]).toMatchObject({ level: 40 });
     expect(lines[0]?.msg).toBe(
-      'the Redis of REDIS_URL keeps nothing on disk (appendonly no, no save points): when it restarts, every chain, order, partner and scheduled renewal is lost; run it with appendonly yes (README: Running it again)',
+      'the Redis of REDIS_URL keeps nothing on disk (appendonly no, no save points): when it restarts, every chain, order, partner and scheduled renewal is lost; run it with appendonly yes (README: What is kept under DATA_DIR)',
     );
   });
 
