@@ -147,9 +147,14 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
 
   // What the routes without an error handler of their own refuse (a body of /healthz, /readyz
   // or /metrics it cannot parse) answers {error, message} too, not in Fastify's own shape.
-  app.setErrorHandler((error: FastifyError, request, reply) =>
-    sendUnrecognisedError(error, request, reply, 'request failed'),
-  );
+  // Below the provisioning address, no route took the request (the interface's routes have
+  // their own handler): it is the path that is wrong, answered as the interface answers it.
+  app.setErrorHandler((error: FastifyError, request, reply) => {
+    if (deps.provisioning && isProvisioningPath(request.url)) {
+      return provisioningNotFound(deps.provisioning.partners, request, reply);
+    }
+    return sendUnrecognisedError(error, request, reply, 'request failed');
+  });
 
   // HEAD too: load balancers often check health with it.
   app.get('/healthz', { exposeHeadRoute: true }, async () => ({ status: 'ok' }));

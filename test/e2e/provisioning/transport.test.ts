@@ -120,6 +120,24 @@ describe('the provisioning address', () => {
       expect(res.body).toBe('no such path: GET /provisioning/v2 (the interface is /provisioning)');
       expectJson(res);
     });
+
+    it('answers an unknown path below it with 404 and a JSON string also when its body is no JSON', async () => {
+      const headers = { 'content-type': 'application/json', 'x-api-key': marketplace.apiKey };
+      const res = await raw(`${app.url}/v2`, {
+        method: 'POST',
+        headers,
+        body: '{"method": "createCustomer", ',
+      });
+      expect(res.status).toBe(404);
+      expect(res.body).toBe('no such path: POST /provisioning/v2 (the interface is /provisioning)');
+      expectJson(res);
+      const unkeyed = await raw(`${app.url}/v2`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: '{',
+      });
+      expect(unkeyed).toMatchObject({ status: 401, body: 'missing x-api-key header' });
+    });
   });
 
   describe('requests that succeed', () => {
