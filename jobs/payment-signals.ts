@@ -412,11 +412,15 @@ async function replayed(deps: WorkerDeps, chain: Chain, data: EventJobData, now:
     await ensureEpisodeSuspension(deps, chain, now);
   } else if (chain.payment === 'ok' && chain.needsReactivation) {
     // Its worker died after asking for the manual reactivation and before the job failed: it
-    // fails now with the reason it saved, so Bull Board lists it under Failed all the same.
-    const asked = (await deps.chains.history(chain.id)).findLast(
-      (h) => h.event === 'reactivation.needed' && h.cause.webhookId === data.webhookId,
+    // fails now with the reason it saved, so Bull Board lists it under Failed all the same. Only
+    // while its request is the one open: one confirmed since, or asked again by a later
+    // payment, is not this job's to show.
+    const latest = (await deps.chains.history(chain.id)).findLast(
+      (h) => h.event === 'reactivation.needed' || h.event === 'chain.reactivated',
     );
-    if (asked) throw new UnrecoverableError(asked.detail);
+    if (latest?.event === 'reactivation.needed' && latest.cause.webhookId === data.webhookId) {
+      throw new UnrecoverableError(latest.detail);
+    }
   } else if (chain.payment === 'ok') {
     await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, chain, now, {
       overrideDeferral: true,

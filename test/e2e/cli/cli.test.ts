@@ -3,6 +3,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { type AddressInfo, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Queue } from 'bullmq';
@@ -322,6 +323,31 @@ describe('npm start', () => {
     run.service = found as number;
     return run;
   }
+
+  it('under npx, stops on a signal that comes while it is still starting', async () => {
+    // A Redis that takes connections and never answers: the start waits on it.
+    let connections = 0;
+    const silent = createServer((socket) => {
+      connections += 1;
+      socket.on('error', () => {});
+    });
+    silent.listen(0, '127.0.0.1');
+    await once(silent, 'listening');
+    const { port } = silent.address() as AddressInfo;
+    try {
+      const starting = spawn(process.execPath, [BIN, 'start'], {
+        env: cleanEnv({ REDIS_URL: `redis://127.0.0.1:${port}`, PORT: '0', npm_command: 'exec' }),
+        stdio: 'ignore',
+      });
+      await vi.waitFor(() => expect(connections).toBeGreaterThan(0), { timeout: 10_000 });
+      starting.kill('SIGINT');
+      const [code, signal] = (await once(starting, 'exit')) as [number | null, string | null];
+      // Stopped by the signal, not by the start giving up on Redis later.
+      expect({ code, signal }).toEqual({ code: null, signal: 'SIGINT' });
+    } finally {
+      silent.close();
+    }
+  });
 
   it('under npx, stops when npm gets SIGTERM (kill $!), though npm does not pass it on', async () => {
     const run = await npmStart(['exec', '--', 'billing', 'start'], /bin\/billing(\.js)? start/);

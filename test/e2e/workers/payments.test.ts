@@ -762,6 +762,31 @@ describe('the external variant', () => {
     expect(chain.history.filter((h) => h.event === 'reactivation.needed')).toHaveLength(1);
   });
 
+  it('completes a payment job run again once the reactivation it asked for was confirmed', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'X-14' }));
+    await system.waitForChain('X-14', () => true);
+    await system.send('payment.overdue', { order: 'X-14' });
+    await system.waitForChain('X-14', (c) => c.status === 'suspended');
+    const first = await system.send('payment.received', { order: 'X-14' });
+    await system.waitForChain('X-14', (c) => c.needsReactivation);
+    const queue = system.queue('payment-signals');
+    const id = webhookJobId((first.body as { id: string }).id);
+    await expect.poll(async () => (await queue.getJob(id))?.getState()).toBe('failed');
+    expect((await system.ops('POST', '/ops/chains/X-14/reactivated')).status).toBe(200);
+    // A later episode asks for a reactivation of its own.
+    await system.send('payment.overdue', { order: 'X-14' });
+    await system.waitForChain('X-14', (c) => c.status === 'suspended' && c.payment === 'overdue');
+    await system.send('payment.received', { order: 'X-14' });
+    await system.waitForChain('X-14', (c) => c.needsReactivation && c.payment === 'ok');
+
+    // The first payment's job, run again (retried by hand in Bull Board): its request was
+    // answered long ago, and the open one is the later payment's.
+    await runAgain(queue, id);
+    const job = await queue.getJob(id);
+    expect(await job?.getState()).toBe('completed');
+    expect(job?.returnvalue).toMatch(/^already applied/);
+  });
+
   it('leaves active an add-on bought while it awaits its reactivation, paid', async () => {
     await system.send('order.placed', orderPlaced({ order: 'X-2' }));
     await system.waitForChain('X-2', () => true);
