@@ -561,15 +561,10 @@ async function suspendChain(deps: WorkerDeps, job: Job, jobToken: string | undef
         chainId: chain.id,
         token,
         previous: chain,
-        // What a suspension that died halfway suspended has ended too: nothing is left to
-        // unsuspend or reactivate when paid.
-        next: {
-          ...chain,
-          suspendAt: null,
-          suspending: null,
-          suspensionCalls: null,
-          updatedAt: now,
-        },
+        // What a suspension that died halfway suspended stays marked: an external id names a
+        // whole chain, which stays suspended at the provider after its term ends, so a payment
+        // asks for its reactivation as after a suspension done in full.
+        next: { ...chain, suspendAt: null, updatedAt: now },
         release: false,
       });
       return 'skipped: nothing in force';

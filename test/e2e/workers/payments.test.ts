@@ -1011,7 +1011,7 @@ describe('the external variant, 3 days of grace', () => {
     expect(paid.history.at(-1)?.detail).toContain(`reactivate X-9, ${addOn} by hand`);
   });
 
-  it('asks no reactivation of orders a half-done suspension reached that have ended since', async () => {
+  it('asks to reactivate what a half-done suspension reached, also once its term ended', async () => {
     await system.send('order.placed', orderPlaced({ order: 'X-13' }));
     const placed = await system.waitForChain('X-13', () => true);
     await system.send('payment.overdue', { order: 'X-13' });
@@ -1029,11 +1029,12 @@ describe('the external variant, 3 days of grace', () => {
       .poll(async () => (await queue.getJob(suspensionJobId(chainIdOf('X-13'), 1)))?.returnvalue)
       .toBe('skipped: nothing in force');
 
-    // Paid: nothing in force was suspended, so it renews at once, the term starting now.
+    // X-13 names the whole chain at the provider, suspended there: as after a suspension done
+    // in full whose term then ended, the payment asks for its reactivation first.
     await system.send('payment.received', { order: 'X-13' });
     const paid = await system.waitForChain('X-13', (c) => c.payment === 'ok');
-    expect(paid.needsReactivation).toBe(false);
-    expect(lastEvent(paid)).not.toBe('reactivation.needed');
+    expect(paid).toMatchObject({ status: 'suspended', needsReactivation: true });
+    expect(paid.history.at(-1)?.detail).toContain('reactivate X-13 by hand');
   });
 
   it('leaves a chain with nothing in force unsuspended, and renews it at once when paid', async () => {
