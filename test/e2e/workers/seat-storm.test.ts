@@ -279,6 +279,8 @@ async function settlePurchasesToCome(
     );
     await advanceTo(system, clock, order, target, log);
   }
+  // Still to come after ten days passed by: what follows the add-on is never bought.
+  throw new Error(`purchases after the waiting add-on never made\n${log.join('\n')}`);
 }
 
 // --- checks --------------------------------------------------------------------------------------
