@@ -259,11 +259,15 @@ async function withChainOperations<T>(run: (ops: ChainOperations) => Promise<T>)
         }),
       );
     } catch (error) {
-      // A variant from this command's setting (remote mode) may not be the service's: say so.
+      // A variant from this command's setting (remote mode, or no partner of its PARTNER_NAME
+      // here) may not be the service's: say which settings it read.
       if (error instanceof RefusalError && error.code === 'not_external' && fromSetting) {
+        const read = settings.remote
+          ? `PARTNER_VARIANT=${settings.PARTNER_VARIANT}`
+          : `PARTNER_VARIANT=${settings.PARTNER_VARIANT}, as no partner is named PARTNER_NAME=${settings.PARTNER_NAME} here`;
         throw new RefusalError(
           error.code,
-          `${error.message} (this command read PARTNER_VARIANT=${settings.PARTNER_VARIANT}: run it with the service's settings)`,
+          `${error.message} (this command read ${read}: run it with the service's settings)`,
         );
       }
       throw error;

@@ -442,5 +442,14 @@ describe('the CLI', () => {
     expect(refused.stderr).toContain('chain OPS-X is a marketplace chain');
     expect(refused.stderr).not.toContain('PARTNER_VARIANT');
     expect((await system.chain('OPS-X')).needsReactivation).toBe(true);
+
+    // Run with another PARTNER_NAME, it has only its setting to go by, and says so.
+    const elsewhere = await run(process.execPath, [BIN, 'chains', 'reactivated', 'OPS-X'], {
+      env: { ...env(), PARTNER_NAME: 'nobody-here', PARTNER_VARIANT: 'marketplace' },
+    }).catch((e) => e);
+    expect(elsewhere.code).toBe(2);
+    expect(elsewhere.stderr).toContain(
+      "(this command read PARTNER_VARIANT=marketplace, as no partner is named PARTNER_NAME=nobody-here here: run it with the service's settings)",
+    );
   });
 });
