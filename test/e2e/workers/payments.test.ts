@@ -51,6 +51,26 @@ async function suspendedWithAddOn(system: System, order: string, licenses: numbe
 }
 
 /**
+ * Places `order`, lets it be suspended (no grace), then raises it to 8 licenses: the purchase
+ * (`bought`, recorded as `event`) is suspended on arrival and says so, since the suspension's
+ * entry was written before it existed; the payment unsuspends it with the rest.
+ */
+async function boughtWhileSuspended(system: System, order: string, bought: string, event: string) {
+  await system.send('order.placed', orderPlaced({ order }));
+  await system.waitForChain(order, () => true);
+  await system.send('payment.overdue', { order });
+  await system.waitForChain(order, (c) => c.status === 'suspended');
+  await system.send('seats.changed', { order, licenses: 8 });
+  const after = await system.waitForChain(order, (c) => lastEvent(c) === event);
+  expect(await providerStatus(system, bought)).toBe('suspended');
+  expect(after.history.at(-1)?.detail).toContain('suspended on arrival');
+
+  await system.send('payment.received', { order });
+  await system.waitForChain(order, (c) => c.status === 'active');
+  expect(await providerStatus(system, bought)).toBe('active');
+}
+
+/**
  * Places `order` (5 licenses from `startsAt`), raises it to 8 (an add-on order, with
  * SEAT_INCREASE=addon), and lets its payment go overdue.
  */
@@ -548,19 +568,7 @@ describe('marketplace with no grace', () => {
   const system = useSystem({ env: { PAYMENT_GRACE_DAYS: '0' } });
 
   it('says a partial bought while suspended is suspended on arrival', async () => {
-    await system.send('order.placed', orderPlaced({ order: 'N-8' }));
-    await system.waitForChain('N-8', () => true);
-    await system.send('payment.overdue', { order: 'N-8' });
-    await system.waitForChain('N-8', (c) => c.status === 'suspended');
-    await system.send('seats.changed', { order: 'N-8', licenses: 8 });
-    const bought = await system.waitForChain('N-8', (c) => c.partials.length === 1);
-    expect(await providerStatus(system, 'N-8.p1')).toBe('suspended');
-    expect(bought.history.at(-1)).toMatchObject({ event: 'seats.partial_ordered' });
-    expect(bought.history.at(-1)?.detail).toContain('suspended on arrival');
-
-    await system.send('payment.received', { order: 'N-8' });
-    await system.waitForChain('N-8', (c) => c.status === 'active');
-    expect(await providerStatus(system, 'N-8.p1')).toBe('active');
+    await boughtWhileSuspended(system, 'N-8', 'N-8.p1', 'seats.partial_ordered');
   });
 
   it('applies a payment event run again after its save once, also with events applied since', async () => {
@@ -1109,20 +1117,7 @@ describe('marketplace with add-on seat increases', () => {
   });
 
   it('says an add-on bought while suspended is suspended on arrival', async () => {
-    await system.send('order.placed', orderPlaced({ order: 'MA-5' }));
-    await system.waitForChain('MA-5', () => true);
-    await system.send('payment.overdue', { order: 'MA-5' });
-    await system.waitForChain('MA-5', (c) => c.status === 'suspended');
-    await system.send('seats.changed', { order: 'MA-5', licenses: 8 });
-    const bought = await system.waitForChain('MA-5', (c) => c.addOns.length === 1);
-    expect(await providerStatus(system, 'MA-5.a1')).toBe('suspended');
-    // The suspension's entry was written before the add-on existed: the purchase's says it.
-    expect(bought.history.at(-1)).toMatchObject({ event: 'seats.addon_ordered' });
-    expect(bought.history.at(-1)?.detail).toContain('suspended on arrival');
-
-    await system.send('payment.received', { order: 'MA-5' });
-    await system.waitForChain('MA-5', (c) => c.status === 'active');
-    expect(await providerStatus(system, 'MA-5.a1')).toBe('active');
+    await boughtWhileSuspended(system, 'MA-5', 'MA-5.a1', 'seats.addon_ordered');
   });
 
   it('says which orders the provider refused to unsuspend, and why', async () => {
