@@ -69,16 +69,20 @@ export function fireTimeOfScore(score: string | null): number | null {
   return score === null ? null : Math.floor(Number(score) / 0x1000);
 }
 
+/** BullMQ's refusal to remove a job a worker holds (Job.remove), the one refusal taken here. */
+const LOCKED_JOB = /could not be removed because it is locked by another worker/;
+
 /**
- * Removes `job`, unless a worker holds it: BullMQ refuses to remove a locked job, and that is all
- * it refuses (its state read before may have moved on since: a delayed job promoted and taken).
- * A Redis away fails the caller's next step as well.
+ * Removes `job`, unless a worker holds it: BullMQ refuses to remove a locked job (its state read
+ * before may have moved on since: a delayed job promoted and taken). Anything else, a Redis
+ * away, fails the caller.
  */
 export async function removedUnlessRunning(job: Job): Promise<boolean> {
   try {
     await job.remove();
     return true;
-  } catch {
-    return false;
+  } catch (error) {
+    if (error instanceof Error && LOCKED_JOB.test(error.message)) return false;
+    throw error;
   }
 }
