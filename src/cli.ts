@@ -12,7 +12,7 @@ import { createLogger, type Logger } from './logger.js';
 import { type Role, start, stopOnSignals } from './main.js';
 import { type ChainOperations, makeChainOperations } from './ops/chain-operations.js';
 import { variants } from './provisioning/schemas.js';
-import { workersClock, workersVariant } from './provisioning-client-factory.js';
+import { workersSide } from './provisioning-client-factory.js';
 import { QUEUE_PREFIX, QUEUES } from './queues.js';
 import { isRedisUnavailable } from './redis/connection.js';
 import { describeRedisTarget } from './redis/target.js';
@@ -245,7 +245,7 @@ async function withChainOperations<T>(run: (ops: ChainOperations) => Promise<T>)
       new Queue(name, { connection: rt.redis, prefix: QUEUE_PREFIX }).on('error', () => {});
     const renewals = queue(QUEUES.renewals);
     const paymentSignals = queue(QUEUES.paymentSignals);
-    const { variant, fromSetting } = await workersVariant(settings, rt);
+    const { clock, variant, fromSetting } = await workersSide(settings, rt);
     try {
       const chains = new ChainStore(rt.redis);
       return await run(
@@ -254,7 +254,7 @@ async function withChainOperations<T>(run: (ops: ChainOperations) => Promise<T>)
           chains,
           renewals,
           paymentSignals,
-          clock: await workersClock(settings, rt),
+          clock,
           leadDays: settings.RENEWAL_LEAD_DAYS,
         }),
       );

@@ -41,28 +41,30 @@ export async function makeProvisioningClient(
 }
 
 /**
- * The clock as the workers ask it, for a process that does not run them (the `billing`
- * command): in embedded mode scoped to the workers' partner when it exists (it is created by
- * the service's first start; before that there are no chains to read), else the runtime's.
+ * The workers as a process that does not run them (the `billing` command) acts for them. In
+ * embedded mode, from the workers' partner when it exists (created by the service's first
+ * start; before that there are no chains to read): its clock, and its variant (the service
+ * refuses to start with another PARTNER_VARIANT). Otherwise the runtime's clock and the
+ * PARTNER_VARIANT setting (`fromSetting`).
  */
-export async function workersClock(settings: Settings, runtime: Runtime): Promise<Clock> {
-  if (settings.remote) return runtime.clock;
-  const partner = (await runtime.partners.list()).find((p) => p.name === settings.PARTNER_NAME);
-  return partner === undefined ? runtime.clock : partnerClock(runtime.clock, String(partner.id));
-}
-
-/**
- * The provider's variant as the workers act on it, for a process that does not run them: in
- * embedded mode the workers' partner's own (the service refuses to start with another
- * PARTNER_VARIANT), the setting before its first start and in remote mode.
- */
-export async function workersVariant(
+export async function workersSide(
   settings: Settings,
   runtime: Runtime,
-): Promise<{ variant: Settings['PARTNER_VARIANT']; fromSetting: boolean }> {
-  if (settings.remote) return { variant: settings.PARTNER_VARIANT, fromSetting: true };
-  const partner = (await runtime.partners.list()).find((p) => p.name === settings.PARTNER_NAME);
-  return partner === undefined
-    ? { variant: settings.PARTNER_VARIANT, fromSetting: true }
-    : { variant: partner.variant, fromSetting: false };
+): Promise<{ clock: Clock; variant: Settings['PARTNER_VARIANT']; fromSetting: boolean }> {
+  const partner = settings.remote
+    ? undefined
+    : (await runtime.partners.list()).find((p) => p.name === settings.PARTNER_NAME);
+  if (partner === undefined) {
+    return { clock: runtime.clock, variant: settings.PARTNER_VARIANT, fromSetting: true };
+  }
+  return {
+    clock: partnerClock(runtime.clock, String(partner.id)),
+    variant: partner.variant,
+    fromSetting: false,
+  };
+}
+
+/** The clock as the workers ask it, for a process that does not run them (workersSide). */
+export async function workersClock(settings: Settings, runtime: Runtime): Promise<Clock> {
+  return (await workersSide(settings, runtime)).clock;
 }
