@@ -110,15 +110,26 @@ function handled(chain: Chain, webhookId: string) {
 }
 
 /**
+ * Whether a chain is suspended for its current episode already: suspended, and not awaiting a
+ * manual reactivation (external) or, if it is, this episode's suspension saved since (its due
+ * time cleared). One awaiting its reactivation in a newer episode's grace is suspended again.
+ */
+function suspendedForEpisode(
+  chain: Pick<Chain, 'suspendAt' | 'status' | 'needsReactivation'>,
+): boolean {
+  return chain.status === 'suspended' && (!chain.needsReactivation || chain.suspendAt === null);
+}
+
+/**
  * When the current overdue episode's suspension is due, while it is still to come: the chain is
- * overdue and not suspended for it yet (one awaiting its manual reactivation is suspended again).
- * Null otherwise: paid, suspended, cancelled, or the suspension found nothing in force.
+ * overdue and not suspended for it yet (suspendedForEpisode). Null otherwise: paid, suspended,
+ * cancelled, or the suspension found nothing in force.
  */
 export function pendingSuspensionAt(
   chain: Pick<Chain, 'payment' | 'suspendAt' | 'status' | 'needsReactivation'>,
 ): number | null {
-  const suspended = chain.status === 'suspended' && !chain.needsReactivation;
-  if (chain.payment !== 'overdue' || suspended || chain.status === 'cancelled') return null;
+  if (chain.payment !== 'overdue' || suspendedForEpisode(chain) || chain.status === 'cancelled')
+    return null;
   return chain.suspendAt;
 }
 
@@ -542,10 +553,9 @@ async function suspendChain(deps: WorkerDeps, job: Job, jobToken: string | undef
     // A chain awaiting its manual reactivation (paid before, external) is suspended again:
     // what was reactivated by hand, bought since, or left by a suspension that died halfway
     // is active at the provider while this payment is overdue. Once this episode's suspension
-    // is saved (its due time cleared), a run again after a crash has nothing left to do.
-    const suspendedForEpisode =
-      chain.status === 'suspended' && (!chain.needsReactivation || chain.suspendAt === null);
-    if (chain.status === 'cancelled' || suspendedForEpisode) return `skipped: ${chain.status}`;
+    // is saved, a run again after a crash has nothing left to do.
+    if (chain.status === 'cancelled' || suspendedForEpisode(chain))
+      return `skipped: ${chain.status}`;
     // The chain's own time rules: a job left by an attempt that died before its save may carry
     // an earlier one than the episode recorded since.
     const dueAt = chain.suspendAt ?? data.dueAt;

@@ -19,7 +19,7 @@ import {
   withNextRenewalAt,
 } from '../src/domain/renewal.js';
 import { isRenewalWindowRefusal } from '../src/domain/renewal-window.js';
-import { suspendedForNonPayment } from '../src/domain/suspension.js';
+import { suspendedForNonPayment, suspendedOnArrival } from '../src/domain/suspension.js';
 import { RefusalError, TransientError } from '../src/errors.js';
 import {
   defaultJobOptions,
@@ -535,8 +535,7 @@ function renewalRecord(
 ): Renewal {
   const at = deps.clock.now();
   const next = renewedChain(deps, held.chain, intent, order, at);
-  // The suspension listed the chain's orders before this one existed: its entry does not name it.
-  const suspended = joinsSuspension ? '; suspended on arrival: the payment is overdue' : '';
+  const suspended = suspendedOnArrival(joinsSuspension);
   return {
     at,
     next,

@@ -22,7 +22,7 @@ import {
   renewalLicenses,
   type SeatDecision,
 } from '../src/domain/seats.js';
-import { suspendedForNonPayment } from '../src/domain/suspension.js';
+import { suspendedForNonPayment, suspendedOnArrival } from '../src/domain/suspension.js';
 import { RefusalError } from '../src/errors.js';
 import { formatInstant } from '../src/format.js';
 import type { WorkerDeps } from './deps.js';
@@ -935,8 +935,7 @@ export async function finishSeatIntent(
   // would ever reactivate it) or overdue again within the grace (its suspension takes it along).
   const joinsSuspension = suspendedForNonPayment(chain);
   if (joinsSuspension) await deps.provisioning.suspendOrder({ id: intent.orderId });
-  // The suspension listed the chain's orders before this one existed: its entry does not name it.
-  const onArrival = joinsSuspension ? '; suspended on arrival: the payment is overdue' : '';
+  const onArrival = suspendedOnArrival(joinsSuspension);
   const now = deps.clock.now();
   const addOns = await deps.chains.getMany(chain.addOns);
   if (intent.kind === 'partial') {

@@ -35,3 +35,11 @@ export function suspendedForNonPayment(chain: {
 }): boolean {
   return chain.status === 'suspended' && chain.payment === 'overdue' && chain.suspendAt === null;
 }
+
+/**
+ * What a history entry adds for an order bought or renewed into a suspended family, which the
+ * suspension's own entry, written before the order existed, does not name.
+ */
+export function suspendedOnArrival(joinsSuspension: boolean): string {
+  return joinsSuspension ? '; suspended on arrival: the payment is overdue' : '';
+}
