@@ -750,16 +750,25 @@ describe('the external variant', () => {
     expect((res.body as ChainView).nextRenewalAt).not.toBeNull();
   });
 
-  it('fails again, for Bull Board, a payment job run again after it asked for the reactivation', async () => {
-    await system.send('order.placed', orderPlaced({ order: 'X-11' }));
-    await system.waitForChain('X-11', () => true);
-    await system.send('payment.overdue', { order: 'X-11' });
-    await system.waitForChain('X-11', (c) => c.status === 'suspended');
-    const paid = await system.send('payment.received', { order: 'X-11' });
-    await system.waitForChain('X-11', (c) => c.needsReactivation);
+  /**
+   * Places `order`, lets it be suspended and paid: the payment's job asked for the manual
+   * reactivation and failed. Answers the payment-signals queue and that job's id.
+   */
+  async function reactivationAsked(order: string) {
+    await system.send('order.placed', orderPlaced({ order }));
+    await system.waitForChain(order, () => true);
+    await system.send('payment.overdue', { order });
+    await system.waitForChain(order, (c) => c.status === 'suspended');
+    const paid = await system.send('payment.received', { order });
+    await system.waitForChain(order, (c) => c.needsReactivation);
     const queue = system.queue('payment-signals');
     const id = webhookJobId((paid.body as { id: string }).id);
     await expect.poll(async () => (await queue.getJob(id))?.getState()).toBe('failed');
+    return { queue, id };
+  }
+
+  it('fails again, for Bull Board, a payment job run again after it asked for the reactivation', async () => {
+    const { queue, id } = await reactivationAsked('X-11');
 
     // Its worker died after the save and before the failure: the stalled job runs again.
     await runAgain(queue, id);
@@ -771,15 +780,7 @@ describe('the external variant', () => {
   });
 
   it('completes a payment job run again once the reactivation it asked for was confirmed', async () => {
-    await system.send('order.placed', orderPlaced({ order: 'X-14' }));
-    await system.waitForChain('X-14', () => true);
-    await system.send('payment.overdue', { order: 'X-14' });
-    await system.waitForChain('X-14', (c) => c.status === 'suspended');
-    const first = await system.send('payment.received', { order: 'X-14' });
-    await system.waitForChain('X-14', (c) => c.needsReactivation);
-    const queue = system.queue('payment-signals');
-    const id = webhookJobId((first.body as { id: string }).id);
-    await expect.poll(async () => (await queue.getJob(id))?.getState()).toBe('failed');
+    const { queue, id } = await reactivationAsked('X-14');
     expect((await system.ops('POST', '/ops/chains/X-14/reactivated')).status).toBe(200);
     // A later episode asks for a reactivation of its own.
     await system.send('payment.overdue', { order: 'X-14' });
