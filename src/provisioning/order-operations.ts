@@ -4,11 +4,12 @@ import { formatRenewalRefusal } from '../domain/renewal-window.js';
 import { NotFoundError, RefusalError, TransientError } from '../errors.js';
 import { fingerprint } from './fingerprint.js';
 import type { ChainRecord, CustomerRecord, OrderRecord, OrderStatus, Partner } from './records.js';
-import type {
-  CreateFirstOrderParams,
-  CreateOrderParams,
-  CreateRenewalOrderParams,
-  OrderIdParams,
+import {
+  type CreateFirstOrderParams,
+  type CreateOrderParams,
+  type CreateRenewalOrderParams,
+  MAX_EPOCH_SECONDS,
+  type OrderIdParams,
 } from './schemas.js';
 import { type CompanionWrite, type ProvisioningStore, StatusCode } from './store.js';
 import { orderView } from './views.js';
@@ -74,6 +75,19 @@ export function makeOrderOperations(deps: {
       throw new RefusalError('order_cancelled', `order ${parent} is cancelled`);
     }
     return { chain: ctx.chain, parentOrder: ctx.parentOrder };
+  }
+
+  /**
+   * Refuses a term that would end after the last instant the interface can carry (epoch seconds
+   * are at most 253402300799): its `expiresAt` could never be sent back, as a partial order's
+   * end or a later renewal's start.
+   */
+  function requireTermInRange(term: { startsAt: number; expiresAt: number }, cause: string) {
+    if (term.expiresAt <= MAX_EPOCH_SECONDS) return;
+    throw new RefusalError(
+      'term_out_of_range',
+      `${cause}: the term from ${term.startsAt} would end after ${MAX_EPOCH_SECONDS} (9999-12-31T23:59:59Z)`,
+    );
   }
 
   function refuseRenewal(plan: Exclude<RenewalTermPlan, { kind: 'term' }>, parent: string): never {
@@ -199,6 +213,7 @@ export function makeOrderOperations(deps: {
       requestedStartsAt: input.requestedStartsAt,
     });
     if (plan.kind === 'refused') refuseRenewal(plan, chain.parent);
+    requireTermInRange(plan, `renewal refused for ${chain.parent}`);
     const record = newOrder(
       {
         remoteId: input.id,
@@ -241,6 +256,7 @@ export function makeOrderOperations(deps: {
   }) {
     const { p } = input;
     const term = firstTerm({ startsAt: input.startsAt, duration: input.duration });
+    requireTermInRange(term, 'params.startsAt');
     const record = newOrder(
       {
         remoteId: p.id,

@@ -549,13 +549,24 @@ describe('createOrder validation', () => {
     expect(text).toContain('params.expiresAt');
   });
 
-  describe('with a startsAt whose term ends beyond the range of calendar dates', () => {
-    // 8.64e12 s is the last instant a JavaScript Date can hold; one month later cannot be held.
-    const startsAt = 8_640_000_000_000 - DAY;
+  describe('with a startsAt whose term ends after the last instant the interface carries', () => {
+    // The last second of year 9999 is the largest epoch second accepted; its term ends later,
+    // so its expiresAt could never be sent back.
+    const startsAt = 253_402_300_799;
 
     it('refuses it as a caller error naming startsAt, not as an internal error', async () => {
       const res = await createOrder({ ...simple, id: 'O-FAR', startsAt });
-      expect(refusal(res)).toContain('startsAt');
+      expect(refusal(res)).toBe(
+        `params.startsAt: the term from ${startsAt} would end after 253402300799 (9999-12-31T23:59:59Z)`,
+      );
+    });
+
+    it('refuses a renewal whose term would end after it, and stores nothing', async () => {
+      const first = await placeOrder({ ...simple, id: 'O-NEAR', startsAt: T0 - 20 * DAY });
+      const far = await createOrder({ ...simple, id: 'O-NEAR-2', parent: 'O-NEAR', startsAt });
+      expect(refusal(far)).toContain(`renewal refused for O-NEAR: the term from ${startsAt}`);
+      const renewal = await placeOrder({ ...simple, id: 'O-NEAR-2', parent: 'O-NEAR' });
+      expect(renewal).toMatchObject({ count: 2, startsAt: first.expiresAt });
     });
 
     it('leaves the id usable for a valid order afterwards', async () => {
