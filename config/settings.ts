@@ -286,6 +286,17 @@ function acrossSettings(s: Partial<Parsed>, invalid: ReadonlySet<string> = new S
   ) {
     problems.push('PROVISIONING_API_KEY: is required when PROVISIONING_URL is set');
   }
+  // A key without its URL is a remote deployment that lost its URL (an empty variable counts as
+  // unset): running the embedded core instead would order in a provider nobody reads.
+  if (
+    s.PROVISIONING_API_KEY !== undefined &&
+    s.PROVISIONING_URL === undefined &&
+    !invalid.has('PROVISIONING_URL')
+  ) {
+    problems.push(
+      'PROVISIONING_URL: is required when PROVISIONING_API_KEY is set (without it the embedded core would take the orders meant for the remote service)',
+    );
+  }
   if (
     s.RENEWAL_LEAD_DAYS !== undefined &&
     s.PARTNER_RENEWAL_WINDOW_DAYS !== undefined &&

@@ -198,6 +198,23 @@ describe('loadSettings', () => {
     );
   });
 
+  it.each([
+    [
+      { PROVISIONING_URL: 'http://remote:8080/provisioning' },
+      'PROVISIONING_API_KEY: is required when PROVISIONING_URL is set',
+    ],
+    [
+      { PROVISIONING_API_KEY: 'k'.repeat(32) },
+      'PROVISIONING_URL: is required when PROVISIONING_API_KEY is set',
+    ],
+    [
+      { PROVISIONING_URL: '', PROVISIONING_API_KEY: 'k'.repeat(32) },
+      'PROVISIONING_URL: is required when PROVISIONING_API_KEY is set',
+    ],
+  ])('refuses half of remote mode: %j', (env, message) => {
+    expect(() => loadSettings(env)).toThrow(message);
+  });
+
   it('names every invalid variable at once', () => {
     expect(() => loadSettings({ PORT: '-1', LOG_LEVEL: 'x' })).toThrow(/PORT=.*\n.*LOG_LEVEL=/s);
   });
