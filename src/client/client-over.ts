@@ -1,6 +1,6 @@
 // The request shaping both provisioning clients share: params picked field by field, the
 // extensions sent only when on, and answers checked against the interface's shapes.
-import { z } from 'zod';
+import type { z } from 'zod';
 import type { Variant } from '../provisioning/schemas.js';
 import { describeIssues } from '../validation.js';
 import {
@@ -14,10 +14,14 @@ import {
 /**
  * Carries one call `{method, params}` to a provisioning service and resolves with its decoded
  * answer, or throws RefusalError, ConfigError or TransientError as ProvisioningClient documents.
+ * With `reads: 'status'` the caller needs only the success: the body is not decoded (the spec
+ * shows none for cancelOrder, suspendOrder and unsuspendOrder).
  */
-export type Send = (method: string, params: Record<string, unknown>) => Promise<unknown>;
-
-const done = z.literal(true);
+export type Send = (
+  method: string,
+  params: Record<string, unknown>,
+  reads?: 'answer' | 'status',
+) => Promise<unknown>;
 
 /** Drops undefined fields, as JSON.stringify does, so both transports pass the same params. */
 function defined(fields: Record<string, unknown>): Record<string, unknown> {
@@ -69,8 +73,12 @@ export function clientOver(opts: {
       method,
       parseAnswer(orderResponse, method, await send(method, defined(params))),
     );
-  const change = async (method: string, id: string): Promise<true> =>
-    parseAnswer(done, method, await send(method, { id }));
+  // The spec shows no body for a change's answer: its status 200 is the whole success (the
+  // embedded core answers `true`, a remote may answer `{}`, nothing, "OK"). Refusals are 400s.
+  const change = async (method: string, id: string): Promise<true> => {
+    await send(method, { id }, 'status');
+    return true;
+  };
 
   return {
     variant: opts.variant,

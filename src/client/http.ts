@@ -141,6 +141,7 @@ function classifyStatus(
   answer: { text: string; whole: boolean },
   headers: AnswerHeaders,
   apiKey: string,
+  reads: 'answer' | 'status',
 ): unknown {
   const { text: body, whole } = answer;
   // Quoted answers go into job failures, logs and a chain's history: a service (or a proxy's
@@ -148,6 +149,7 @@ function classifyStatus(
   const quoted = (text: string) =>
     excerpt(apiKey.length < MIN_MASKED_KEY_CHARS ? text : text.replaceAll(apiKey, '[redacted]'));
   if (status === 200) {
+    if (reads === 'status') return true;
     if (!whole) {
       throw new Error(
         `provisioning ${method} answered 200 with a body larger than ${MAX_ANSWER_BYTES} bytes: not an answer of the interface`,
@@ -224,7 +226,7 @@ export function httpClient(opts: HttpClientOptions): ProvisioningClient {
   });
   let closed = false;
 
-  const send: Send = async (method, params) => {
+  const send: Send = async (method, params, reads = 'answer') => {
     let status: number;
     let body: { text: string; whole: boolean };
     let headers: AnswerHeaders;
@@ -290,7 +292,7 @@ export function httpClient(opts: HttpClientOptions): ProvisioningClient {
         { cause: error },
       );
     }
-    return classifyStatus(method, status, body, headers, opts.apiKey);
+    return classifyStatus(method, status, body, headers, opts.apiKey, reads);
   };
 
   return clientOver({

@@ -43,6 +43,8 @@ describe('the HTTP client when the service fails', () => {
     return client;
   }
 
+  const anOrder = { customer: 'C', id: 'A-1', product: 'suite-std', licenses: 1 };
+
   /** A client of a service that answers every request with `handler` (both closed after). */
   async function clientAnswering(
     handler: Parameters<typeof listen>[0],
@@ -108,7 +110,7 @@ describe('the HTTP client when the service fails', () => {
     });
     stops.push(server.close);
     const client = track(httpClient({ url: server.url, apiKey, variant: 'marketplace' }));
-    const error = await client.cancelOrder({ id: 'A-1' }).catch((e: unknown) => e);
+    const error = await client.createOrder(anOrder).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(Error);
     const text = `${(error as Error).message} ${JSON.stringify(error)}`;
     expect(text).toContain('[redacted]');
@@ -173,15 +175,27 @@ describe('the HTTP client when the service fails', () => {
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end(bodies.shift());
     });
-    const order = { customer: 'C', id: 'A-1', product: 'suite-std', licenses: 1 };
     for (const expected of [/answered an unexpected shape: answer\.customer/, /not JSON/]) {
-      const error = await client.createOrder(order).catch((e: unknown) => e);
+      const error = await client.createOrder(anOrder).catch((e: unknown) => e);
       expect(error).toBeInstanceOf(Error);
       expect(error).not.toBeInstanceOf(RefusalError);
       expect(error).not.toBeInstanceOf(TransientError);
       expect((error as Error).message).toMatch(/^provisioning createOrder answered/);
       expect((error as Error).message).toMatch(expected);
     }
+  });
+
+  it('takes any 200 to a cancel, suspend or unsuspend for done: the spec shows no body', async () => {
+    const bodies = ['{}', '', 'OK', '{"ok":true}', 'x'.repeat(MAX_ANSWER_BYTES + 1)];
+    const client = await clientAnswering((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(bodies.shift());
+    });
+    expect(await client.cancelOrder({ id: 'A-1' })).toBe(true);
+    expect(await client.suspendOrder({ id: 'A-1' })).toBe(true);
+    expect(await client.unsuspendOrder({ id: 'A-1' })).toBe(true);
+    expect(await client.cancelOrder({ id: 'A-1' })).toBe(true);
+    expect(await client.suspendOrder({ id: 'A-1' })).toBe(true);
   });
 
   it.each([
@@ -301,7 +315,7 @@ describe('the HTTP client when the service fails', () => {
   it('takes no 200 answer larger than MAX_ANSWER_BYTES, whatever it ends with', async () => {
     const server = await streaming(200, '', 2 * MAX_ANSWER_BYTES);
     const client = track(httpClient({ url: server.url, apiKey: 'k', variant: 'marketplace' }));
-    const error = await client.cancelOrder({ id: 'A-1' }).catch((e: unknown) => e);
+    const error = await client.createOrder(anOrder).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(Error);
     expect((error as Error).message).toMatch(/answered 200 with a body larger than 1048576 bytes/);
   });

@@ -140,11 +140,12 @@ describe('the in-process client when the core fails', () => {
     const { partner } = await app.addPartner('marketplace');
     const core: ProvisioningCore = { ...app.core, invoke: async () => ({ id: 'A-1' }) };
     const client = inProcessClient({ core, partner });
-    const error = await client.cancelOrder({ id: 'A-1' }).catch((e: unknown) => e);
+    const order = { customer: 'C', id: 'A-1', product: 'suite-std', licenses: 1 };
+    const error = await client.createOrder(order).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(Error);
     expect(error).not.toBeInstanceOf(TransientError);
     expect((error as Error).message).toMatch(
-      /^provisioning cancelOrder answered an unexpected shape/,
+      /^provisioning createOrder answered an unexpected shape/,
     );
   });
 });
