@@ -50,6 +50,26 @@ const MIN_MASKED_KEY_CHARS = 8;
  */
 export const MAX_ANSWER_BYTES = 1024 * 1024;
 
+/**
+ * Hides `apiKey` in an answer's text wherever the service echoes it: as sent, escaped inside a
+ * JSON string (also with `\/`, as some encoders write) or in an HTML page. The text is masked as
+ * read, before anything decodes or quotes it, so no error built from it (a refusal, a shape
+ * check quoting a value, an answer about another id) can carry the key into a log, a job's
+ * failure or a chain's history.
+ */
+export function keyMask(apiKey: string): (text: string) => string {
+  if (apiKey.length < MIN_MASKED_KEY_CHARS) return (text) => text;
+  const json = JSON.stringify(apiKey).slice(1, -1);
+  const html = apiKey
+    .replaceAll('&', '&amp;')
+    .replaceAll('<', '&lt;')
+    .replaceAll('>', '&gt;')
+    .replaceAll('"', '&quot;')
+    .replaceAll("'", '&#39;');
+  const forms = [...new Set([apiKey, json, json.replaceAll('/', '\\/'), html])];
+  return (text) => forms.reduce((masked, form) => masked.replaceAll(form, '[redacted]'), text);
+}
+
 function excerpt(text: string): string {
   const trimmed = text.trim();
   return trimmed.length > EXCERPT_CHARS ? `${trimmed.slice(0, EXCERPT_CHARS - 3)}...` : trimmed;
@@ -140,14 +160,9 @@ function classifyStatus(
   status: number,
   answer: { text: string; whole: boolean },
   headers: AnswerHeaders,
-  apiKey: string,
   reads: 'answer' | 'status',
 ): unknown {
   const { text: body, whole } = answer;
-  // Quoted answers go into job failures, logs and a chain's history: a service (or a proxy's
-  // debug page) that echoes the request's headers must not put the key there.
-  const quoted = (text: string) =>
-    excerpt(apiKey.length < MIN_MASKED_KEY_CHARS ? text : text.replaceAll(apiKey, '[redacted]'));
   if (status === 200) {
     if (reads === 'status') return true;
     if (!whole) {
@@ -159,7 +174,7 @@ function classifyStatus(
       return JSON.parse(body);
     } catch {
       throw new Error(
-        `provisioning ${method} answered 200 with a body that is not JSON: ${JSON.stringify(quoted(body))}`,
+        `provisioning ${method} answered 200 with a body that is not JSON: ${JSON.stringify(excerpt(body))}`,
       );
     }
   }
@@ -173,10 +188,10 @@ function classifyStatus(
   // refusal would end the work for good, so it is a configuration to fix and is retried.
   if (status === 400) {
     const refusal = whole ? interfaceError(body) : null;
-    if (refusal !== null) throw new RefusalError('provisioning_refused', quoted(refusal), details);
+    if (refusal !== null) throw new RefusalError('provisioning_refused', excerpt(refusal), details);
     throw new ConfigError(
       'provisioning_unexpected_answer',
-      `provisioning ${method} answered 400 with a body that is not the interface's (a JSON string): ${JSON.stringify(quoted(body))}: something other than the provisioning service answered; check PROVISIONING_URL`,
+      `provisioning ${method} answered 400 with a body that is not the interface's (a JSON string): ${JSON.stringify(excerpt(body))}: something other than the provisioning service answered; check PROVISIONING_URL`,
       details,
     );
   }
@@ -202,7 +217,7 @@ function classifyStatus(
   const asking = waitMs === undefined ? '' : `, asking to retry in ${Math.ceil(waitMs / 1000)} s`;
   throw new TransientError(
     'provisioning_unavailable',
-    `provisioning ${method} answered ${status}${asking}: ${quoted(interfaceError(body) ?? body)}`,
+    `provisioning ${method} answered ${status}${asking}: ${excerpt(interfaceError(body) ?? body)}`,
     waitMs === undefined ? details : { ...details, retryAfterMs: waitMs },
   );
 }
@@ -225,6 +240,9 @@ export function httpClient(opts: HttpClientOptions): ProvisioningClient {
     connect: { timeout: timeoutMs },
   });
   let closed = false;
+  // Quoted answers go into job failures, logs and a chain's history: a service (or a proxy's
+  // debug page) that echoes the request's headers must not put the key there.
+  const masked = keyMask(opts.apiKey);
 
   const send: Send = async (method, params, reads = 'answer') => {
     let status: number;
@@ -292,7 +310,7 @@ export function httpClient(opts: HttpClientOptions): ProvisioningClient {
         { cause: error },
       );
     }
-    return classifyStatus(method, status, body, headers, opts.apiKey, reads);
+    return classifyStatus(method, status, { ...body, text: masked(body.text) }, headers, reads);
   };
 
   return clientOver({

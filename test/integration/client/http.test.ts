@@ -44,6 +44,19 @@ describe('the HTTP client when the service fails', () => {
   }
 
   const anOrder = { customer: 'C', id: 'A-1', product: 'suite-std', licenses: 1 };
+  /** The service's answer to `anOrder`, well formed. */
+  const orderOf = () => ({
+    ...anOrder,
+    id: 'ord-1',
+    customer: 'cus-1',
+    instance: null,
+    duration: null,
+    count: 1,
+    createdAt: T0,
+    startsAt: T0,
+    expiresAt: T0 + DAY,
+    remoteId: anOrder.id,
+  });
 
   /** A client of a service that answers every request with `handler` (both closed after). */
   async function clientAnswering(
@@ -102,6 +115,16 @@ describe('the HTTP client when the service fails', () => {
     [400, 'a refusal', (key: string) => JSON.stringify(`no partner has the key ${key}`)],
     [400, 'a gateway page', (key: string) => `<h1>bad request for key ${key}</h1>`],
     [200, 'an answer that is not JSON', (key: string) => `ok ${key}`],
+    [
+      200,
+      'an order about the key',
+      (key: string) => JSON.stringify({ ...orderOf(), remoteId: key }),
+    ],
+    [
+      200,
+      'an order with the key for a field',
+      (key: string) => JSON.stringify({ ...orderOf(), licenses: key }),
+    ],
   ])('never quotes its API key from an answer, a %i with %s', async (status, _what, page) => {
     const apiKey = 'echoed-key-2b4d6f8a0c1e3a5c7e9b1d3f';
     const server = await listen((req, res) => {
@@ -115,6 +138,31 @@ describe('the HTTP client when the service fails', () => {
     const text = `${(error as Error).message} ${JSON.stringify(error)}`;
     expect(text).toContain('[redacted]');
     expect(text).not.toContain(apiKey);
+  });
+
+  it.each([
+    ['escaped in a JSON string', (key: string) => JSON.stringify(`no partner has the key ${key}`)],
+    [
+      'with its slashes escaped',
+      (key: string) => `"no key ${JSON.stringify(key).slice(1, -1).replaceAll('/', '\\/')}"`,
+    ],
+    [
+      'in an HTML page',
+      (key: string) => `<p>key ${key.replaceAll('&', '&amp;').replaceAll('"', '&quot;')}</p>`,
+    ],
+  ])('never quotes a key with quotes and ampersands %s', async (_what, page) => {
+    const apiKey = 'k"e&y/2b4d6f8a0c1e3a5c';
+    const server = await listen((_req, res) => {
+      res.writeHead(400, { 'content-type': 'text/plain' });
+      res.end(page(apiKey));
+    });
+    stops.push(server.close);
+    const client = track(httpClient({ url: server.url, apiKey, variant: 'marketplace' }));
+    const error = await client.createOrder(anOrder).catch((e: unknown) => e);
+    const text = `${(error as Error).message} ${JSON.stringify(error)}`;
+    expect(text).toContain('[redacted]');
+    for (const form of [apiKey, 'k\\"e&y', 'k&quot;e&amp;y', 'e&y'])
+      expect(text).not.toContain(form);
   });
 
   it('carries the wait a 429 or 503 asks for, in seconds or as a date of its own clock', async () => {
