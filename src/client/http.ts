@@ -14,9 +14,13 @@ export interface HttpClientOptions {
   variant: Variant;
   /** Whether the `parent` and `licenses` extensions are sent; default false (a remote may lack them). */
   extensions?: boolean;
-  /** Milliseconds one call may take in all: a free connection, the headers and the whole body. */
+  /** Milliseconds one call may take in all: connecting, the headers and the whole body. */
   timeoutMs?: number;
-  /** Keep-alive connections to the origin, at most. */
+  /**
+   * Keep-alive connections to the origin, at most; default no limit: the calls in flight are
+   * bounded by the workers' concurrency, and a call queued behind a full pool would spend its
+   * deadline waiting and be reported as the provider's timeout.
+   */
   connections?: number;
 }
 
@@ -236,7 +240,7 @@ export function httpClient(opts: HttpClientOptions): ProvisioningClient {
   const shownTarget = shownUrl(`${target.origin}${target.pathname}`);
   const timeoutMs = opts.timeoutMs ?? 10_000;
   const pool = new Pool(target.origin, {
-    connections: opts.connections ?? 16,
+    connections: opts.connections ?? null,
     connect: { timeout: timeoutMs },
   });
   let closed = false;
@@ -254,8 +258,8 @@ export function httpClient(opts: HttpClientOptions): ProvisioningClient {
         path,
         headers: { 'content-type': 'application/json', 'x-api-key': opts.apiKey },
         body: JSON.stringify({ method, params }),
-        // One deadline for the whole call: waiting for a connection of the pool, the headers
-        // and a body that trickles in (undici's own timeouts run per step and per chunk).
+        // One deadline for the whole call: connecting (anew when every connection is busy), the
+        // headers and a body that trickles in (undici's own timeouts run per step and per chunk).
         signal: AbortSignal.timeout(timeoutMs),
       });
       status = res.statusCode;

@@ -200,6 +200,21 @@ describe('the HTTP client when the service fails', () => {
     expect(error).toMatchObject({ details: { code: 'TIMEOUT' } });
   });
 
+  it('queues no call behind a full pool, where it would spend its deadline waiting', async () => {
+    // 60 calls (3 workers' default concurrency) to a service that takes 400 ms: with a pool of
+    // 16 connections, the last ones would wait 800 ms for a connection and time out.
+    const client = await clientAnswering(
+      (_req, res) => {
+        setTimeout(() => res.end('true'), 400);
+      },
+      { timeoutMs: 1_000 },
+    );
+    const answers = await Promise.allSettled(
+      Array.from({ length: 60 }, (_, i) => client.cancelOrder({ id: `A-${i}` })),
+    );
+    expect(answers.filter((a) => a.status === 'rejected')).toEqual([]);
+  });
+
   it('ends a call whose answer trickles in at timeoutMs, whole call included', async () => {
     const client = await clientAnswering(
       (_req, res) => {
