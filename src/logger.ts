@@ -81,7 +81,7 @@ export function serializeRequest(req: LoggedRequest): unknown {
 }
 
 /** Query parameter names that may carry a credential (a part of the name, in any case). */
-const SECRET_PARAM = /token|key|pass|secret|sig|auth|credential|session|jwt/i;
+const SECRET_PARAM = /token|key|pass|pwd|secret|sig|auth|bearer|credential|session|jwt/i;
 
 /** `url` with the value of each query parameter whose name looks like a credential's hidden. */
 export function hideQuerySecrets(url: string): string {

@@ -128,6 +128,13 @@ function verifySignature(
     ].flatMap(([name, value]) => (value === undefined ? [name] : []));
     return rejected(401, 'missing_headers', `missing header(s): ${missing.join(', ')}`);
   }
+  if (/^\d{13}$/.test(timestampText)) {
+    return rejected(
+      401,
+      'invalid_signature',
+      `webhook-timestamp must be in epoch seconds; ${quote(timestampText)} has 13 digits, milliseconds`,
+    );
+  }
   if (!/^\d{1,12}$/.test(timestampText)) {
     return rejected(
       401,
@@ -146,7 +153,10 @@ function verifySignature(
     );
   }
   const expected = Buffer.from(webhookSignature(key, id, timestamp, body));
-  const matches = signatures.split(' ').some((candidate) => {
+  // Space-separated, as the spec writes them; two header lines arrive joined by ", " (Node), so
+  // a signature's trailing comma is the join's, not its own (base64 has no comma).
+  const candidates = signatures.split(' ').map((candidate) => candidate.replace(/,$/, ''));
+  const matches = candidates.some((candidate) => {
     const given = Buffer.from(candidate);
     return given.length === expected.length && timingSafeEqual(given, expected);
   });

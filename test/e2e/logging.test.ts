@@ -85,16 +85,16 @@ describe('request logs', () => {
   it('hide a credential a client put in the query string, and keep the rest of the URL', async () => {
     lines.length = 0;
     const res = await fetch(
-      `${app.baseUrl}/healthz?access_token=QueryTok-123&x=1&api%5Fkey=QueryKey-456&Signature=s1`,
+      `${app.baseUrl}/healthz?access_token=QueryTok-123&x=1&api%5Fkey=QueryKey-456&Signature=s1&pwd=Pw-7&bearer=Br-8`,
     );
     expect(res.status).toBe(200);
     const logged = lines.join('\n');
-    for (const secret of ['QueryTok-123', 'QueryKey-456', 's1&'])
+    for (const secret of ['QueryTok-123', 'QueryKey-456', 's1&', 'Pw-7', 'Br-8'])
       expect(logged).not.toContain(secret);
     const incoming = lines.map((l) => JSON.parse(l)).find((l) => l.msg === 'incoming request');
     expect(incoming.req).toMatchObject({
       method: 'GET',
-      url: '/healthz?access_token=[redacted]&x=1&api%5Fkey=[redacted]&Signature=[redacted]',
+      url: '/healthz?access_token=[redacted]&x=1&api%5Fkey=[redacted]&Signature=[redacted]&pwd=[redacted]&bearer=[redacted]',
       remoteAddress: expect.any(String),
     });
   });

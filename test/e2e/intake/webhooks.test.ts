@@ -377,6 +377,17 @@ describe('a valid, signed event', () => {
     expect(await totalJobs()).toBe(1);
   });
 
+  it('is accepted when the matching signature is on the first of two header lines', async () => {
+    // Node joins two header lines with ", ": the first signature then ends with the comma.
+    const body = JSON.stringify({ type: 'payment.overdue', data: { order: 'A-1' } });
+    const headers = signWebhook(SECRET, 'evt-two-lines', T0, body);
+    const stale = signWebhook(OTHER_SECRET, 'evt-two-lines', T0, body)['webhook-signature'];
+    headers['webhook-signature'] = `${headers['webhook-signature']}, ${stale}`;
+
+    expect((await post(body, headers)).status).toBe(202);
+    expect(await totalJobs()).toBe(1);
+  });
+
   it('is accepted with a timestamp exactly 5 minutes old, by the injected clock', async () => {
     clock.advance(300);
     const answer = await deliver(
@@ -447,6 +458,17 @@ describe('a request that fails the signature check', () => {
     const body = JSON.stringify(event);
     const headers = { ...signWebhook(SECRET, 'evt-1', T0, body), 'webhook-timestamp': 'soon' };
     await expectUnauthorized(await post(body, headers), 'invalid_signature');
+  });
+
+  it('is refused 401 saying so when the timestamp is in milliseconds', async () => {
+    const body = JSON.stringify(event);
+    const ms = String(T0 * 1000);
+    const headers = { ...signWebhook(SECRET, 'evt-1', T0, body), 'webhook-timestamp': ms };
+    const answer = await post(body, headers);
+    await expectUnauthorized(answer, 'invalid_signature');
+    expect(answer.body.message).toBe(
+      `webhook-timestamp must be in epoch seconds; "${ms}" has 13 digits, milliseconds`,
+    );
   });
 });
 
