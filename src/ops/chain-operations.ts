@@ -159,13 +159,14 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
     setAutoRenew: (order: string, enabled: boolean, cause: Cause) =>
       change(order, async ({ chain, token }) => {
         await refuseAddOn(chain, 'auto-renew');
-        if (chain.autoRenew === enabled) return chain;
+        // Also when the flag would not change: a 200 would say a cancelled chain renews.
         if (chain.status === 'cancelled') {
           throw new RefusalError(
             'chain_cancelled',
             `chain ${chain.order} is cancelled: it renews no more, whatever its auto-renew`,
           );
         }
+        if (chain.autoRenew === enabled) return chain;
         const now = clock.now();
         return chains.save({
           chainId: chain.id,

@@ -196,13 +196,13 @@ describe('the ops API', () => {
     });
   });
 
-  it('refuses to switch auto-renew on a cancelled chain, changing nothing', async () => {
+  it('refuses auto-renew on a cancelled chain, switched or not, changing nothing', async () => {
     const before = await system.chain('OPS-1');
-    const res = await system.ops('PUT', '/ops/chains/OPS-1/auto-renew', {
-      enabled: !before.autoRenew,
-    });
-    expect(res.status).toBe(422);
-    expect(res.body).toMatchObject({ error: 'chain_cancelled' });
+    for (const enabled of [!before.autoRenew, before.autoRenew]) {
+      const res = await system.ops('PUT', '/ops/chains/OPS-1/auto-renew', { enabled });
+      expect(res.status).toBe(422);
+      expect(res.body).toMatchObject({ error: 'chain_cancelled' });
+    }
     expect(await system.chain('OPS-1')).toEqual(before);
   });
 
@@ -241,6 +241,19 @@ describe('the ops API', () => {
       error: 'invalid_request',
       message: 'x-operator: must be at most 100 characters',
     });
+    // A tab or a right-to-left override would garble the history as `billing chains show` prints it.
+    for (const operator of ['ann\tlee', 'ann\u202Eeel']) {
+      const garbled = await raw(
+        '/ops/chains/OPS-2/auto-renew',
+        { ...json, 'x-operator': Buffer.from(operator, 'utf8').toString('latin1') },
+        'PUT',
+        '{"enabled":false}',
+      );
+      expect(JSON.parse(garbled.text)).toEqual({
+        error: 'invalid_request',
+        message: 'x-operator: must not contain control or format characters',
+      });
+    }
     expect(await system.chain('OPS-2')).toEqual(before);
   });
 
