@@ -25,11 +25,33 @@ export function presentedToken(header: string | undefined): string | null {
   return null;
 }
 
+/**
+ * Whether a browser sent this change from another site's page. A browser that has shown Bull
+ * Board keeps its basic-auth login for the whole realm and sends it with any request to this
+ * host, also a form that another site's page posts (`text/plain`, no preflight) to
+ * `/ops/chains/<order>/cancel`. Browsers say where a request comes from in Sec-Fetch-Site;
+ * other clients (curl, the CLI, scripts) send none.
+ */
+function crossSiteChange(request: FastifyRequest): boolean {
+  if (['GET', 'HEAD', 'OPTIONS'].includes(request.method)) return false;
+  const site = request.headers['sec-fetch-site'];
+  return site === 'cross-site' || site === 'same-site';
+}
+
 /** An onRequest hook answering 401 (with a basic-auth challenge, so browsers ask) without the token. */
 export function requireOpsToken(token: string) {
   // An empty token would let `Authorization: Basic Og==` (no user, no password) in.
   if (token === '') throw new Error('the ops token is empty');
   return async function opsAuth(request: FastifyRequest, reply: FastifyReply) {
+    if (crossSiteChange(request)) {
+      await sendError(
+        reply,
+        403,
+        'cross_site_request',
+        'a change sent from another site is refused (Sec-Fetch-Site); send it from this host',
+      );
+      return;
+    }
     const given = presentedToken(request.headers.authorization);
     if (given !== null && given !== '' && sameToken(given, token)) return;
     reply.header('www-authenticate', 'Basic realm="billing ops", charset="UTF-8"');

@@ -72,6 +72,51 @@ describe('without the ops token', () => {
   });
 });
 
+describe("from another site's page, with a browser's saved login", () => {
+  const basic = () => `Basic ${Buffer.from(`ops:${OPS_TOKEN}`).toString('base64')}`;
+
+  it.each(['cross-site', 'same-site'])(
+    'refuses a change 403 when the browser says %s, changing nothing',
+    async (site) => {
+      // What a form posting to us from another site sends: text/plain, no preflight.
+      const headers = {
+        authorization: basic(),
+        'content-type': 'text/plain',
+        'sec-fetch-site': site,
+      };
+      for (const [method, path] of [
+        ['POST', '/ops/chains/OPS-1/cancel'],
+        ['PUT', '/admin/queues/api/queues/renewals/pause'],
+      ] as const) {
+        const res = await raw(path, headers, method, '');
+        expect(res.status).toBe(403);
+        expect(JSON.parse(res.text)).toMatchObject({ error: 'cross_site_request' });
+      }
+      expect((await system.chain('OPS-1')).status).toBe('active');
+      expect(await system.queue('renewals').isPaused()).toBe(false);
+    },
+  );
+
+  it('lets it read, and lets a page of this host change', async () => {
+    const read = await raw('/ops/chains/OPS-1', {
+      authorization: basic(),
+      'sec-fetch-site': 'cross-site',
+    });
+    expect(read.status).toBe(200);
+    const sameOrigin = await raw(
+      '/ops/chains/OPS-1/auto-renew',
+      {
+        authorization: basic(),
+        'content-type': 'application/json',
+        'sec-fetch-site': 'same-origin',
+      },
+      'PUT',
+      JSON.stringify({ enabled: (await system.chain('OPS-1')).autoRenew }),
+    );
+    expect(sameOrigin.status).toBe(200);
+  });
+});
+
 describe('Bull Board', () => {
   it('opens with basic auth (the token as password) and lists every queue', async () => {
     const basic = `Basic ${Buffer.from(`ops:${OPS_TOKEN}`).toString('base64')}`;
