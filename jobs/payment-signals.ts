@@ -3,6 +3,12 @@
 
 import { type Job, type Queue, UnrecoverableError } from 'bullmq';
 import { z } from 'zod';
+import {
+  eventMark,
+  markedWebhookId,
+  remembersEvent,
+  withEventMark,
+} from '../src/chains/event-marks.js';
 import { familyHasOrdersInForce, familyOrdersInForce } from '../src/chains/orders-in-force.js';
 import type { Chain, HistoryEntry } from '../src/chains/records.js';
 import {
@@ -104,9 +110,14 @@ function appliedInOrder(data: EventJobData) {
 }
 
 /** The chain's record of a payment event handled (applied or ignored) now. */
-function handled(chain: Chain, webhookId: string) {
-  const kept = chain.handledPaymentEvents.filter((id) => id !== webhookId);
-  return { handledPaymentEvents: [...kept, webhookId].slice(-REMEMBERED_PAYMENT_EVENTS) };
+function handled(chain: Chain, data: EventJobData) {
+  return {
+    handledPaymentEvents: withEventMark(
+      chain.handledPaymentEvents,
+      eventMark(data),
+      REMEMBERED_PAYMENT_EVENTS,
+    ),
+  };
 }
 
 /**
@@ -176,7 +187,7 @@ async function markOverdue(deps: WorkerDeps, job: Job, held: Held, payment: Appl
       next: {
         ...chain,
         ...appliedInOrder(data),
-        ...handled(chain, data.webhookId),
+        ...handled(chain, data),
         updatedAt: now,
       },
       history: [
@@ -207,7 +218,7 @@ async function markOverdue(deps: WorkerDeps, job: Job, held: Held, payment: Appl
       overdueEpisode: episode,
       suspendAt,
       ...appliedInOrder(data),
-      ...handled(chain, data.webhookId),
+      ...handled(chain, data),
       updatedAt: now,
     },
     history: [
@@ -249,7 +260,7 @@ async function markPaid(deps: WorkerDeps, job: Job, held: Held, payment: Applied
     suspending: null,
     suspensionCalls: null,
     ...appliedInOrder(data),
-    ...handled(chain, data.webhookId),
+    ...handled(chain, data),
     updatedAt: now,
   };
 
@@ -401,7 +412,7 @@ export async function finishUnsuspension(
         event: 'chain.unsuspended',
         detail: `payment received: unsuspended ${unsuspended.join(', ') || 'nothing in force'}${describeRefusals(refused, 'unsuspend')}`,
         // The payment that began it is the last one handled: nothing else is before it ends.
-        cause: { webhookId: chain.handledPaymentEvents.at(-1) ?? '', jobId },
+        cause: { webhookId: markedWebhookId(chain.handledPaymentEvents.at(-1) ?? ''), jobId },
       },
     ],
     release: false,
@@ -468,7 +479,7 @@ async function applyPaymentEvent(
       { chain: afterPurchase, token },
       now,
     );
-    if (chain.handledPaymentEvents.includes(data.webhookId)) {
+    if (remembersEvent(chain.handledPaymentEvents, eventMark(data))) {
       return replayed(deps, chain, data, now);
     }
     const cause = { webhookId: data.webhookId, jobId: job.id ?? '' };
@@ -485,7 +496,7 @@ async function applyPaymentEvent(
         chainId,
         token,
         previous: chain,
-        next: { ...chain, ...handled(chain, data.webhookId), updatedAt: now },
+        next: { ...chain, ...handled(chain, data), updatedAt: now },
         history: [entry],
         release: false,
       });

@@ -2,6 +2,7 @@
 // order with its own renewals, or only the next renewal's count (DESIGN §4, seat change).
 
 import { type Job, UnrecoverableError } from 'bullmq';
+import { eventMark, markedWebhookId, remembersEvent } from '../src/chains/event-marks.js';
 import { finishedChainName, hasRenewalToCome, renewsNoMore } from '../src/chains/expiry.js';
 import type { Chain, HistoryEntry, Intent } from '../src/chains/records.js';
 import { eventOrderOf, staleEventReason } from '../src/domain/event-order.js';
@@ -45,6 +46,7 @@ async function applySeatEvent(
   const chainId = await chainOfEvent(deps.chains, data.type, ev.order);
   const event = {
     webhookId: data.webhookId,
+    mark: eventMark(data),
     occurredAt: data.occurredAt,
     ...(data.sequence !== undefined ? { sequence: data.sequence } : {}),
     total: ev.licenses,
@@ -55,7 +57,7 @@ async function applySeatEvent(
     const { token } = lock;
     const finished = await finishPendingSeatPurchase(deps, job, { chain: lock.chain, token });
     if (finished.intent) return waitForIntent(deps.queues, job, jobToken, finished.intent);
-    if (finished.appliedSeatEvents.includes(data.webhookId)) {
+    if (remembersEvent(finished.appliedSeatEvents, event.mark)) {
       // A retry after a crash right after the save: the waiting add-on's job may be missing,
       // or the renewal jobs of what it bought.
       const now = deps.clock.now();
@@ -67,7 +69,7 @@ async function applySeatEvent(
     }
     const now = deps.clock.now();
     const held = { chain: finished, token };
-    const chain = await withRefusalSettled(deps, job, held, data.webhookId, now);
+    const chain = await withRefusalSettled(deps, job, held, event.mark, now);
     const cause = { webhookId: data.webhookId, jobId: job.id ?? '' };
     const save = (next: Chain, entry: Omit<HistoryEntry, 'cause' | 'at'>) =>
       deps.chains.save({
@@ -210,7 +212,7 @@ function nextAfterWaiting(
 function laterTotalsAfter(
   chain: Chain,
   earlier: NonNullable<Chain['pendingAddOn']>,
-  event: { webhookId: string; occurredAt: number; total: number; neededAt: number },
+  event: { webhookId: string; mark: string; occurredAt: number; total: number; neededAt: number },
 ): { totals: Chain['laterSeatTotals']; from: number } | undefined {
   const from = nextAfterWaiting(chain, earlier);
   if (from === undefined || from >= event.neededAt) return undefined;
@@ -218,6 +220,7 @@ function laterTotalsAfter(
     ...chain.laterSeatTotals.filter((later) => later.from < event.neededAt),
     {
       webhookId: event.webhookId,
+      mark: event.mark,
       occurredAt: event.occurredAt,
       total: event.total,
       from: event.neededAt,
@@ -247,6 +250,7 @@ async function keepWaitingWithRest(
   addOns: readonly Chain[],
   event: {
     webhookId: string;
+    mark: string;
     occurredAt: number;
     sequence?: number;
     total: number;
@@ -271,6 +275,7 @@ async function keepWaitingWithRest(
         rest: true,
         restFrom: event.neededAt,
         webhookId: event.webhookId,
+        mark: event.mark,
       };
   const later = queued?.totals ?? [];
   const counts = allocation(deps, chain, addOns, event.total, {
@@ -406,7 +411,9 @@ async function buyDueAddOn(deps: WorkerDeps, job: Job, jobToken: string | undefi
     }
     const total = pending.total ?? paidInForce(chain, addOns, now) + pending.licenses;
     const event = {
-      webhookId: pending.webhookId ?? chain.appliedSeatEvents.at(-1) ?? '',
+      // Older waiting add-ons name no event: the last one applied asked for them.
+      webhookId: pending.webhookId ?? markedWebhookId(chain.appliedSeatEvents.at(-1) ?? ''),
+      mark: pending.mark ?? pending.webhookId ?? chain.appliedSeatEvents.at(-1) ?? '',
       occurredAt: pending.occurredAt,
       total,
       ...(pending.rest ? { rest: true } : {}),

@@ -1,6 +1,7 @@
 // Seat purchases: what is paid, how a total splits over the next renewals, and the partial or
 // add-on order that buys the rest, written as an intent and finished exactly once.
 import { type Job, UnrecoverableError } from 'bullmq';
+import { markOf, remembersEvent, sameEvent } from '../src/chains/event-marks.js';
 import { finishedChainName, renewsNoMore } from '../src/chains/expiry.js';
 import {
   addOnsRenew,
@@ -34,13 +35,19 @@ import { removeAddOnJob, scheduleAddOnJob } from './waiting-add-ons.js';
 const REMEMBERED_EVENTS = 50;
 export function applied(
   chain: Chain,
-  event: { webhookId: string; occurredAt: number; sequence?: number | undefined },
+  event: {
+    webhookId: string;
+    mark?: string | undefined;
+    occurredAt: number;
+    sequence?: number | undefined;
+  },
 ) {
   // An event bought in steps is applied when its first waiting add-on is scheduled and again
   // with its last purchase: it is remembered once.
-  const remembered = chain.appliedSeatEvents.includes(event.webhookId)
+  const mark = markOf(event);
+  const remembered = remembersEvent(chain.appliedSeatEvents, mark)
     ? chain.appliedSeatEvents
-    : [...chain.appliedSeatEvents, event.webhookId].slice(-REMEMBERED_EVENTS);
+    : [...chain.appliedSeatEvents, mark].slice(-REMEMBERED_EVENTS);
   return { ...lastSeen(chain, event), appliedSeatEvents: remembered };
 }
 
@@ -80,9 +87,10 @@ type RefusalNote = Chain['refusedSeatEvents'][number];
 
 /** The chain's refused seat events with `note` for its event (the latest few are remembered). */
 function refusedWith(chain: Chain, note: RefusalNote) {
-  return [...chain.refusedSeatEvents.filter((r) => r.webhookId !== note.webhookId), note].slice(
-    -REMEMBERED_EVENTS,
-  );
+  return [
+    ...chain.refusedSeatEvents.filter((r) => !sameEvent(r.webhookId, note.webhookId)),
+    note,
+  ].slice(-REMEMBERED_EVENTS);
 }
 
 /**
@@ -97,10 +105,11 @@ export async function withRefusalSettled(
   deps: WorkerDeps,
   job: Job,
   { chain, token }: { chain: Chain; token: string },
-  webhookId: string,
+  /** The event's mark. */
+  mark: string,
   now: number,
 ): Promise<Chain> {
-  const note = chain.refusedSeatEvents.find((r) => r.webhookId === webhookId);
+  const note = chain.refusedSeatEvents.find((r) => sameEvent(r.webhookId, mark));
   if (!note) return chain;
   const attempt = job.attemptsMade ?? 0;
   const save = (refusedSeatEvents: RefusalNote[]) =>
@@ -564,7 +573,7 @@ function recordPurchase(
   purchase: {
     event: Pick<
       NonNullable<Intent['event']>,
-      'webhookId' | 'occurredAt' | 'total' | 'rest' | 'restFrom'
+      'webhookId' | 'mark' | 'occurredAt' | 'total' | 'rest' | 'restFrom'
     >;
     /**
      * When the bought licenses start: where the rest of an unfinished event is planned from,
@@ -594,6 +603,7 @@ function recordPurchase(
           ...lastSeen(chain, event),
           unfinishedSeatEvent: {
             webhookId: event.webhookId,
+            ...(event.mark !== undefined ? { mark: event.mark } : {}),
             occurredAt: event.occurredAt,
             total: event.total,
             neededAt: event.restFrom ?? purchase.startsAt,
@@ -612,7 +622,7 @@ function recordPurchase(
   // The purchase of an event applied before (a waiting add-on, a later step) keeps what a newer
   // event with a later date left the renewals before that date.
   const appliedBefore =
-    chain.unfinishedSeatEvent !== null || chain.appliedSeatEvents.includes(event.webhookId);
+    chain.unfinishedSeatEvent !== null || remembersEvent(chain.appliedSeatEvents, markOf(event));
   const withCounts = {
     ...next,
     ...allocation(deps, next, purchase.addOns, newestTotal(later, event.total), {
@@ -749,7 +759,7 @@ export async function buyPlanned(
   options: { refusal: 'fail' | 'record' },
   plan: {
     decision: Extract<SeatDecision, { kind: 'buy' }>;
-    event: { webhookId: string; occurredAt: number; total: number };
+    event: { webhookId: string; mark?: string | undefined; occurredAt: number; total: number };
     style: SeatStyle;
     /** The main chain's add-ons as they are now. */
     addOns: readonly Chain[];
@@ -802,6 +812,7 @@ export async function buyPlanned(
           total: decision.total,
           rest: decision.rest,
           webhookId: event.webhookId,
+          ...(event.mark !== undefined ? { mark: event.mark } : {}),
         },
       },
       {
@@ -875,7 +886,7 @@ export async function finishSeatIntent(
     // room for the refused purchase are shared again without it.
     const eventApplied =
       chain.unfinishedSeatEvent !== null ||
-      (event.webhookId !== '' && chain.appliedSeatEvents.includes(event.webhookId));
+      (event.webhookId !== '' && remembersEvent(chain.appliedSeatEvents, markOf(event)));
     // The newest event's total stays in the next renewals, also when it was to be bought later.
     const counts = eventApplied
       ? allocation(
@@ -916,7 +927,7 @@ export async function finishSeatIntent(
         ...(noted
           ? {
               refusedSeatEvents: refusedWith(chain, {
-                webhookId: event.webhookId,
+                webhookId: markOf(event),
                 reason,
                 attempt: options.refusal === 'fail' ? (job.attemptsMade ?? 0) : null,
               }),

@@ -25,6 +25,8 @@ export const intentRecord = z.object({
   event: z
     .object({
       webhookId: z.string(),
+      /** The event's mark (src/chains/event-marks.ts; absent in older records: its webhook id). */
+      mark: z.string().optional(),
       occurredAt: z.int(),
       /** Intake's number of the event (absent in older records and for events it did not number). */
       sequence: z.int().optional(),
@@ -89,9 +91,10 @@ export const chainRecord = z.object({
   /** Intake's `sequence` of the last applied payment event, when it had one. */
   lastPaymentEventSequence: z.int().nullable().default(null),
   /**
-   * Webhook ids of the latest payment events applied or ignored, the last one last: a job run
-   * again after a crash past its save (a stalled job, a SIGKILL) never applies its event a second
-   * time, also once newer events were applied since.
+   * Marks of the latest payment events applied or ignored (src/chains/event-marks.ts; older
+   * records: webhook ids), the last one last: a job run again after a crash past its save (a
+   * stalled job, a SIGKILL) never applies its event a second time, also once newer events were
+   * applied since.
    */
   handledPaymentEvents: z.array(z.string()).default([]),
   /** Number of the current (or last) overdue episode: each gets its own suspension job. */
@@ -136,6 +139,8 @@ export const chainRecord = z.object({
       restFrom: z.int().optional(),
       /** The event that asked for it (absent in older records: the last applied one). */
       webhookId: z.string().optional(),
+      /** The event's mark (src/chains/event-marks.ts; absent in older records: its webhook id). */
+      mark: z.string().optional(),
     })
     .nullable()
     .default(null),
@@ -150,6 +155,8 @@ export const chainRecord = z.object({
     .array(
       z.object({
         webhookId: z.string(),
+        /** The event's mark (src/chains/event-marks.ts; absent in older records: its webhook id). */
+        mark: z.string().optional(),
         occurredAt: z.int(),
         total: z.int().min(0),
         from: z.int(),
@@ -167,6 +174,8 @@ export const chainRecord = z.object({
   unfinishedSeatEvent: z
     .object({
       webhookId: z.string(),
+      /** The event's mark (src/chains/event-marks.ts; absent in older records: its webhook id). */
+      mark: z.string().optional(),
       occurredAt: z.int(),
       total: z.int().min(0),
       neededAt: z.int(),
@@ -191,7 +200,10 @@ export const chainRecord = z.object({
    * shares it the same way.
    */
   sharesFrom: z.int().nullable().default(null),
-  /** Webhook ids of the latest applied seat events: a retried job never applies one twice. */
+  /**
+   * Marks of the latest applied seat events (src/chains/event-marks.ts; older records: webhook
+   * ids): a retried job never applies one twice.
+   */
   appliedSeatEvents: z.array(z.string()).default([]),
   /**
    * Seat events whose purchase the provider refused and that are not applied, with the refusal
@@ -203,6 +215,7 @@ export const chainRecord = z.object({
   refusedSeatEvents: z
     .array(
       z.object({
+        /** The event's mark (older records: its webhook id). */
         webhookId: z.string(),
         reason: z.string(),
         attempt: z.int().min(0).nullable().default(null),

@@ -223,19 +223,29 @@ function carriesEvent(job: Job, event: Pick<EventJobData, 'type' | 'data'>): boo
  *   id done: it stays, and the add is a no-op (BullMQ keeps the first job of an id);
  * - an earlier event of an id sent again after the dedup window: finished, it goes, so that this
  *   new event is added (its effects stay in the chains' history); still unfinished, it cannot
- *   give up its id, and the new event is refused (WebhookIdInUse) rather than silently dropped.
+ *   give up its id, and the new event is refused (WebhookIdInUse) rather than silently dropped;
+ *   so it is when the earlier event still runs in another queue (another type's). A chain takes
+ *   the new event for a new one, also under an id it remembers applied: it remembers events by
+ *   id and content (src/chains/event-marks.ts).
  * A finished job of this same event that ended before the window began goes too: the id is
- * forgotten, and the event is processed again (and applied once: its chain remembers the webhook
- * ids of its latest events, and an older event is stale).
+ * forgotten, and the event is processed again (and applied once: its chain remembers its latest
+ * events, and an older event is stale).
  */
 async function enqueueOnce(
   queue: Queue,
+  /** The other queues of events: an earlier event of the id may run in one of them. */
+  otherQueues: readonly Queue[],
   jobId: string,
   event: Pick<EventJobData, 'type' | 'data'>,
   dedupSeconds: number,
   add: () => Promise<unknown>,
 ): Promise<void> {
-  const earlier = await Job.fromId(queue, jobId);
+  const [earlier, ...elsewhere] = await Promise.all(
+    [queue, ...otherQueues].map((q) => Job.fromId(q, jobId)),
+  );
+  if (elsewhere.some((job) => job !== undefined && job.finishedOn === undefined)) {
+    throw new WebhookIdInUse(`job ${jobId} of another queue still handles an earlier event`);
+  }
   if (earlier) {
     const same = carriesEvent(earlier, event);
     if (earlier.finishedOn === undefined) {
@@ -268,6 +278,10 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
     );
   }
   const enqueueTimeoutMs = deps.enqueueTimeoutMs ?? DEFAULT_ENQUEUE_TIMEOUT_MS;
+  const otherEventQueues = (name: QueueName) =>
+    [...new Set(Object.values(queueForEvent))]
+      .filter((other) => other !== name)
+      .map((other) => deps.queues[other]);
 
   return async function plugin(app: FastifyInstance) {
     // The signature covers the exact bytes sent, so this plugin keeps every body as those bytes
@@ -395,7 +409,7 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
       const queue = deps.queues[queueName];
       try {
         await withTimeout(
-          enqueueOnce(queue, jobId, jobData, ttlSeconds, () =>
+          enqueueOnce(queue, otherEventQueues(queueName), jobId, jobData, ttlSeconds, () =>
             queue.add(eventJobName(event.type, event.data), jobData, {
               ...defaultJobOptions,
               jobId,

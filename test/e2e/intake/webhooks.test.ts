@@ -304,6 +304,18 @@ describe('a valid, signed event', () => {
     await expectEnqueuedAgain(id, jobId, 'B-3');
   });
 
+  it('refuses 409 an event of another queue under an id forgotten since while its earlier job runs', async () => {
+    const id = 'evt-reused-elsewhere';
+    await deliver({ type: 'payment.overdue', data: { order: 'A-1' } }, { id });
+    await redis.del(webhookDedupKey(id));
+    const jobs = await totalJobs();
+
+    const seats = { type: 'seats.changed', data: { order: 'A-1', licenses: 9 } };
+    expect((await deliver(seats, { id })).status).toBe(409);
+    expect(await queues['seat-changes'].getJob(webhookJobId(id))).toBeUndefined();
+    expect(await totalJobs()).toBe(jobs);
+  });
+
   it('refuses 409 another event under an id forgotten since while its earlier job runs, changing nothing', async () => {
     const id = 'evt-reused-running';
     const first = { type: 'payment.overdue', data: { order: 'A-1' } };

@@ -13,7 +13,7 @@ import { manualClock, systemClock } from '../../../src/clock.js';
 import { renewalOrderId } from '../../../src/domain/ids.js';
 import { TransientError } from '../../../src/errors.js';
 import { formatInstant } from '../../../src/format.js';
-import { webhookJobId } from '../../../src/intake/webhooks.js';
+import { webhookDedupKey, webhookJobId } from '../../../src/intake/webhooks.js';
 import {
   DAY,
   lastEvent,
@@ -384,6 +384,32 @@ describe('marketplace, 3 days of grace', () => {
     ]);
     // The suspension the overdue event scheduled was removed by the payment, not restored.
     expect(await queue.getJob(suspensionJobId(chainIdOf('P-8'), 1))).toBeUndefined();
+  });
+
+  it('applies another event sent under a webhook id forgotten since, and the same one once', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'P-11' }));
+    await system.waitForChain('P-11', () => true);
+    const id = 'pay-reused-P-11';
+    await system.send('payment.overdue', { order: 'P-11' }, { id });
+    await system.waitForChain('P-11', (c) => c.payment === 'overdue');
+    const forget = () => system.started.runtime.redis.del(webhookDedupKey(id));
+
+    // WEBHOOK_DEDUP_DAYS later the intake forgot the id; the producer reuses it for the payment.
+    await forget();
+    expect((await system.send('payment.received', { order: 'P-11' }, { id })).status).toBe(202);
+    const paid = await system.waitForChain('P-11', (c) => c.payment === 'ok');
+    expect(paid.history.at(-1)?.cause).toMatchObject({ webhookId: id });
+
+    // The same payment once more, its job gone (kept for 7 days) and the id forgotten again:
+    // the chain knows it.
+    const queue = system.queue('payment-signals');
+    await (await queue.getJob(webhookJobId(id)))?.remove();
+    await forget();
+    await system.send('payment.received', { order: 'P-11' }, { id });
+    await expect
+      .poll(async () => (await queue.getJob(webhookJobId(id)))?.returnvalue, { timeout: 10_000 })
+      .toBe(`already applied: ${id}`);
+    expect(await system.chain('P-11')).toEqual(paid);
   });
 
   it('suspends at the time the chain recorded, not an earlier job left by a dead attempt', async () => {

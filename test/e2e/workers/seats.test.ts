@@ -18,7 +18,7 @@ import { renewalOrderId } from '../../../src/domain/ids.js';
 import { addTerms } from '../../../src/domain/periods.js';
 import { RefusalError, TransientError } from '../../../src/errors.js';
 import { formatInstant } from '../../../src/format.js';
-import { webhookJobId } from '../../../src/intake/webhooks.js';
+import { webhookDedupKey, webhookJobId } from '../../../src/intake/webhooks.js';
 import { delayedFireTime, QUEUE_PREFIX } from '../../../src/queues.js';
 import { connectRedis } from '../../../src/redis/connection.js';
 import {
@@ -342,6 +342,18 @@ describe('marketplace, co-terminated partial orders (the default)', () => {
     await (await renewals.getJob(renewal))?.remove();
     expect(await waitAfterRunning(2000)).toBeLessThan(10_000);
     expect((await system.chain('W-1')).nextLicenses).toBe(5);
+  });
+
+  it('applies another total sent under a webhook id forgotten since', async () => {
+    await place(system, 'S-42', 10);
+    const id = 'seats-reused-S-42';
+    await seats(system, 'S-42', 6, {}, id);
+    await system.waitForChain('S-42', (c) => c.nextLicenses === 6);
+    // WEBHOOK_DEDUP_DAYS later the intake forgot the id; the producer reuses it for a new total.
+    await system.started.runtime.redis.del(webhookDedupKey(id));
+    await seats(system, 'S-42', 8, {}, id);
+    const chain = await system.waitForChain('S-42', (c) => c.nextLicenses === 8);
+    expect(chain.history.at(-1)?.cause).toMatchObject({ webhookId: id });
   });
 
   it('orders two seat events of the same second as intake accepted them, whichever runs first', async () => {
