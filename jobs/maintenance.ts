@@ -7,7 +7,7 @@ import { governedNextRenewalAt, mainChainsOf } from '../src/chains/family.js';
 import { whileHeld } from '../src/chains/lease.js';
 import type { Chain } from '../src/chains/records.js';
 import { renewalDueAt } from '../src/domain/renewal.js';
-import { ConfigError, RefusalError, TransientError } from '../src/errors.js';
+import { ConfigError, MalformedAnswerError, RefusalError, TransientError } from '../src/errors.js';
 import { formatInstant } from '../src/format.js';
 import { defaultJobOptions } from '../src/queues.js';
 import type { WorkerDeps } from './deps.js';
@@ -336,12 +336,16 @@ export function renewalTimeUnderLead(chain: Chain, now: number, leadDays: number
   return wanted;
 }
 
-/** A failure of the provider's (away, misconfigured, refusing), not of Redis or the chain's lock. */
+/**
+ * A failure of the provider's (away, misconfigured, refusing, answering nonsense), not of Redis
+ * or the chain's lock.
+ */
 function isProviderFailure(error: unknown): boolean {
   return (
     (error instanceof TransientError ||
       error instanceof ConfigError ||
-      error instanceof RefusalError) &&
+      error instanceof RefusalError ||
+      error instanceof MalformedAnswerError) &&
     error.code.startsWith('provisioning_')
   );
 }

@@ -48,3 +48,19 @@ export class ConfigError extends Error {
     this.name = 'ConfigError';
   }
 }
+
+/**
+ * A provider answered 200 with what is not an answer of the interface (not JSON, another shape,
+ * another object's): nothing is recorded from it. Neither a refusal nor an outage: the job
+ * retries it as an unexpected failure (a few times, then fails for a person to see).
+ */
+export class MalformedAnswerError extends Error {
+  readonly code = 'provisioning_malformed_answer';
+  constructor(
+    message: string,
+    readonly details: ErrorDetails = {},
+  ) {
+    super(message);
+    this.name = 'MalformedAnswerError';
+  }
+}

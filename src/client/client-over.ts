@@ -1,6 +1,7 @@
 // The request shaping both provisioning clients share: params picked field by field, the
 // extensions sent only when on, and answers checked against the interface's shapes.
 import type { z } from 'zod';
+import { MalformedAnswerError } from '../errors.js';
 import type { Variant } from '../provisioning/schemas.js';
 import { describeIssues } from '../validation.js';
 import {
@@ -32,8 +33,9 @@ function defined(fields: Record<string, unknown>): Record<string, unknown> {
 export function parseAnswer<T>(schema: z.ZodType<T>, method: string, answer: unknown): T {
   const parsed = schema.safeParse(answer, { reportInput: true });
   if (!parsed.success) {
-    throw new Error(
+    throw new MalformedAnswerError(
       `provisioning ${method} answered an unexpected shape: ${describeIssues(parsed.error, 'answer')}`,
+      { method },
     );
   }
   return parsed.data;
@@ -47,8 +49,9 @@ export function parseAnswer<T>(schema: z.ZodType<T>, method: string, answer: unk
  */
 function answerFor<T extends { remoteId: string }>(id: unknown, method: string, answer: T): T {
   if (answer.remoteId !== id) {
-    throw new Error(
+    throw new MalformedAnswerError(
       `provisioning ${method} answered for ${JSON.stringify(answer.remoteId)}, not for the ${JSON.stringify(id)} it was sent`,
+      { method },
     );
   }
   return answer;

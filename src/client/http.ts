@@ -1,6 +1,6 @@
 // A remote provisioning service at `{base_url}` as a ProvisioningClient, over one undici Pool.
 import { Pool } from 'undici';
-import { ConfigError, RefusalError, TransientError } from '../errors.js';
+import { ConfigError, MalformedAnswerError, RefusalError, TransientError } from '../errors.js';
 import type { Variant } from '../provisioning/schemas.js';
 import { settlesWithin } from '../settles-within.js';
 import { clientOver, type Send } from './client-over.js';
@@ -170,15 +170,17 @@ function classifyStatus(
   if (status === 200) {
     if (reads === 'status') return true;
     if (!whole) {
-      throw new Error(
+      throw new MalformedAnswerError(
         `provisioning ${method} answered 200 with a body larger than ${MAX_ANSWER_BYTES} bytes: not an answer of the interface`,
+        { method },
       );
     }
     try {
       return JSON.parse(body);
     } catch {
-      throw new Error(
+      throw new MalformedAnswerError(
         `provisioning ${method} answered 200 with a body that is not JSON: ${JSON.stringify(excerpt(body))}`,
+        { method },
       );
     }
   }

@@ -2,7 +2,13 @@
 import type { FastifyError, FastifyInstance, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import type { Cause } from '../chains/records.js';
-import { ConfigError, NotFoundError, RefusalError, TransientError } from '../errors.js';
+import {
+  ConfigError,
+  MalformedAnswerError,
+  NotFoundError,
+  RefusalError,
+  TransientError,
+} from '../errors.js';
 import { sendError, sendUnrecognisedError } from '../http-errors.js';
 import { utf8Header } from '../http-headers.js';
 import { isRedisUnavailable } from '../redis/connection.js';
@@ -77,6 +83,10 @@ export function opsRoutes(deps: OpsDeps) {
       }
       if (error instanceof ConfigError) {
         request.log.error({ err: error }, 'ops request failed: configuration');
+        return sendError(reply, 502, error.code, error.message);
+      }
+      if (error instanceof MalformedAnswerError) {
+        request.log.error({ err: error }, 'ops request failed: the provider answered nonsense');
         return sendError(reply, 502, error.code, error.message);
       }
       return sendUnrecognisedError(error, request, reply, 'ops request failed');

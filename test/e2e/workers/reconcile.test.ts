@@ -10,7 +10,7 @@ import { chainIdOf, chainKeys } from '../../../src/chains/keys.js';
 import { ChainStore } from '../../../src/chains/store.js';
 import type { ProvisioningClient } from '../../../src/client/provisioning-client.js';
 import { manualClock, systemClock } from '../../../src/clock.js';
-import { RefusalError, TransientError } from '../../../src/errors.js';
+import { MalformedAnswerError, RefusalError, TransientError } from '../../../src/errors.js';
 import { delayedFireTime, QUEUE_PREFIX } from '../../../src/queues.js';
 import { connectRedis } from '../../../src/redis/connection.js';
 import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
@@ -229,30 +229,36 @@ describe('a chain left in the middle of a seat purchase, its jobs lost', () => {
     expect(await queue.getJob(id)).toBeUndefined();
   });
 
-  it('with the provider away, keeps the purchase for the next round and still ensures the jobs', async () => {
-    await seatPurchaseLeftHalfway(system, 'MIDSEAT-2');
-    const queue = system.queue('renewals');
-    const id = renewalJobId(chainIdOf('MIDSEAT-2'), 2);
-    await (await queue.getJob(id))?.remove();
-    const away: ProvisioningClient = Object.create(system.started.provisioning);
-    away.createOrder = async () => {
-      throw new TransientError('provisioning_unavailable', 'provisioning createOrder answered 503');
-    };
+  it.each([
+    ['away', 'MIDSEAT-2', new TransientError('provisioning_unavailable', 'answered 503')],
+    ['answering nonsense', 'MIDSEAT-4', new MalformedAnswerError('answered 200: not JSON')],
+  ])(
+    'with the provider %s, keeps the purchase for the next round and still ensures the jobs',
+    async (_, order, failure) => {
+      await seatPurchaseLeftHalfway(system, order);
+      const queue = system.queue('renewals');
+      const id = renewalJobId(chainIdOf(order), 2);
+      await (await queue.getJob(id))?.remove();
+      const away: ProvisioningClient = Object.create(system.started.provisioning);
+      away.createOrder = async () => {
+        throw failure;
+      };
 
-    const result = await reconcileRound(system, 'reconcile-midseat-away', { provisioning: away });
+      const result = await reconcileRound(system, `reconcile-${order}-away`, {
+        provisioning: away,
+      });
 
-    expect(result).toMatchObject({ failed: 1 });
-    expect(await (await queue.getJob(id))?.getState()).toBe('delayed');
-    const stored = await new ChainStore(system.started.runtime.redis).get(chainIdOf('MIDSEAT-2'));
-    expect(stored?.intent?.orderId).toBe('MIDSEAT-2.p1');
-    expect(await system.providerOrder('MIDSEAT-2.p1')).toBeNull();
+      expect(result).toMatchObject({ failed: 1 });
+      expect(await (await queue.getJob(id))?.getState()).toBe('delayed');
+      const stored = await new ChainStore(system.started.runtime.redis).get(chainIdOf(order));
+      expect(stored?.intent?.orderId).toBe(`${order}.p1`);
+      expect(await system.providerOrder(`${order}.p1`)).toBeNull();
 
-    // The provider back, the next round buys it.
-    expect(await reconcileRound(system, 'reconcile-midseat-back')).toMatchObject({ failed: 0 });
-    expect((await system.chain('MIDSEAT-2')).partials.map((p) => p.orderId)).toEqual([
-      'MIDSEAT-2.p1',
-    ]);
-  });
+      // The provider back, the next round buys it.
+      expect(await reconcileRound(system, `reconcile-${order}-back`)).toMatchObject({ failed: 0 });
+      expect((await system.chain(order)).partials.map((p) => p.orderId)).toEqual([`${order}.p1`]);
+    },
+  );
 });
 
 describe("reconcile's lock during a slow provider call", () => {

@@ -7,7 +7,12 @@ import { type AddressInfo, createServer, type Socket } from 'node:net';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { httpClient, MAX_ANSWER_BYTES, retryAfterMs } from '../../../src/client/http.js';
 import type { ProvisioningClient } from '../../../src/client/provisioning-client.js';
-import { ConfigError, RefusalError, TransientError } from '../../../src/errors.js';
+import {
+  ConfigError,
+  MalformedAnswerError,
+  RefusalError,
+  TransientError,
+} from '../../../src/errors.js';
 import { partnerKeys } from '../../../src/provisioning/keys.js';
 import type { Partner } from '../../../src/provisioning/records.js';
 import { DAY, T0, useTestApp } from '../../helpers/app.js';
@@ -240,7 +245,7 @@ describe('the HTTP client when the service fails', () => {
     });
     for (const expected of [/answered an unexpected shape: answer\.customer/, /not JSON/]) {
       const error = await client.createOrder(anOrder).catch((e: unknown) => e);
-      expect(error).toBeInstanceOf(Error);
+      expect(error).toBeInstanceOf(MalformedAnswerError);
       expect(error).not.toBeInstanceOf(RefusalError);
       expect(error).not.toBeInstanceOf(TransientError);
       expect((error as Error).message).toMatch(/^provisioning createOrder answered/);

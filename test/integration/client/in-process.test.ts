@@ -2,7 +2,7 @@
 // params it passes, and how it classifies the core's failures.
 import { describe, expect, it } from 'vitest';
 import { inProcessClient } from '../../../src/client/in-process.js';
-import { TransientError } from '../../../src/errors.js';
+import { MalformedAnswerError, TransientError } from '../../../src/errors.js';
 import type { ProvisioningCore } from '../../../src/provisioning/operations.js';
 import { isRedisUnavailable } from '../../../src/redis/connection.js';
 import { startTestApp, useTestApp } from '../../helpers/app.js';
@@ -142,7 +142,7 @@ describe('the in-process client when the core fails', () => {
     const client = inProcessClient({ core, partner });
     const order = { customer: 'C', id: 'A-1', product: 'suite-std', licenses: 1 };
     const error = await client.createOrder(order).catch((e: unknown) => e);
-    expect(error).toBeInstanceOf(Error);
+    expect(error).toBeInstanceOf(MalformedAnswerError);
     expect(error).not.toBeInstanceOf(TransientError);
     expect((error as Error).message).toMatch(
       /^provisioning createOrder answered an unexpected shape/,

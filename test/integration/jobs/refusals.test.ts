@@ -3,7 +3,7 @@
 import { randomUUID } from 'node:crypto';
 import { type Job, Queue, Worker } from 'bullmq';
 import { describe, expect, it } from 'vitest';
-import { RefusalError, TransientError } from '../../../src/errors.js';
+import { MalformedAnswerError, RefusalError, TransientError } from '../../../src/errors.js';
 import { defaultJobOptions, delayedFireTime } from '../../../src/queues.js';
 import { retryBackoff, UNEXPECTED_FAILURES_IN_A_ROW } from '../../../src/retry-policy.js';
 import { classifyFailures } from '../../../src/workers.js';
@@ -85,7 +85,9 @@ describe('the retry policy, as BullMQ applies it', () => {
     const outageThenBadAnswers = (attempt: number) =>
       attempt <= 20
         ? new TransientError('provisioning_unavailable', 'answered 503')
-        : new Error('provisioning createOrder answered 200 with a body that is not JSON');
+        : new MalformedAnswerError(
+            'provisioning createOrder answered 200 with a body that is not JSON',
+          );
     const { state, job } = await attempts(outageThenBadAnswers, 100);
     expect(state).toBe('failed');
     expect(job.attemptsMade).toBe(20 + UNEXPECTED_FAILURES_IN_A_ROW);

@@ -2,7 +2,7 @@
 // number of times in a row for unexpected ones.
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { ConfigError, TransientError } from '../../../src/errors.js';
+import { ConfigError, MalformedAnswerError, TransientError } from '../../../src/errors.js';
 import { isRedisUnavailable } from '../../../src/redis/connection.js';
 import {
   JOB_ATTEMPTS,
@@ -15,7 +15,9 @@ const unavailable = new TransientError('provisioning_unavailable', 'answered 503
 const wrongKey = new ConfigError('provisioning_unauthorized', 'refused the API key (401)');
 const redisAway = new TransientError('redis_unavailable', 'connect ECONNREFUSED 127.0.0.1:6379');
 const bug = new TypeError("Cannot read properties of undefined (reading 'id')");
-const notAnAnswer = new Error('provisioning createOrder answered 200 with a body that is not JSON');
+const notAnAnswer = new MalformedAnswerError(
+  'provisioning createOrder answered 200 with a body that is not JSON',
+);
 
 const traces = (errors: Error[]) => errors.map((e) => e.stack ?? '');
 const never = () => 0;
