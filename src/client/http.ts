@@ -40,6 +40,19 @@ const TLS_CODES = new Set([
   'ERR_TLS_CERT_ALTNAME_INVALID',
 ]);
 
+/**
+ * Failures of the TLS handshake itself: plain HTTP answering on the URL's https port, a client
+ * certificate the service requires, a TLS version or cipher it refuses. A retry meets the same.
+ */
+const HANDSHAKE_CODES = new Set([
+  'ERR_SSL_WRONG_VERSION_NUMBER',
+  'ERR_SSL_TLSV13_ALERT_CERTIFICATE_REQUIRED',
+  'ERR_SSL_TLSV1_ALERT_PROTOCOL_VERSION',
+  'ERR_SSL_UNSUPPORTED_PROTOCOL',
+  'ERR_SSL_NO_PROTOCOLS_AVAILABLE',
+  'ERR_SSL_SSLV3_ALERT_HANDSHAKE_FAILURE',
+]);
+
 const EXCERPT_CHARS = 500;
 
 /**
@@ -292,6 +305,14 @@ export function httpClient(opts: HttpClientOptions): ProvisioningClient {
         throw new ConfigError(
           'provisioning_tls',
           `${failed}: the service's certificate is not trusted here (check PROVISIONING_URL, or add its CA with NODE_EXTRA_CA_CERTS)`,
+          { method, code },
+          { cause: error },
+        );
+      }
+      if (HANDSHAKE_CODES.has(code)) {
+        throw new ConfigError(
+          'provisioning_tls',
+          `${failed}: the TLS handshake with the service failed (plain HTTP on an https URL, a client certificate it requires, a TLS version it refuses): check PROVISIONING_URL`,
           { method, code },
           { cause: error },
         );

@@ -446,6 +446,17 @@ describe('the HTTP client when the service fails', () => {
     expect((error as Error).message).toContain('NODE_EXTRA_CA_CERTS');
   });
 
+  it('answers ConfigError for https to a port that speaks plain HTTP, naming what to check', async () => {
+    const server = await listen((_req, res) => res.end('true'));
+    stops.push(server.close);
+    const url = server.url.replace(/^http:/, 'https:');
+    const client = track(httpClient({ url, apiKey: 'k', variant: 'marketplace' }));
+    const error = await client.cancelOrder({ id: 'A-1' }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ConfigError);
+    expect(error).toMatchObject({ code: 'provisioning_tls' });
+    expect((error as Error).message).toContain('plain HTTP on an https URL');
+  });
+
   it.each([
     [403, ConfigError],
     [404, TransientError],
