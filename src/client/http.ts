@@ -1,6 +1,7 @@
 // A remote provisioning service at `{base_url}` as a ProvisioningClient, over one undici Pool.
 import { Pool } from 'undici';
 import { ConfigError, MalformedAnswerError, RefusalError, TransientError } from '../errors.js';
+import { parsesAsJson } from '../json-body.js';
 import type { Variant } from '../provisioning/schemas.js';
 import { settlesWithin } from '../settles-within.js';
 import { clientOver, type Send } from './client-over.js';
@@ -67,24 +68,45 @@ const MIN_MASKED_KEY_CHARS = 8;
  */
 export const MAX_ANSWER_BYTES = 1024 * 1024;
 
+/** The ways an encoder may write character `c`: as is, escaped in JSON, as an HTML entity. */
+function encodings(c: string): string[] {
+  const code = c.charCodeAt(0);
+  const hex = code.toString(16);
+  const forms = [c];
+  if (!/[A-Za-z0-9]/.test(c)) {
+    // JSON: \u0026 in either case (Go escapes & < >), and the short escapes.
+    forms.push(`\\u${hex.padStart(4, '0')}`, `\\u${hex.toUpperCase().padStart(4, '0')}`);
+    if (c === '"' || c === '\\' || c === '/') forms.push(`\\${c}`);
+    // HTML: decimal and hexadecimal references, and the named ones.
+    forms.push(`&#${code};`, `&#x${hex};`, `&#X${hex.toUpperCase()};`, `&#x${hex.toUpperCase()};`);
+    const named: Record<string, string> = {
+      '&': '&amp;',
+      '<': '&lt;',
+      '>': '&gt;',
+      '"': '&quot;',
+      "'": '&apos;',
+    };
+    if (named[c]) forms.push(named[c]);
+  }
+  return [...new Set(forms)];
+}
+
+const escapeRegExp = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+
 /**
  * Hides `apiKey` in an answer's text wherever the service echoes it: as sent, escaped inside a
- * JSON string (also with `\/`, as some encoders write) or in an HTML page. The text is masked as
- * read, before anything decodes or quotes it, so no error built from it (a refusal, a shape
- * check quoting a value, an answer about another id) can carry the key into a log, a job's
- * failure or a chain's history.
+ * JSON string or in an HTML page, each character in any of the ways encoders write it. The text
+ * is masked as read, before anything decodes or quotes it, so no error built from it (a
+ * refusal, a shape check quoting a value, an answer about another id) can carry the key into a
+ * log, a job's failure or a chain's history.
  */
 export function keyMask(apiKey: string): (text: string) => string {
   if (apiKey.length < MIN_MASKED_KEY_CHARS) return (text) => text;
-  const json = JSON.stringify(apiKey).slice(1, -1);
-  const html = apiKey
-    .replaceAll('&', '&amp;')
-    .replaceAll('<', '&lt;')
-    .replaceAll('>', '&gt;')
-    .replaceAll('"', '&quot;')
-    .replaceAll("'", '&#39;');
-  const forms = [...new Set([apiKey, json, json.replaceAll('/', '\\/'), html])];
-  return (text) => forms.reduce((masked, form) => masked.replaceAll(form, '[redacted]'), text);
+  const pattern = [...apiKey]
+    .map((c) => `(?:${encodings(c).map(escapeRegExp).join('|')})`)
+    .join('');
+  const key = new RegExp(pattern, 'g');
+  return (text) => text.replace(key, '[redacted]');
 }
 
 function excerpt(text: string): string {
@@ -181,7 +203,9 @@ function classifyStatus(
 ): unknown {
   const { text: body, whole } = answer;
   if (status === 200) {
-    if (reads === 'status') return true;
+    // A change's answer is its success, whatever JSON it carries (or none); a page is not one
+    // (a maintenance page, a catch-all at a wrong URL): nothing was changed there.
+    if (reads === 'status' && whole && (body.trim() === '' || parsesAsJson(body))) return true;
     if (!whole) {
       throw new MalformedAnswerError(
         `provisioning ${method} answered 200 with a body larger than ${MAX_ANSWER_BYTES} bytes: not an answer of the interface`,

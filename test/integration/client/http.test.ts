@@ -155,8 +155,14 @@ describe('the HTTP client when the service fails', () => {
       'in an HTML page',
       (key: string) => `<p>key ${key.replaceAll('&', '&amp;').replaceAll('"', '&quot;')}</p>`,
     ],
+    ['escaped by Go', (key: string) => JSON.stringify(`key ${key}`).replaceAll('&', '\\u0026')],
+    [
+      'in an HTML page by number',
+      (key: string) =>
+        `<p>${key.replaceAll('&', '&#38;').replaceAll('"', '&#34;').replaceAll("'", '&#x27;')}</p>`,
+    ],
   ])('never quotes a key with quotes and ampersands %s', async (_what, page) => {
-    const apiKey = 'k"e&y/2b4d6f8a0c1e3a5c';
+    const apiKey = 'k"e&y/2b4d\'6f8a0c1e3a5c';
     const server = await listen((_req, res) => {
       res.writeHead(400, { 'content-type': 'text/plain' });
       res.end(page(apiKey));
@@ -166,7 +172,7 @@ describe('the HTTP client when the service fails', () => {
     const error = await client.createOrder(anOrder).catch((e: unknown) => e);
     const text = `${(error as Error).message} ${JSON.stringify(error)}`;
     expect(text).toContain('[redacted]');
-    for (const form of [apiKey, 'k\\"e&y', 'k&quot;e&amp;y', 'e&y'])
+    for (const form of [apiKey, 'k\\"e', 'e&y', 'e&amp;y', 'e\\u0026y', 'e&#38;y', '6f8a0c1e'])
       expect(text).not.toContain(form);
   });
 
@@ -253,8 +259,8 @@ describe('the HTTP client when the service fails', () => {
     }
   });
 
-  it('takes any 200 to a cancel, suspend or unsuspend for done: the spec shows no body', async () => {
-    const bodies = ['{}', '', 'OK', '{"ok":true}', 'x'.repeat(MAX_ANSWER_BYTES + 1)];
+  it('takes a 200 with any JSON or none to a cancel, suspend or unsuspend for done: the spec shows no body', async () => {
+    const bodies = ['{}', '', '"OK"', '{"ok":true}', 'true'];
     const client = await clientAnswering((_req, res) => {
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end(bodies.shift());
@@ -264,6 +270,21 @@ describe('the HTTP client when the service fails', () => {
     expect(await client.unsuspendOrder({ id: 'A-1' })).toBe(true);
     expect(await client.cancelOrder({ id: 'A-1' })).toBe(true);
     expect(await client.suspendOrder({ id: 'A-1' })).toBe(true);
+  });
+
+  it('takes no page for a change done: a maintenance page or a catch-all at a wrong URL', async () => {
+    const pages = ['<h1>Scheduled maintenance</h1>', 'OK', `"${'x'.repeat(MAX_ANSWER_BYTES)}"`];
+    const client = await clientAnswering((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/html' });
+      res.end(pages.shift());
+    });
+    for (let i = 0; i < 3; i += 1) {
+      const error = await client.cancelOrder({ id: 'A-1' }).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(MalformedAnswerError);
+      expect((error as Error).message).toMatch(
+        /^provisioning cancelOrder answered 200 with a body/,
+      );
+    }
   });
 
   it.each([
