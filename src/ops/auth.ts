@@ -29,13 +29,26 @@ export function presentedToken(header: string | undefined): string | null {
  * Whether a browser sent this change from another site's page. A browser that has shown Bull
  * Board keeps its basic-auth login for the whole realm and sends it with any request to this
  * host, also a form that another site's page posts (`text/plain`, no preflight) to
- * `/ops/chains/<order>/cancel`. Browsers say where a request comes from in Sec-Fetch-Site;
- * other clients (curl, the CLI, scripts) send none.
+ * `/ops/chains/<order>/cancel`. Browsers say where a request comes from in Sec-Fetch-Site, but
+ * only to https and localhost addresses: over plain HTTP elsewhere, the Origin they send with
+ * every change tells, against the Host (or X-Forwarded-Host, behind a proxy that rewrites the
+ * Host). Other clients (curl, the CLI, scripts) send neither.
  */
 function crossSiteChange(request: FastifyRequest): boolean {
   if (['GET', 'HEAD', 'OPTIONS'].includes(request.method)) return false;
   const site = request.headers['sec-fetch-site'];
-  return site === 'cross-site' || site === 'same-site';
+  if (site !== undefined) return site === 'cross-site' || site === 'same-site';
+  const origin = request.headers.origin;
+  if (origin === undefined) return false;
+  let from: string;
+  try {
+    from = new URL(origin).host.toLowerCase();
+  } catch {
+    return true; // `null` (a sandboxed page, a redirect across sites) or nonsense
+  }
+  const forwarded = request.headers['x-forwarded-host'];
+  const hosts = [request.headers.host, typeof forwarded === 'string' ? forwarded : undefined];
+  return !hosts.some((host) => host?.split(',')[0]?.trim().toLowerCase() === from);
 }
 
 /** An onRequest hook answering 401 (with a basic-auth challenge, so browsers ask) without the token. */

@@ -97,6 +97,32 @@ describe("from another site's page, with a browser's saved login", () => {
     },
   );
 
+  it.each(['http://evil.example', 'null'])(
+    'refuses a change 403 over plain HTTP (no Sec-Fetch-Site) from Origin %s',
+    async (origin) => {
+      const headers = { authorization: basic(), 'content-type': 'text/plain', origin };
+      const res = await raw('/ops/chains/OPS-1/cancel', headers, 'POST', '');
+      expect(res.status).toBe(403);
+      expect(JSON.parse(res.text)).toMatchObject({ error: 'cross_site_request' });
+      expect((await system.chain('OPS-1')).status).toBe('active');
+    },
+  );
+
+  it('lets a page of this host change over plain HTTP, also behind a proxy naming it', async () => {
+    const { host } = new URL(system.baseUrl);
+    const enabled = (await system.chain('OPS-1')).autoRenew;
+    const put = (headers: Record<string, string>) =>
+      raw(
+        '/ops/chains/OPS-1/auto-renew',
+        { authorization: basic(), 'content-type': 'application/json', ...headers },
+        'PUT',
+        JSON.stringify({ enabled }),
+      );
+    expect((await put({ origin: `http://${host}` })).status).toBe(200);
+    const proxied = { origin: 'https://ops.example.com', 'x-forwarded-host': 'ops.example.com' };
+    expect((await put(proxied)).status).toBe(200);
+  });
+
   it('lets it read, and lets a page of this host change', async () => {
     const read = await raw('/ops/chains/OPS-1', {
       authorization: basic(),
