@@ -40,9 +40,9 @@ const operatorHeader = z
   .string()
   .min(1, 'must not be empty')
   .max(100, 'must be at most 100 characters')
-  // It is printed in a chain's history (`billing chains show`): a tab or a bidi override would
-  // shift or reverse what follows it there.
-  .regex(/^[^\p{Cc}\p{Cf}]*$/u, 'must not contain control or format characters')
+  // It is printed in a chain's history (`billing chains show`): a tab, a line separator or a
+  // bidi override would shift, break or reverse what follows it there.
+  .regex(/^[^\p{Cc}\p{Cf}\p{Zl}\p{Zp}]*$/u, 'must not contain control or format characters')
   .default('ops-api');
 
 class InvalidRequest extends RefusalError {}

@@ -313,7 +313,7 @@ describe('the ops API', () => {
       message: 'x-operator: must be at most 100 characters',
     });
     // A tab or a right-to-left override would garble the history as `billing chains show` prints it.
-    for (const operator of ['ann\tlee', 'ann\u202Eeel']) {
+    for (const operator of ['ann\tlee', 'ann\u202Eeel', 'ann\u2028lee']) {
       const garbled = await raw(
         '/ops/chains/OPS-2/auto-renew',
         { ...json, 'x-operator': Buffer.from(operator, 'utf8').toString('latin1') },
