@@ -2,7 +2,7 @@
 // order with its own renewals, or only the next renewal's count (DESIGN §4, seat change).
 
 import { type Job, UnrecoverableError } from 'bullmq';
-import { eventMark, markedWebhookId, remembersEvent } from '../src/chains/event-marks.js';
+import { eventMark, markedWebhookId, markOf, remembersEvent } from '../src/chains/event-marks.js';
 import { finishedChainName, hasRenewalToCome, renewsNoMore } from '../src/chains/expiry.js';
 import type { Chain, HistoryEntry, Intent } from '../src/chains/records.js';
 import { eventOrderOf, staleEventReason } from '../src/domain/event-order.js';
@@ -410,10 +410,11 @@ async function buyDueAddOn(deps: WorkerDeps, job: Job, jobToken: string | undefi
       return settleLateAddOn(deps, job, { chain, token }, addOns, now);
     }
     const total = pending.total ?? paidInForce(chain, addOns, now) + pending.licenses;
+    // Older waiting add-ons name no event: the last one applied asked for them.
+    const asked = pending.webhookId ?? chain.appliedSeatEvents.at(-1) ?? '';
     const event = {
-      // Older waiting add-ons name no event: the last one applied asked for them.
-      webhookId: pending.webhookId ?? markedWebhookId(chain.appliedSeatEvents.at(-1) ?? ''),
-      mark: pending.mark ?? pending.webhookId ?? chain.appliedSeatEvents.at(-1) ?? '',
+      webhookId: markedWebhookId(asked),
+      mark: markOf({ webhookId: asked, mark: pending.mark }),
       occurredAt: pending.occurredAt,
       total,
       ...(pending.rest ? { rest: true } : {}),

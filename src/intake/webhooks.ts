@@ -206,6 +206,9 @@ function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
+/** The queues events go to, each once. */
+const EVENT_QUEUES: readonly QueueName[] = [...new Set(Object.values(queueForEvent))];
+
 /** A webhook id sent again after the dedup window while its earlier event is still handled. */
 class WebhookIdInUse extends Error {}
 
@@ -279,9 +282,7 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
   }
   const enqueueTimeoutMs = deps.enqueueTimeoutMs ?? DEFAULT_ENQUEUE_TIMEOUT_MS;
   const otherEventQueues = (name: QueueName) =>
-    [...new Set(Object.values(queueForEvent))]
-      .filter((other) => other !== name)
-      .map((other) => deps.queues[other]);
+    EVENT_QUEUES.filter((other) => other !== name).map((other) => deps.queues[other]);
 
   return async function plugin(app: FastifyInstance) {
     // The signature covers the exact bytes sent, so this plugin keeps every body as those bytes

@@ -61,7 +61,7 @@ export function requireOpsToken(token: string) {
         reply,
         403,
         'cross_site_request',
-        'a change sent from another site is refused (Sec-Fetch-Site); send it from this host',
+        "a change sent from another site's page is refused (Sec-Fetch-Site, Origin); send it from this host",
       );
       return;
     }
