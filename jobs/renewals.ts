@@ -534,7 +534,11 @@ function renewalRecord(
   { joinsSuspension = false }: { joinsSuspension?: boolean } = {},
 ): Renewal {
   const at = deps.clock.now();
-  const next = renewedChain(deps, held.chain, intent, order, at);
+  const renewed = renewedChain(deps, held.chain, intent, order, at);
+  // A main chain joining a suspension that found nothing in force (its term had ended) is
+  // suspended from now: its payment unsuspends the order (suspendedForNonPayment).
+  const next: Chain =
+    joinsSuspension && renewed.mainChain === null ? { ...renewed, status: 'suspended' } : renewed;
   const suspended = suspendedOnArrival(joinsSuspension);
   return {
     at,
@@ -674,12 +678,13 @@ async function alignWithFamily(
         await cancelWithMainChain(deps, job, addOn, orderId);
         return;
       }
-      // Suspended for this episode, or its suspension half done; in a grace period (also one of
-      // a chain awaiting its reactivation), the suspension to come lists this order itself.
+      // Suspended for this episode (also when its suspension found nothing in force), or its
+      // suspension half done; in a grace period (also one of a chain awaiting its
+      // reactivation), the suspension to come lists this order itself.
       const suspended = suspendedForNonPayment(main) || main.suspending !== null;
       try {
         if (suspended && main.payment === 'overdue') {
-          await joinSuspensionInProgress(deps, { chain: main, token }, addOn, orderId);
+          await joinSuspension(deps, job, { chain: main, token }, addOn, orderId);
           await suspendRenewalOrder(deps, addOn, orderId);
         } else if (maySuspended && deps.provisioning.variant === 'marketplace') {
           // Active, paid, or in a grace period: a suspension to come lists this order itself.
@@ -695,26 +700,49 @@ async function alignWithFamily(
 }
 
 /**
- * Writes an add-on's order into the record of its main chain's suspension in progress (half
- * done: its job died or waits to retry) before it is suspended, so that a payment asks to
- * reactivate it with the others (suspendEachOrder). Nothing to write for a suspension done, or
- * one whose record predates the list (a payment then lists every order in force).
+ * Records, before it is suspended, an add-on's order joining its main chain's suspension, so
+ * that a payment unsuspends it (or asks to reactivate it) with the others. Into the record of a
+ * suspension in progress (half done: its job died or waits to retry, suspendEachOrder); a
+ * suspension that found nothing in force (the main term had ended) left the main chain
+ * unsuspended, which is suspended now. Nothing to write for a suspension done, or one whose
+ * record predates the list (a payment then lists every order in force).
  */
-async function joinSuspensionInProgress(
+async function joinSuspension(
   deps: WorkerDeps,
+  job: Job,
   held: { chain: Chain; token: string },
   addOn: Chain,
   orderId: string,
 ) {
   const { chain: main, token } = held;
+  if (main.status === 'suspended') return;
+  const now = deps.clock.now();
+  if (main.suspending === null) {
+    await deps.chains.save({
+      chainId: main.id,
+      token,
+      previous: main,
+      next: { ...main, status: 'suspended', updatedAt: now },
+      history: [
+        {
+          at: now,
+          event: 'chain.suspended',
+          detail: `add-on ${addOn.order}: its renewal ${orderId}, ordered after the suspension found nothing in force, is suspended on arrival: the payment is overdue`,
+          cause: { jobId: job.id ?? '', orderId },
+        },
+      ],
+      release: false,
+    });
+    return;
+  }
   const calls = main.suspensionCalls;
   const id = orderToChange(addOn, orderId, deps.provisioning.variant);
-  if (main.status === 'suspended' || calls === null || calls.includes(id)) return;
+  if (calls === null || calls.includes(id)) return;
   await deps.chains.save({
     chainId: main.id,
     token,
     previous: main,
-    next: { ...main, suspensionCalls: [...calls, id], updatedAt: deps.clock.now() },
+    next: { ...main, suspensionCalls: [...calls, id], updatedAt: now },
     release: false,
   });
 }

@@ -583,7 +583,7 @@ function recordPurchase(
     /** How the rest of an unfinished event is bought: as this purchase was. */
     style: SeatStyle;
     now: number;
-    change: Pick<Partial<Chain>, 'partials' | 'addOns'>;
+    change: Pick<Partial<Chain>, 'partials' | 'addOns' | 'status'>;
     addOns: readonly Chain[];
     entry: { event: string; detail: string; cause: Cause };
     orderIds?: readonly string[];
@@ -947,6 +947,9 @@ export async function finishSeatIntent(
   const joinsSuspension = suspendedForNonPayment(chain);
   if (joinsSuspension) await deps.provisioning.suspendOrder({ id: intent.orderId });
   const onArrival = suspendedOnArrival(joinsSuspension);
+  // A suspension that found nothing in force left the chain unsuspended: the order joining it
+  // suspends the chain, for the payment to unsuspend (or reactivate) it.
+  const joined = joinsSuspension ? ({ status: 'suspended' } as const) : {};
   const now = deps.clock.now();
   const addOns = await deps.chains.getMany(chain.addOns);
   if (intent.kind === 'partial') {
@@ -956,6 +959,7 @@ export async function finishSeatIntent(
       style: 'coterm',
       now,
       change: {
+        ...joined,
         partials: [
           ...chain.partials.filter((p) => p.expiresAt > now),
           {
@@ -1022,7 +1026,7 @@ export async function finishSeatIntent(
     startsAt: order.startsAt,
     style: 'addon',
     now,
-    change: { addOns: [...chain.addOns, addOn.id] },
+    change: { ...joined, addOns: [...chain.addOns, addOn.id] },
     addOns: [...addOns, addOn],
     entry: {
       event: 'seats.addon_ordered',

@@ -22,18 +22,21 @@ export function planPaymentReceived(input: {
 }
 
 /**
- * Whether a chain's orders stand suspended for a payment still overdue: suspended, overdue, and
- * this episode's suspension done (no suspension pending). A chain suspended before and awaiting
- * its manual reactivation (external) that falls overdue again is in the new episode's grace
- * until that suspension runs: an order bought or renewed meanwhile stays active, and that
- * suspension takes it along (or a payment in time spares it).
+ * Whether a family's orders stand suspended for a payment still overdue: overdue, and this
+ * episode's suspension done (no suspension pending), whatever it found. One that found nothing
+ * in force (the term had ended) left the chain unsuspended, yet an order arriving after it, a
+ * renewal sent only after a provider outage, joins the suspension all the same, and its main
+ * chain is recorded suspended from then, for the payment to unsuspend (or reactivate) it. A chain suspended before and awaiting its manual
+ * reactivation (external) that falls overdue again is in the new episode's grace until that
+ * suspension runs: an order bought or renewed meanwhile stays active, and that suspension
+ * takes it along (or a payment in time spares it).
  */
 export function suspendedForNonPayment(chain: {
   readonly status: string;
   readonly payment: string;
   readonly suspendAt: number | null;
 }): boolean {
-  return chain.status === 'suspended' && chain.payment === 'overdue' && chain.suspendAt === null;
+  return chain.payment === 'overdue' && chain.suspendAt === null && chain.status !== 'cancelled';
 }
 
 /**

@@ -10,7 +10,7 @@ import { renewalJobId } from '../../../jobs/renewals.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
 import type { ChainView } from '../../../src/chains/view.js';
 import { manualClock, systemClock } from '../../../src/clock.js';
-import { renewalOrderId } from '../../../src/domain/ids.js';
+import { addOnOrderId, renewalOrderId } from '../../../src/domain/ids.js';
 import { TransientError } from '../../../src/errors.js';
 import { formatInstant } from '../../../src/format.js';
 import { webhookDedupKey, webhookJobId } from '../../../src/intake/webhooks.js';
@@ -567,6 +567,112 @@ describe('marketplace with add-on seat increases, 3 days of grace', () => {
       licenses: 3,
       term: { startsAt: clock.now() },
     });
+  });
+
+  it('suspends an add-on renewal sent after the suspension found nothing in force, and its family', async () => {
+    const { placed, addOn } = await overdueWithAddOn(system, 'P-EXP-5', clock.now() - 2 * DAY);
+    // The add-on's renewal was decided inside its lead and its call went away (a provider
+    // outage of days); both terms ended and the grace period too, and the suspension found
+    // nothing in force, so the family was not recorded suspended.
+    clock.set(Math.max(placed.term.expiresAt, addOn.term.expiresAt) + DAY);
+    const orderId = renewalOrderId(addOn.order, 2);
+    await leftByDeadJob(system, addOn.order, 'dead-addon-renewal', (chain) => ({
+      intent: {
+        kind: 'renewal',
+        method: 'createOrder',
+        orderId,
+        params: {
+          customer: chain.customer,
+          id: orderId,
+          product: chain.product,
+          licenses: chain.licenses,
+          duration: chain.duration,
+          startsAt: chain.term.expiresAt,
+          parent: addOn.order,
+        },
+        jobId: 'dead',
+      },
+    }));
+    await system.promote('payment-signals', suspensionJobId(chainIdOf('P-EXP-5'), 1));
+    const queue = system.queue('payment-signals');
+    await expect
+      .poll(async () => (await queue.getJob(suspensionJobId(chainIdOf('P-EXP-5'), 1)))?.returnvalue)
+      .toBe('skipped: nothing in force');
+
+    // The provider is back: the add-on's job sends its call again. Its term starts now and is
+    // in force while the payment is overdue, so it joins the suspension, and the family is
+    // suspended from then.
+    await system.promote('renewals', renewalJobId(chainIdOf(addOn.order), 2));
+    const joined = await system.waitForChain('P-EXP-5', (c) => c.status === 'suspended');
+    expect(joined.history.at(-1)?.detail).toContain(
+      `its renewal ${orderId}, ordered after the suspension found nothing in force, is suspended on arrival`,
+    );
+    await expect.poll(async () => providerStatus(system, orderId)).toBe('suspended');
+
+    // Paid: the add-on's order is unsuspended, and the main chain renews at once.
+    await system.send('payment.received', { order: 'P-EXP-5' });
+    const paid = await system.waitForChain('P-EXP-5', (c) => c.term.count === 2);
+    expect(paid).toMatchObject({
+      status: 'active',
+      payment: 'ok',
+      term: { startsAt: clock.now() },
+    });
+    expect(paid.history.find((h) => h.event === 'chain.unsuspended')?.detail).toBe(
+      `payment received: unsuspended ${orderId}`,
+    );
+    expect(await providerStatus(system, orderId)).toBe('active');
+  });
+
+  it('suspends an add-on bought after the suspension found nothing in force, and its family', async () => {
+    await system.send(
+      'order.placed',
+      orderPlaced({ order: 'P-EXP-6', startsAt: clock.now() - 2 * DAY }),
+    );
+    const placed = await system.waitForChain('P-EXP-6', () => true);
+    await system.send('payment.overdue', { order: 'P-EXP-6' });
+    await system.waitForChain('P-EXP-6', (c) => c.payment === 'overdue');
+    // A seat job for 8 decided its add-on the day before the term ended, and its call went away
+    // (a provider outage of days): the term and the grace period ended, and the suspension
+    // found nothing in force.
+    const boughtAt = placed.term.expiresAt - DAY;
+    const orderId = addOnOrderId('P-EXP-6', 1);
+    clock.set(placed.term.expiresAt + DAY);
+    await leftByDeadJob(system, 'P-EXP-6', 'dead-seat-job', (chain) => ({
+      intent: {
+        kind: 'addon',
+        method: 'createOrder',
+        orderId,
+        params: {
+          customer: chain.customer,
+          id: orderId,
+          product: chain.product,
+          licenses: 3,
+          duration: chain.duration,
+          startsAt: boughtAt,
+        },
+        jobId: 'dead',
+        event: { webhookId: 'lost-seat-p-exp-6', occurredAt: boughtAt, total: 8 },
+      },
+    }));
+    await system.promote('payment-signals', suspensionJobId(chainIdOf('P-EXP-6'), 1));
+    const queue = system.queue('payment-signals');
+    await expect
+      .poll(async () => (await queue.getJob(suspensionJobId(chainIdOf('P-EXP-6'), 1)))?.returnvalue)
+      .toBe('skipped: nothing in force');
+
+    // The provider is back and reconcile finishes the purchase: the add-on, in force while the
+    // payment is overdue, joins the suspension, and the family is suspended from then.
+    const reconcile = await system.queue('maintenance').add('reconcile now', {});
+    await expect.poll(async () => reconcile.getState(), { timeout: 10_000 }).toBe('completed');
+    const joined = await system.waitForChain('P-EXP-6', (c) => c.addOns.length === 1);
+    expect(joined.status).toBe('suspended');
+    expect(joined.history.at(-1)?.detail).toContain('suspended on arrival');
+    expect(await providerStatus(system, orderId)).toBe('suspended');
+
+    await system.send('payment.received', { order: 'P-EXP-6' });
+    const paid = await system.waitForChain('P-EXP-6', (c) => c.term.count === 2);
+    expect(paid).toMatchObject({ status: 'active', payment: 'ok' });
+    expect(await providerStatus(system, orderId)).toBe('active');
   });
 });
 

@@ -570,6 +570,55 @@ describe('a renewal intent replayed after its chain was suspended', () => {
   });
 });
 
+describe('a renewal intent replayed after the suspension found nothing in force', () => {
+  it('suspends the order on arrival and marks the chain suspended, for the payment to restore', async () => {
+    // The term ended while the renewal's call was away (a provider outage of days); the
+    // payment went overdue meanwhile and its suspension, past the grace period, found nothing
+    // in force to suspend, so the chain was not recorded suspended.
+    const placed = await placedWithAutoRenewOff('SUSP-E', 40);
+    await leftByDeadJob(system, 'SUSP-E', 'dead-renewal-job', () => ({
+      autoRenew: true,
+      payment: 'overdue',
+      overdueEpisode: 1,
+      suspendAt: null,
+      nextRenewalAt: now(),
+      intent: {
+        kind: 'renewal',
+        method: 'createOrder',
+        orderId: 'SUSP-E.r2',
+        params: {
+          customer: placed.customer,
+          id: 'SUSP-E.r2',
+          product: placed.product,
+          licenses: 5,
+          duration: placed.duration,
+          startsAt: placed.term.expiresAt,
+          parent: 'SUSP-E',
+        },
+        jobId: 'dead',
+      },
+    }));
+
+    const reconcile = await system.queue('maintenance').add('reconcile now', {});
+    await expect.poll(async () => reconcile.getState(), { timeout: 10_000 }).toBe('completed');
+    const chain = await system.waitForChain('SUSP-E', (c) => c.term.count === 2);
+    // The order is in force (an ended chain's term starts now) while the payment is overdue.
+    expect(chain.term.expiresAt).toBeGreaterThan(now());
+    expect(chain.status).toBe('suspended');
+    expect(chain.history.at(-1)?.detail).toMatch(/suspended on arrival: the payment is overdue$/);
+    expect((await system.providerOrder('SUSP-E.r2'))?.status).toBe('suspended');
+
+    await system.send('payment.received', { order: 'SUSP-E' });
+    const paid = await system.waitForChain(
+      'SUSP-E',
+      (c) => c.history.at(-1)?.event === 'chain.unsuspended',
+    );
+    expect(paid).toMatchObject({ status: 'active', payment: 'ok' });
+    expect(paid.history.at(-1)?.detail).toBe('payment received: unsuspended SUSP-E.r2');
+    expect((await system.providerOrder('SUSP-E.r2'))?.status).toBe('active');
+  });
+});
+
 describe('a renewal job carrying the intent prepared when it was scheduled', () => {
   const chains = () => new ChainStore(system.started.runtime.redis);
   const deps = () =>

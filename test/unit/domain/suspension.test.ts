@@ -81,4 +81,16 @@ describe('suspendedForNonPayment', () => {
       suspendedForNonPayment({ status: 'active', payment: 'overdue', suspendAt: overdueAt }),
     ).toBe(false);
   });
+
+  it('holds once a suspension found nothing in force: what arrives after it joins', () => {
+    for (const status of ['active', 'expired']) {
+      expect(suspendedForNonPayment({ status, payment: 'overdue', suspendAt: null })).toBe(true);
+    }
+  });
+
+  it('does not hold for a cancelled chain', () => {
+    expect(
+      suspendedForNonPayment({ status: 'cancelled', payment: 'overdue', suspendAt: null }),
+    ).toBe(false);
+  });
 });
