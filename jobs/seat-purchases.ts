@@ -563,6 +563,22 @@ export function addOnIntent(
 }
 
 /**
+ * Whether a purchase's event was applied before the purchase is recorded: a later step of one
+ * bought in several (its rest is unfinished), or an add-on waiting for its day (external, or a
+ * later date) whose event the chain remembers. An intent without an event (older records)
+ * names none.
+ */
+function appliedBeforePurchase(
+  chain: Pick<Chain, 'unfinishedSeatEvent' | 'appliedSeatEvents'>,
+  event: { webhookId: string; mark?: string | undefined },
+): boolean {
+  return (
+    chain.unfinishedSeatEvent !== null ||
+    (event.webhookId !== '' && remembersEvent(chain.appliedSeatEvents, markOf(event)))
+  );
+}
+
+/**
  * Saves the main chain after a seat purchase was made: its event applied, its intent cleared,
  * `change` made, the next license counts shared again over `addOns`, and one history entry whose
  * detail ends with that sharing. The lock stays held.
@@ -621,12 +637,10 @@ function recordPurchase(
   };
   // The purchase of an event applied before (a waiting add-on, a later step) keeps what a newer
   // event with a later date left the renewals before that date.
-  const appliedBefore =
-    chain.unfinishedSeatEvent !== null || remembersEvent(chain.appliedSeatEvents, markOf(event));
   const withCounts = {
     ...next,
     ...allocation(deps, next, purchase.addOns, newestTotal(later, event.total), {
-      keep: appliedBefore,
+      keep: appliedBeforePurchase(chain, event),
     }),
   };
   return deps.chains.save({
@@ -881,12 +895,9 @@ export async function finishSeatIntent(
   } catch (error) {
     if (!(error instanceof RefusalError)) throw error;
     const now = deps.clock.now();
-    // An event applied already (a later purchase of one bought in several, or an external
-    // add-on scheduled for its day) keeps its total in the next renewals: the counts that left
+    // An event applied already keeps its total in the next renewals: the counts that left
     // room for the refused purchase are shared again without it.
-    const eventApplied =
-      chain.unfinishedSeatEvent !== null ||
-      (event.webhookId !== '' && remembersEvent(chain.appliedSeatEvents, markOf(event)));
+    const eventApplied = appliedBeforePurchase(chain, event);
     // The newest event's total stays in the next renewals, also when it was to be bought later.
     const counts = eventApplied
       ? allocation(
