@@ -6,9 +6,17 @@ import { fingerprint } from '../provisioning/fingerprint.js';
 /** No header value carries a line feed, so no webhook id holds one. */
 const SEPARATOR = '\n';
 
-/** An event as a chain remembers it: its webhook id and a digest of its type and data. */
+/**
+ * What tells events under one webhook id apart: a digest of their type and data (the
+ * timestamps, and keys left undefined, do not count). The intake and the chains both use it.
+ */
+export function eventDigest(event: { type: string; data: unknown }): string {
+  return fingerprint(event.type, event.data);
+}
+
+/** An event as a chain remembers it: its webhook id and its digest. */
 export function eventMark(event: { webhookId: string; type: string; data: unknown }): string {
-  return `${event.webhookId}${SEPARATOR}${fingerprint(event.type, event.data)}`;
+  return `${event.webhookId}${SEPARATOR}${eventDigest(event)}`;
 }
 
 /** The webhook id a mark (or a bare webhook id, as older records and intents hold) names. */

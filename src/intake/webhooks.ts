@@ -1,6 +1,5 @@
 // Webhook intake (DESIGN §5): verify the signature, parse, claim the webhook id, enqueue, 202.
 import { createHash, randomUUID, timingSafeEqual } from 'node:crypto';
-import { isDeepStrictEqual } from 'node:util';
 import { Job, type Queue } from 'bullmq';
 import type {
   FastifyError,
@@ -9,6 +8,7 @@ import type {
   FastifyReply,
   FastifyRequest,
 } from 'fastify';
+import { eventDigest } from '../chains/event-marks.js';
 import { type Clock, type EpochSeconds, queueTimeMs } from '../clock.js';
 import { ConfigError } from '../errors.js';
 import { sendError } from '../http-errors.js';
@@ -212,12 +212,10 @@ const EVENT_QUEUES: readonly QueueName[] = [...new Set(Object.values(queueForEve
 /** A webhook id sent again after the dedup window while its earlier event is still handled. */
 class WebhookIdInUse extends Error {}
 
-/** Whether a kept job carries this event (its type and data; the timestamps may differ). */
+/** Whether a kept job carries this event, as a chain tells events apart (eventDigest). */
 function carriesEvent(job: Job, event: Pick<EventJobData, 'type' | 'data'>): boolean {
   const kept = eventJobData.safeParse(job.data);
-  return (
-    kept.success && kept.data.type === event.type && isDeepStrictEqual(kept.data.data, event.data)
-  );
+  return kept.success && eventDigest(kept.data) === eventDigest(event);
 }
 
 /**
