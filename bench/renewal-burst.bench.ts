@@ -149,7 +149,7 @@ async function openBench(url: string): Promise<Bench> {
     store,
     clock: systemClock,
     brand: settings.PRODUCT_BRAND,
-    publicUrl: settings.PUBLIC_URL,
+    publicUrl: () => settings.PUBLIC_URL,
     log,
   });
   const queues = openQueues(storeRedis, log);

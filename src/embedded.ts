@@ -22,6 +22,11 @@ export interface Runtime {
   core: ProvisioningCore;
   partners: PartnerDirectory;
   clock: Clock;
+  /**
+   * The port the HTTP server listens on, once it does: a PUBLIC_URL naming port 0 (the default
+   * with `PORT=0`, any free port) then points onboarding links at it.
+   */
+  listeningOn(port: number): void;
   /** The private Redis this process started itself (none ran for DATA_DIR), or null. */
   startedPrivateRedis: string | null;
   /**
@@ -88,11 +93,12 @@ export async function openRuntime(
     throw error;
   }
   const store = new ProvisioningStore(redis);
+  let publicUrl = settings.PUBLIC_URL;
   const core = makeProvisioningCore({
     store,
     clock,
     brand: settings.PRODUCT_BRAND,
-    publicUrl: settings.PUBLIC_URL,
+    publicUrl: () => publicUrl,
     log: log.child({ component: 'provisioning' }),
   });
   const partners = makePartnerDirectory(store, secret.value);
@@ -103,6 +109,12 @@ export async function openRuntime(
     core,
     partners,
     clock,
+    listeningOn(port) {
+      const url = new URL(settings.PUBLIC_URL);
+      if (url.port !== '0') return;
+      url.port = String(port);
+      publicUrl = url.href.replace(/\/+$/, '');
+    },
     startedPrivateRedis: privateRedis?.startedHere ? redisUrl : null,
     holdKeyHashSecret: () => holdKeyHashSecret(store, keyHashSecret),
     async close() {

@@ -231,6 +231,7 @@ export async function start(
   }
   const address = app.server.address();
   const port = typeof address === 'object' && address ? address.port : settings.PORT;
+  runtime.listeningOn(port);
   if (secrets) announceSecrets(settings, secrets);
   log.info(
     {

@@ -29,8 +29,11 @@ export interface ProvisioningDeps {
   store: ProvisioningStore;
   clock: Clock;
   brand: string;
-  /** Where onboarding links point: `{publicUrl}/onboarding/{instanceId}`. */
-  publicUrl: string;
+  /**
+   * Where onboarding links point: `{publicUrl()}/onboarding/{instanceId}`. Asked each time: with
+   * `PORT=0` the server's port is known only once it listens.
+   */
+  publicUrl: () => string;
   /** Logs each onboarding email recorded in the outbox (DESIGN §3: "a Redis stream, logged"). */
   log: Logger;
 }
@@ -116,7 +119,7 @@ export function makeProvisioningCore(deps: ProvisioningDeps) {
     const result = await store.createCustomer(
       partner,
       record,
-      `${deps.publicUrl}/onboarding/`,
+      `${deps.publicUrl()}/onboarding/`,
       record.createdAt,
     );
     if (result.kind === 'exists' && result.record.fingerprint !== record.fingerprint) {

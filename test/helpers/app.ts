@@ -56,7 +56,7 @@ export async function startTestApp(
     store,
     clock,
     brand: options.brand ?? 'suite',
-    publicUrl: 'http://billing.test',
+    publicUrl: () => 'http://billing.test',
     log,
   });
   const partners = makePartnerDirectory(store, 'test-secret-test-secret-test-secret!');

@@ -4,6 +4,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Queue, Worker } from 'bullmq';
+import { request } from 'undici';
 import { afterAll, afterEach, beforeAll, expect, it, vi } from 'vitest';
 import { loadSettings } from '../../config/settings.js';
 import { createLogger } from '../../src/logger.js';
@@ -92,4 +93,33 @@ it('warns when HOST binds every address and PUBLIC_URL is left to follow it', as
 
   expect(unreachable(await lines({}))).toHaveLength(1);
   expect(unreachable(await lines({ PUBLIC_URL: 'https://billing.example.com' }))).toHaveLength(0);
+});
+
+it('points onboarding links at the port it listens on when PORT=0 picks one', async () => {
+  const started = await start(
+    settingsOn(dataDir, { RECONCILE_INTERVAL_SECONDS: '3600', KEY_HASH_SECRET: 'a'.repeat(40) }),
+    createLogger('silent'),
+    'api',
+  );
+  try {
+    const { apiKey } = await started.runtime.partners.create({
+      name: `onboarding-${randomBytes(4).toString('hex')}`,
+      variant: 'marketplace',
+      now: started.clock.now(),
+    });
+    const res = await request(`http://127.0.0.1:${started.port}/provisioning`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-api-key': apiKey },
+      body: JSON.stringify({
+        method: 'createCustomer',
+        params: { id: 'ONB-1', name: 'Onboarding', admin: { email: 'a@onb.example' } },
+      }),
+    });
+    const customer = (await res.body.json()) as { url: string };
+    expect(customer.url).toMatch(
+      new RegExp(`^http://127\\.0\\.0\\.1:${started.port}/onboarding/[^/]+$`),
+    );
+  } finally {
+    await started.stop();
+  }
 });
