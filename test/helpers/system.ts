@@ -11,10 +11,11 @@ import { loadSettings, type Settings } from '../../config/settings.js';
 import { type WorkerDeps, workerSettingsFrom } from '../../jobs/deps.js';
 import { makeProcessor as makeMaintenanceProcessor } from '../../jobs/maintenance.js';
 import { chainIdOf } from '../../src/chains/keys.js';
-import type { Chain } from '../../src/chains/records.js';
+import type { Chain, Intent } from '../../src/chains/records.js';
 import { ChainStore } from '../../src/chains/store.js';
 import type { ChainView } from '../../src/chains/view.js';
 import type { Clock } from '../../src/clock.js';
+import { renewalOrderId } from '../../src/domain/ids.js';
 import { signWebhook } from '../../src/intake/sign.js';
 import { createLogger, type Logger } from '../../src/logger.js';
 import { type Role, type Started, start } from '../../src/main.js';
@@ -280,6 +281,29 @@ export function orderPlaced(input: {
       ...(input.startsAt !== undefined ? { startsAt: input.startsAt } : {}),
     },
     ...(input.autoRenew !== undefined ? { autoRenew: input.autoRenew } : {}),
+  };
+}
+
+/**
+ * The marketplace renewal intent a job wrote for `chain`'s next term before it died, the call
+ * not yet made (or its answer lost): the next term from the old end, for `leftByDeadJob`.
+ */
+export function renewalIntentOf(chain: Chain, licenses = chain.licenses): Intent {
+  const orderId = renewalOrderId(chain.order, chain.term.count + 1);
+  return {
+    kind: 'renewal',
+    method: 'createOrder',
+    orderId,
+    params: {
+      customer: chain.customer,
+      id: orderId,
+      product: chain.product,
+      licenses,
+      duration: chain.duration,
+      startsAt: chain.term.expiresAt,
+      parent: chain.order,
+    },
+    jobId: 'dead',
   };
 }
 

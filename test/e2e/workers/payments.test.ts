@@ -19,6 +19,7 @@ import {
   lastEvent,
   leftByDeadJob,
   orderPlaced,
+  renewalIntentOf,
   runAgain,
   type System,
   useSystem,
@@ -577,21 +578,7 @@ describe('marketplace with add-on seat increases, 3 days of grace', () => {
     clock.set(Math.max(placed.term.expiresAt, addOn.term.expiresAt) + DAY);
     const orderId = renewalOrderId(addOn.order, 2);
     await leftByDeadJob(system, addOn.order, 'dead-addon-renewal', (chain) => ({
-      intent: {
-        kind: 'renewal',
-        method: 'createOrder',
-        orderId,
-        params: {
-          customer: chain.customer,
-          id: orderId,
-          product: chain.product,
-          licenses: chain.licenses,
-          duration: chain.duration,
-          startsAt: chain.term.expiresAt,
-          parent: addOn.order,
-        },
-        jobId: 'dead',
-      },
+      intent: renewalIntentOf(chain),
     }));
     await system.promote('payment-signals', suspensionJobId(chainIdOf('P-EXP-5'), 1));
     const queue = system.queue('payment-signals');

@@ -24,6 +24,7 @@ import {
   DAY,
   leftByDeadJob,
   orderPlaced,
+  renewalIntentOf,
   type System,
   startSystem,
   workerDepsOf,
@@ -528,30 +529,16 @@ describe('reconcile when one chain cannot be reconciled now', () => {
 
 describe('a renewal intent replayed after its chain was suspended', () => {
   it('makes the order once and suspends it with the rest of the chain', async () => {
-    const placed = await placedWithAutoRenewOff('SUSP-R', 25);
+    await placedWithAutoRenewOff('SUSP-R', 25);
     // A renewal job sent nothing yet when it died; the payment went overdue and the chain was
     // suspended meanwhile (the suspension skips a pending intent's order).
     await system.started.provisioning.suspendOrder({ id: 'SUSP-R' });
-    await leftByDeadJob(system, 'SUSP-R', 'dead-renewal-job', () => ({
+    await leftByDeadJob(system, 'SUSP-R', 'dead-renewal-job', (chain) => ({
       autoRenew: true,
       payment: 'overdue',
       status: 'suspended',
       nextRenewalAt: now(),
-      intent: {
-        kind: 'renewal',
-        method: 'createOrder',
-        orderId: 'SUSP-R.r2',
-        params: {
-          customer: placed.customer,
-          id: 'SUSP-R.r2',
-          product: placed.product,
-          licenses: 5,
-          duration: placed.duration,
-          startsAt: placed.term.expiresAt,
-          parent: 'SUSP-R',
-        },
-        jobId: 'dead',
-      },
+      intent: renewalIntentOf(chain),
     }));
 
     const reconcile = await system.queue('maintenance').add('reconcile now', {});
@@ -575,28 +562,14 @@ describe('a renewal intent replayed after the suspension found nothing in force'
     // The term ended while the renewal's call was away (a provider outage of days); the
     // payment went overdue meanwhile and its suspension, past the grace period, found nothing
     // in force to suspend, so the chain was not recorded suspended.
-    const placed = await placedWithAutoRenewOff('SUSP-E', 40);
-    await leftByDeadJob(system, 'SUSP-E', 'dead-renewal-job', () => ({
+    await placedWithAutoRenewOff('SUSP-E', 40);
+    await leftByDeadJob(system, 'SUSP-E', 'dead-renewal-job', (chain) => ({
       autoRenew: true,
       payment: 'overdue',
       overdueEpisode: 1,
       suspendAt: null,
       nextRenewalAt: now(),
-      intent: {
-        kind: 'renewal',
-        method: 'createOrder',
-        orderId: 'SUSP-E.r2',
-        params: {
-          customer: placed.customer,
-          id: 'SUSP-E.r2',
-          product: placed.product,
-          licenses: 5,
-          duration: placed.duration,
-          startsAt: placed.term.expiresAt,
-          parent: 'SUSP-E',
-        },
-        jobId: 'dead',
-      },
+      intent: renewalIntentOf(chain),
     }));
 
     const reconcile = await system.queue('maintenance').add('reconcile now', {});
