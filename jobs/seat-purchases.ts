@@ -342,24 +342,32 @@ export function allocation(
   );
   const neededFrom = from ?? (keep ? (chain.sharesFrom ?? undefined) : undefined);
   const later = neededFrom !== undefined && neededFrom > now ? neededFrom : undefined;
+  // Who carries an excess (allocateNextLicenses, `dated`): the first chain to renew from when the
+  // total is needed. A main chain whose term has ended renews at once (when paid, or switched on
+  // again): that renewal is the family's next, before any add-on still in force, so it carries
+  // the excess whatever the date; the newest add-on would leave it missing until its own renewal.
+  const excessGoesTo = (sharingAddOns: readonly Chain[]) => {
+    if (mainTermEnded) {
+      return {
+        from: now,
+        renewsAt: [chain, ...sharingAddOns].map((c) => Math.max(c.term.expiresAt, now)),
+      };
+    }
+    if (later === undefined) return undefined;
+    return { from: later, renewsAt: [chain, ...sharingAddOns].map((c) => c.term.expiresAt) };
+  };
   const split = (sharedTotal: number, sharingAddOns: readonly Chain[]) => {
     const sharing = [
       ...sharingAddOns.map((a) => a.licenses),
       ...(waiting === undefined ? [] : [waiting.licenses]),
     ];
+    const dated = waiting === undefined ? excessGoesTo(sharingAddOns) : undefined;
     const shares = allocateNextLicenses({
       total: sharedTotal,
       main: chain.licenses,
       addOns: sharing,
       style: sharing.length > 0 ? 'addon' : deps.settings.seatIncrease,
-      ...(later !== undefined && waiting === undefined
-        ? {
-            dated: {
-              from: later,
-              renewsAt: [chain, ...sharingAddOns].map((c) => c.term.expiresAt),
-            },
-          }
-        : {}),
+      ...(dated ? { dated } : {}),
     });
     // The main chain, then the add-ons already bought, oldest first.
     const bought = [

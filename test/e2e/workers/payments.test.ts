@@ -9,7 +9,7 @@ import {
 import { renewalJobId } from '../../../jobs/renewals.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
 import type { ChainView } from '../../../src/chains/view.js';
-import { manualClock, systemClock } from '../../../src/clock.js';
+import { type ManualClock, manualClock, systemClock } from '../../../src/clock.js';
 import { addOnOrderId, renewalOrderId } from '../../../src/domain/ids.js';
 import { TransientError } from '../../../src/errors.js';
 import { formatInstant } from '../../../src/format.js';
@@ -84,6 +84,46 @@ async function overdueWithAddOn(system: System, order: string, startsAt: number)
   await system.send('payment.overdue', { order });
   await system.waitForChain(order, (c) => c.payment === 'overdue');
   return { placed, addOn };
+}
+
+/**
+ * An increase from 8 to 10 needed now while the main chain (5) is expired, its renewal waiting
+ * for an overdue payment, and its add-on (3), bought 10 days before the term ended, is still in
+ * force; then the payment. `placed`: the chain of `order` with 5 licenses, 20 days into its
+ * term, `clock` at that moment. Answers the family once the payment renewed it.
+ */
+async function increaseWhileExpiredUnpaid(
+  system: System,
+  clock: ManualClock,
+  order: string,
+  placed: ChainView,
+): Promise<ChainView> {
+  await system.send('seats.changed', { order, licenses: 8 });
+  const [addOn] = (await system.waitForChain(order, (c) => c.addOns.length === 1)).addOns;
+  expect(addOn?.term.expiresAt).toBeGreaterThan(placed.term.expiresAt + 10 * DAY);
+  await system.send('payment.overdue', { order });
+  await system.waitForChain(order, (c) => c.payment === 'overdue');
+  // The renewal falls due and waits for the payment, past the end of the term: expired.
+  const job = renewalJobId(chainIdOf(order), 2);
+  clock.set(placed.term.expiresAt - DAY);
+  await system.promote('renewals', job);
+  await expect
+    .poll(async () => (await system.queue('renewals').getJob(job))?.data.deferredUntil)
+    .toBeGreaterThan(clock.now());
+  clock.set(placed.term.expiresAt + DAY);
+  await system.promote('renewals', job);
+  await system.waitForChain(order, (c) => c.status === 'expired');
+
+  await system.send('seats.changed', { order, licenses: 10 });
+  const set = await system.waitForChain(order, (c) => lastEvent(c) === 'seats.changed');
+  // The renewal the payment brings comes first: it carries the 2 more, not the add-on's own,
+  // weeks later.
+  expect(set).toMatchObject({ nextLicenses: 7, addOns: [{ nextLicenses: 3 }] });
+  expect(set.history.at(-1)?.detail).toContain('nothing to buy now (needed from the next term)');
+
+  clock.advance(3600);
+  await system.send('payment.received', { order });
+  return system.waitForChain(order, (c) => c.term.count === 2);
 }
 
 describe('marketplace, 3 days of grace', () => {
@@ -610,6 +650,17 @@ describe('marketplace with add-on seat increases, 3 days of grace', () => {
     expect(await providerStatus(system, orderId)).toBe('active');
   });
 
+  it('gives an increase made while expired waiting for payment to the renewal the payment brings', async () => {
+    await system.send(
+      'order.placed',
+      orderPlaced({ order: 'P-EXP-7', startsAt: clock.now() - 20 * DAY }),
+    );
+    const placed = await system.waitForChain('P-EXP-7', () => true);
+    const renewed = await increaseWhileExpiredUnpaid(system, clock, 'P-EXP-7', placed);
+    expect(renewed).toMatchObject({ status: 'active', licenses: 7, addOns: [{ licenses: 3 }] });
+    expect(renewed.term.startsAt).toBe(clock.now());
+  });
+
   it('suspends an add-on bought after the suspension found nothing in force, and its family', async () => {
     await system.send(
       'order.placed',
@@ -983,6 +1034,15 @@ describe('the external variant, 3 days of grace', () => {
     clock.advance(3 * DAY);
     await system.promote('payment-signals', suspensionJobId(chainIdOf(order), episode));
   }
+
+  it('gives an increase made while expired waiting for payment to the renewal the payment brings', async () => {
+    // The external variant's first order starts now: 20 days into its term, as the helper needs.
+    await system.send('order.placed', orderPlaced({ order: 'X-EXP-7', licenses: 5 }));
+    const placed = await system.waitForChain('X-EXP-7', () => true);
+    clock.advance(20 * DAY);
+    const renewed = await increaseWhileExpiredUnpaid(system, clock, 'X-EXP-7', placed);
+    expect(renewed).toMatchObject({ status: 'active', licenses: 7, addOns: [{ licenses: 3 }] });
+  });
 
   /** Suspended, then paid (awaiting its manual reactivation), then overdue again. */
   async function overdueAgainAwaitingReactivation(order: string): Promise<ChainView> {

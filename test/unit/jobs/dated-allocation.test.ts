@@ -187,3 +187,39 @@ describe('allocation with an add-on waiting for its day (external)', () => {
     expect(counts.nextLicenses).toBe(5);
   });
 });
+
+describe("allocation once the main chain's term has ended", () => {
+  /** 5 + add-ons of 3 and 2 still in force, the main term ended a day ago (it renews at once). */
+  function ended() {
+    const { main, addOns } = family(5, [
+      { licenses: 3, share: 3, endsInDays: 12 },
+      { licenses: 2, share: 2, endsInDays: 25 },
+    ]);
+    const term = { ...main.term, startsAt: now - 31 * DAY, expiresAt: now - DAY };
+    return { main: { ...main, term }, addOns };
+  }
+
+  it('gives an increase needed now to the main chain, whose renewal comes first', () => {
+    const { main, addOns } = ended();
+    expect(allocation(deps, main, addOns, 13)).toMatchObject({
+      nextLicenses: 8,
+      addOnNextLicenses: { 'M.a1': 3, 'M.a2': 2 },
+    });
+  });
+
+  it('gives it to the main chain also when needed from a later date', () => {
+    const { main, addOns } = ended();
+    expect(allocation(deps, main, addOns, 13, { from: now + 15 * DAY })).toMatchObject({
+      nextLicenses: 8,
+      addOnNextLicenses: { 'M.a1': 3, 'M.a2': 2 },
+    });
+  });
+
+  it('shrinks the newest add-ons first for a decrease, as ever', () => {
+    const { main, addOns } = ended();
+    expect(allocation(deps, main, addOns, 6)).toMatchObject({
+      nextLicenses: 5,
+      addOnNextLicenses: { 'M.a1': 1, 'M.a2': 0 },
+    });
+  });
+});
