@@ -342,19 +342,15 @@ export function allocation(
   );
   const neededFrom = from ?? (keep ? (chain.sharesFrom ?? undefined) : undefined);
   const later = neededFrom !== undefined && neededFrom > now ? neededFrom : undefined;
-  // Who carries an excess (allocateNextLicenses, `dated`): the first chain to renew from when the
-  // total is needed. A main chain whose term has ended renews at once (when paid, or switched on
-  // again): that renewal is the family's next, before any add-on still in force, so it carries
-  // the excess whatever the date; the newest add-on would leave it missing until its own renewal.
+  // Who carries an excess (allocateNextLicenses, `dated`) depends on when each chain renews, for
+  // a total needed from a later date, or from now once the main chain's term has ended: it then
+  // renews at once (when paid, or switched on again), before any add-on still in force, whose
+  // own renewal would leave the excess missing until then. A term ended renews now.
   const excessGoesTo = (sharingAddOns: readonly Chain[]) => {
-    if (mainTermEnded) {
-      return {
-        from: now,
-        renewsAt: [chain, ...sharingAddOns].map((c) => Math.max(c.term.expiresAt, now)),
-      };
-    }
-    if (later === undefined) return undefined;
-    return { from: later, renewsAt: [chain, ...sharingAddOns].map((c) => c.term.expiresAt) };
+    const needed = later ?? (mainTermEnded ? now : undefined);
+    if (needed === undefined) return undefined;
+    const renewsAt = [chain, ...sharingAddOns].map((c) => Math.max(c.term.expiresAt, now));
+    return { from: needed, renewsAt };
   };
   const split = (sharedTotal: number, sharingAddOns: readonly Chain[]) => {
     const sharing = [

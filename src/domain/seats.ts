@@ -247,10 +247,9 @@ export interface Allocation {
  * Splits a total over the next renewals: the main chain keeps its own licenses first, then each
  * add-on in the order it was bought, so a decrease shrinks the newest add-ons first (DESIGN §4).
  * Any excess (a total above what is paid) goes to the newest add-on, or, for a total needed from
- * a later date (`dated`), to the chain whose next term starts first from that date: the new
- * total is then in force on the date needed, not from an add-on's renewal after it (or paid
- * from one before it). With co-terminated partials there are no add-ons and the main chain
- * carries the whole total.
+ * a date (`dated`), to a chain renewing by then (excessTaker): the new total is then in force on
+ * the date needed, never missing until a later renewal. With co-terminated partials there are
+ * no add-ons and the main chain carries the whole total.
  */
 export function allocateNextLicenses(input: {
   total: number;
@@ -282,17 +281,28 @@ export function allocateNextLicenses(input: {
   return { main, addOns };
 }
 
-/** Which chain carries an excess: the first to renew from the date needed, else the newest. */
+/**
+ * Which chain carries an excess needed from a date. Up to the main chain's renewal (inside its
+ * latest ordered term), the first to renew from the date: the chains renewing before it keep
+ * their counts (the purchases of the term in force cover the rest). From the main chain's
+ * renewal on, the date only sets the next counts (DESIGN §4), and the last chain whose renewal
+ * starts by the date carries it: in force on the date, paid from that renewal, rather than
+ * missing until a renewal after it, when nothing would buy it. The main chain wins a tie (one
+ * whose term ended renews at once, as an ended add-on does). Undated: the newest add-on.
+ */
 function excessTaker(
   count: number,
   dated: { from: number; renewsAt: readonly number[] } | undefined,
 ) {
   const newest = count - 1;
   if (dated === undefined) return newest;
+  const at = (i: number) => dated.renewsAt[i] ?? Number.NEGATIVE_INFINITY;
+  const byDate = dated.from >= at(0);
   let taker = -1;
   for (let i = 0; i < count; i += 1) {
-    const at = dated.renewsAt[i] ?? Number.NEGATIVE_INFINITY;
-    if (at >= dated.from && (taker === -1 || at < (dated.renewsAt[taker] ?? 0))) taker = i;
+    const fits = byDate ? at(i) <= dated.from : at(i) >= dated.from;
+    const better = taker === -1 || (byDate ? at(i) > at(taker) : at(i) < at(taker));
+    if (fits && better) taker = i;
   }
   return taker === -1 ? newest : taker;
 }

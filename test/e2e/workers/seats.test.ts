@@ -878,6 +878,25 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     expect(again.history.filter((h) => h.event === 'addon.stopped')).toHaveLength(1);
   });
 
+  it('has the main renewal carry an increase needed after the term ends, before the add-on renews', async () => {
+    const placed = await place(system, 'A-34', 5, 20);
+    await seats(system, 'A-34', 8);
+    const [addOn] = (await system.waitForChain('A-34', (c) => c.addOns.length === 1)).addOns;
+    expect(addOn?.term.expiresAt).toBeGreaterThan(placed.term.expiresAt + 10 * DAY);
+    clock.advance(60);
+    // 10 from 2 days after the main term ends: the date only sets the next counts, and the
+    // main chain's renewal is the last by then. The add-on's, weeks after the date, would leave
+    // the 2 missing until it.
+    await seats(system, 'A-34', 10, { effectiveAt: placed.term.expiresAt + 2 * DAY });
+    const set = await system.waitForChain('A-34', (c) => lastEvent(c) === 'seats.changed');
+    expect(set).toMatchObject({ nextLicenses: 7, addOns: [{ nextLicenses: 3 }] });
+    const renewed = await renewAt(system, clock, 'A-34', {
+      count: 2,
+      expiresAt: placed.term.expiresAt,
+    });
+    expect(renewed).toMatchObject({ licenses: 7, addOns: [{ licenses: 3 }] });
+  });
+
   it('keeps an add-on renewing before a decrease is needed at its count; the main chain takes the decrease', async () => {
     const { a1End, termEnd } = await addOnRenewingInNextTerm(system, clock, 'A-31');
     // 6 from 3 days after the add-on renews: it still needs its 3 until then, and renews a whole

@@ -927,20 +927,34 @@ describe('allocateNextLicenses', () => {
     // The main chain renews on day 30, the add-ons on days 40 and 20.
     const renewsAt = [30, 40, 20];
 
-    it('gives an increase to the chain renewing first from that date', () => {
+    it('gives an increase needed before the main renewal to the chain renewing first from then', () => {
       expect(
-        allocateNextLicenses({ ...current, total: 20, dated: { from: 30, renewsAt } }),
+        allocateNextLicenses({ ...current, total: 20, dated: { from: 15, renewsAt } }),
+      ).toEqual({ main: 10, addOns: [5, 5] });
+      expect(
+        allocateNextLicenses({ ...current, total: 20, dated: { from: 25, renewsAt } }),
       ).toEqual({ main: 12, addOns: [5, 3] });
-      expect(
-        allocateNextLicenses({ ...current, total: 20, dated: { from: 35, renewsAt } }),
-      ).toEqual({ main: 10, addOns: [7, 3] });
     });
 
-    it('gives it to the newest add-on when no chain renews from that date', () => {
-      const dated = { from: 50, renewsAt };
-      expect(allocateNextLicenses({ ...current, total: 25, dated })).toEqual(
-        allocateNextLicenses({ ...current, total: 25 }),
-      );
+    it('gives one needed from the main renewal on to the last chain renewing by then', () => {
+      // In force on the date, paid from that renewal: not missing until a renewal after it.
+      for (const from of [30, 35]) {
+        expect(allocateNextLicenses({ ...current, total: 20, dated: { from, renewsAt } })).toEqual({
+          main: 12,
+          addOns: [5, 3],
+        });
+      }
+      expect(
+        allocateNextLicenses({ ...current, total: 25, dated: { from: 50, renewsAt } }),
+      ).toEqual({ main: 10, addOns: [12, 3] });
+    });
+
+    it('gives it to the main chain when another renews at the same time', () => {
+      const dated = { from: 30, renewsAt: [30, 30, 20] };
+      expect(allocateNextLicenses({ ...current, total: 20, dated })).toEqual({
+        main: 12,
+        addOns: [5, 3],
+      });
     });
 
     it('shrinks as undated on a decrease: the newest add-ons first, never the main chain first', () => {

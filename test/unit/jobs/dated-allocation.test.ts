@@ -207,9 +207,15 @@ describe("allocation once the main chain's term has ended", () => {
     });
   });
 
-  it('gives it to the main chain also when needed from a later date', () => {
+  it('gives one needed from a later date to the last chain renewing by then', () => {
     const { main, addOns } = ended();
+    // The first add-on renews in 12 days, before the date: in force on it from then.
     expect(allocation(deps, main, addOns, 13, { from: now + 15 * DAY })).toMatchObject({
+      nextLicenses: 5,
+      addOnNextLicenses: { 'M.a1': 6, 'M.a2': 2 },
+    });
+    // Needed before any add-on renews: the main chain's renewal, at once, carries it.
+    expect(allocation(deps, main, addOns, 13, { from: now + 5 * DAY })).toMatchObject({
       nextLicenses: 8,
       addOnNextLicenses: { 'M.a1': 3, 'M.a2': 2 },
     });
