@@ -425,9 +425,10 @@ function checkAll(
     if (need.by === null) continue;
     const e = need.by;
     // With add-ons, a date needed at or after the term's end only sets the next counts, split
-    // so that the first renewal from that date carries the excess (Decisions, "The main chain
-    // holds its add-ons' next counts"); send it once the next renewal is the one it concerns.
-    // Checked by (3), not here.
+    // so that the last renewal by that date carries the excess (Decisions, "The main chain
+    // holds its add-ons' next counts"), and a decrease shortens an add-on renewing before the
+    // date (Known limitations); send it once the next renewal is the one it concerns. Checked
+    // by (3), not here.
     if (ctx.style === 'addon' && e.afterTerm) continue;
     // Documented: an add-on is not bought for the last days of a term in force alone.
     if (ctx.style === 'addon' && e.aheadTermStart !== null && t < e.aheadTermStart) continue;
