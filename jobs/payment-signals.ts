@@ -451,6 +451,18 @@ async function replayed(deps: WorkerDeps, chain: Chain, data: EventJobData, now:
   return `already applied: ${data.webhookId}`;
 }
 
+/**
+ * Whether a payment event will be applied to the chain: not its own job run again, not older
+ * than the last applied, the chain not cancelled (what applyPaymentEvent checks, in its order,
+ * none of which a seat purchase finished first changes).
+ */
+function appliesTo(chain: Chain, data: EventJobData): boolean {
+  if (remembersEvent(chain.handledPaymentEvents, eventMark(data))) return false;
+  const lastApplied = lastAppliedEvent(chain.lastPaymentEventAt, chain.lastPaymentEventSequence);
+  if (lastApplied !== null && isStaleEvent(eventOrderOf(data), lastApplied)) return false;
+  return chain.status !== 'cancelled';
+}
+
 async function applyPaymentEvent(
   deps: WorkerDeps,
   job: Job,
@@ -465,10 +477,12 @@ async function applyPaymentEvent(
     const { token } = held;
     if (!held.chain)
       throw new UnrecoverableError(`${data.type} names an unknown order: ${ev.order}`);
-    const afterPurchase = await finishPendingSeatPurchase(deps, job, {
-      chain: held.chain,
-      token,
-    });
+    const afterPurchase = await finishPendingSeatPurchase(
+      deps,
+      job,
+      { chain: held.chain, token },
+      { settlingPayment: data.type === 'payment.received' && appliesTo(held.chain, data) },
+    );
     const now = deps.clock.now();
     if (afterPurchase.intent) {
       return waitForIntent(deps.queues, job, jobToken, afterPurchase.intent);

@@ -8,7 +8,7 @@ import { governedNextRenewalAt } from '../src/chains/family.js';
 import { orderToChange } from '../src/chains/orders-in-force.js';
 import { type Chain, chainRecord, type Intent, intentRecord } from '../src/chains/records.js';
 import type { ChainStore, SaveInput } from '../src/chains/store.js';
-import type { OrderResponse } from '../src/client/provisioning-client.js';
+import { type OrderResponse, renewalCountCanChange } from '../src/client/provisioning-client.js';
 import { queueTimeMs } from '../src/clock.js';
 import { renewalOrderId } from '../src/domain/ids.js';
 import {
@@ -151,12 +151,7 @@ export function prepareRenewal(
 /** A decision to renew that the job can send as it is (not a stop, not one for an operator). */
 function renewableDecision(deps: WorkerDeps, chain: Chain, decision: RenewalDecision) {
   if (decision.kind !== 'renew' || decision.licenses === 0) return null;
-  const { provisioning } = deps;
-  if (
-    provisioning.variant === 'external' &&
-    !provisioning.extensions &&
-    decision.licenses !== chain.licenses
-  ) {
+  if (!renewalCountCanChange(deps.provisioning) && decision.licenses !== chain.licenses) {
     return null;
   }
   return decision;

@@ -11,6 +11,7 @@ import {
 } from '../src/chains/family.js';
 import { chainIdOf } from '../src/chains/keys.js';
 import type { Cause, Chain, Intent } from '../src/chains/records.js';
+import { renewalCountCanChange } from '../src/client/provisioning-client.js';
 import type { Clock } from '../src/clock.js';
 import { addOnOrderId, partialOrderId } from '../src/domain/ids.js';
 import { addTerms } from '../src/domain/periods.js';
@@ -318,7 +319,11 @@ function lastSeen(
  * next renewals' counts (DESIGN §4).
  */
 export function allocation(
-  deps: { clock: Clock; settings: Pick<WorkerDeps['settings'], 'seatIncrease'> },
+  deps: {
+    clock: Clock;
+    settings: Pick<WorkerDeps['settings'], 'seatIncrease'>;
+    provisioning: Pick<WorkerDeps['provisioning'], 'variant' | 'extensions'>;
+  },
   chain: Chain,
   addOns: readonly Chain[],
   total: number,
@@ -345,10 +350,12 @@ export function allocation(
   // Who carries an excess (allocateNextLicenses, `dated`) depends on when each chain renews, for
   // a total needed from a later date, or from now once the main chain's term has ended: it then
   // renews at once (when paid, or switched on again), before any add-on still in force, whose
-  // own renewal would leave the excess missing until then. A term ended renews now.
+  // own renewal would leave the excess missing until then. A term ended renews now. Where a
+  // renewal cannot change its count, the one that must is flagged for an operator: the newest
+  // add-on's, never the main chain's, whose flag would stop every renewal of the family.
   const excessGoesTo = (sharingAddOns: readonly Chain[]) => {
     const needed = later ?? (mainTermEnded ? now : undefined);
-    if (needed === undefined) return undefined;
+    if (needed === undefined || !renewalCountCanChange(deps.provisioning)) return undefined;
     const renewsAt = [chain, ...sharingAddOns].map((c) => Math.max(c.term.expiresAt, now));
     return { from: needed, renewsAt };
   };
@@ -666,6 +673,15 @@ function recordPurchase(
 }
 
 /**
+ * How a seat purchase is finished. `refusal`: a provider's refusal fails the job (its own
+ * purchase) or is only recorded (another job finishing it). `settlingPayment`: the job is a
+ * payment about to be applied, so a purchase it finishes first does not join a suspension that
+ * found nothing in force (it would be suspended for the payment that settles it; external: left
+ * for a manual reactivation).
+ */
+type SeatFinish = { refusal: 'fail' | 'record'; settlingPayment?: boolean };
+
+/**
  * The chain, with a seat purchase a crashed job left half done finished first: whoever holds
  * the chain next does it. A renewal's intent is left to its own job, which replays it. A
  * refusal of that purchase is recorded on the chain and the current job carries on with its own
@@ -675,15 +691,26 @@ export async function finishPendingSeatPurchase(
   deps: WorkerDeps,
   job: Job,
   held: { chain: Chain; token: string },
+  { settlingPayment = false }: Pick<SeatFinish, 'settlingPayment'> = {},
 ): Promise<Chain> {
   const { chain, token } = held;
   const kind = chain.intent?.kind;
   // This job's own purchase (an earlier attempt of it crashed) still fails it when refused.
   const refusal = chain.intent?.jobId === job.id ? 'fail' : 'record';
-  if (kind === 'partial' || kind === 'addon') return finishSeatIntent(deps, job, held, { refusal });
+  if (kind === 'partial' || kind === 'addon') {
+    return finishSeatIntent(deps, job, held, { refusal, settlingPayment });
+  }
   // A job that died between an event's purchases: the rest is bought before anything else.
   if (chain.intent === null && chain.unfinishedSeatEvent !== null) {
-    return finishUnfinishedSeatEvent(deps, job, { chain, token }, { refusal: 'record' });
+    return finishUnfinishedSeatEvent(
+      deps,
+      job,
+      { chain, token },
+      {
+        refusal: 'record',
+        settlingPayment,
+      },
+    );
   }
   return chain;
 }
@@ -699,7 +726,7 @@ async function finishUnfinishedSeatEvent(
   deps: WorkerDeps,
   job: Job,
   { chain, token }: { chain: Chain; token: string },
-  options: { refusal: 'fail' | 'record' },
+  options: SeatFinish,
 ): Promise<Chain> {
   const unfinished = chain.unfinishedSeatEvent as NonNullable<Chain['unfinishedSeatEvent']>;
   const now = deps.clock.now();
@@ -774,7 +801,7 @@ export async function buyPlanned(
   deps: WorkerDeps,
   job: Job,
   held: { chain: Chain; token: string },
-  options: { refusal: 'fail' | 'record' },
+  options: SeatFinish,
   plan: {
     decision: Extract<SeatDecision, { kind: 'buy' }>;
     event: { webhookId: string; mark?: string | undefined; occurredAt: number; total: number };
@@ -879,7 +906,7 @@ export async function finishSeatIntent(
   deps: WorkerDeps,
   job: Job,
   held: { chain: Chain; token: string },
-  options: { refusal: 'fail' | 'record' } = { refusal: 'fail' },
+  options: SeatFinish = { refusal: 'fail' },
 ): Promise<Chain> {
   const { chain, token } = held;
   const intent = chain.intent as Intent;
@@ -959,7 +986,8 @@ export async function finishSeatIntent(
   // Orders of a chain suspended for non-payment are suspended: one bought meanwhile joins them.
   // A chain awaiting its manual reactivation (external) keeps a new one active, paid (nothing
   // would ever reactivate it) or overdue again within the grace (its suspension takes it along).
-  const joinsSuspension = suspendedForNonPayment(chain);
+  const joinsSuspension =
+    suspendedForNonPayment(chain) && !(options.settlingPayment && chain.status !== 'suspended');
   if (joinsSuspension) await deps.provisioning.suspendOrder({ id: intent.orderId });
   const onArrival = suspendedOnArrival(joinsSuspension);
   // A suspension that found nothing in force left the chain unsuspended: the order joining it

@@ -108,3 +108,14 @@ export type RecordedOrder =
   | { kind: 'recorded'; id: string }
   | { kind: 'unrecorded'; order: OrderResponse }
   | { kind: 'companion_refused'; code: number };
+
+/**
+ * Whether a renewal can carry another license count than the term it renews: not an external
+ * one without the `licenses` extension (createRenewalOrder renews the same count), which is
+ * flagged for an operator instead.
+ */
+export function renewalCountCanChange(
+  provisioning: Pick<ProvisioningClient, 'variant' | 'extensions'>,
+): boolean {
+  return provisioning.variant === 'marketplace' || provisioning.extensions;
+}

@@ -90,13 +90,15 @@ async function overdueWithAddOn(system: System, order: string, startsAt: number)
  * An increase from 8 to 10 needed now while the main chain (5) is expired, its renewal waiting
  * for an overdue payment, and its add-on (3), bought 10 days before the term ended, is still in
  * force; then the payment. `placed`: the chain of `order` with 5 licenses, 20 days into its
- * term, `clock` at that moment. Answers the family once the payment renewed it.
+ * term, `clock` at that moment. `split`: the next counts the increase sets, main and add-on.
+ * Answers the family once the payment renewed it.
  */
 async function increaseWhileExpiredUnpaid(
   system: System,
   clock: ManualClock,
   order: string,
   placed: ChainView,
+  split = { main: 7, addOn: 3 },
 ): Promise<ChainView> {
   await system.send('seats.changed', { order, licenses: 8 });
   const [addOn] = (await system.waitForChain(order, (c) => c.addOns.length === 1)).addOns;
@@ -116,9 +118,7 @@ async function increaseWhileExpiredUnpaid(
 
   await system.send('seats.changed', { order, licenses: 10 });
   const set = await system.waitForChain(order, (c) => lastEvent(c) === 'seats.changed');
-  // The renewal the payment brings comes first: it carries the 2 more, not the add-on's own,
-  // weeks later.
-  expect(set).toMatchObject({ nextLicenses: 7, addOns: [{ nextLicenses: 3 }] });
+  expect(set).toMatchObject({ nextLicenses: split.main, addOns: [{ nextLicenses: split.addOn }] });
   expect(set.history.at(-1)?.detail).toContain('nothing to buy now (needed from the next term)');
 
   clock.advance(3600);
@@ -651,6 +651,7 @@ describe('marketplace with add-on seat increases, 3 days of grace', () => {
   });
 
   it('gives an increase made while expired waiting for payment to the renewal the payment brings', async () => {
+    // It comes first: it carries the 2 more, not the add-on's own renewal weeks later.
     await system.send(
       'order.placed',
       orderPlaced({ order: 'P-EXP-7', startsAt: clock.now() - 20 * DAY }),
@@ -1044,6 +1045,48 @@ describe('the external variant, 3 days of grace', () => {
     expect(renewed).toMatchObject({ status: 'active', licenses: 7, addOns: [{ licenses: 3 }] });
   });
 
+  it('asks no reactivation for a purchase its payment finishes after a suspension found nothing in force', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'X-EXP-8', licenses: 5 }));
+    const placed = await system.waitForChain('X-EXP-8', () => true);
+    await system.send('payment.overdue', { order: 'X-EXP-8' });
+    await system.waitForChain('X-EXP-8', (c) => c.payment === 'overdue');
+    // A seat job's add-on call went away (a provider outage of days); the term and the grace
+    // period ended, and the suspension found nothing in force.
+    const orderId = addOnOrderId('X-EXP-8', 1);
+    const boughtAt = placed.term.expiresAt - DAY;
+    clock.set(placed.term.expiresAt + DAY);
+    await leftByDeadJob(system, 'X-EXP-8', 'dead-seat-job', (chain) => ({
+      addOnCount: chain.addOnCount + 1,
+      intent: {
+        kind: 'addon',
+        method: 'createFirstOrder',
+        orderId,
+        params: {
+          customer: chain.customer,
+          id: orderId,
+          product: chain.product,
+          licenses: 3,
+          duration: chain.duration,
+        },
+        jobId: 'dead',
+        event: { webhookId: 'lost-seat-x-exp-8', occurredAt: boughtAt, total: 8 },
+      },
+    }));
+    await system.promote('payment-signals', suspensionJobId(chainIdOf('X-EXP-8'), 1));
+    const queue = system.queue('payment-signals');
+    await expect
+      .poll(async () => (await queue.getJob(suspensionJobId(chainIdOf('X-EXP-8'), 1)))?.returnvalue)
+      .toBe('skipped: nothing in force');
+
+    // The payment's job finishes the purchase first: it is not suspended for the payment that
+    // settles it, so nothing waits for a manual reactivation, and the main chain renews.
+    await system.send('payment.received', { order: 'X-EXP-8' });
+    const paid = await system.waitForChain('X-EXP-8', (c) => c.term.count === 2);
+    expect(paid).toMatchObject({ status: 'active', payment: 'ok', needsReactivation: false });
+    expect(paid.history.map((h) => h.event)).not.toContain('reactivation.needed');
+    expect(await providerStatus(system, orderId)).toBe('active');
+  });
+
   /** Suspended, then paid (awaiting its manual reactivation), then overdue again. */
   async function overdueAgainAwaitingReactivation(order: string): Promise<ChainView> {
     await system.send('order.placed', orderPlaced({ order }));
@@ -1242,6 +1285,27 @@ describe('the external variant, 3 days of grace', () => {
     await system.send('payment.received', { order: 'X-7' });
     const paid = await system.waitForChain('X-7', (c) => c.payment === 'ok');
     expect(paid.needsReactivation).toBe(false);
+  });
+});
+
+describe('the external variant without extensions, 3 days of grace', () => {
+  const clock = manualClock(systemClock.now());
+  const system = useSystem({
+    clock,
+    env: { PARTNER_VARIANT: 'external', PAYMENT_GRACE_DAYS: '3', PROVISIONING_EXTENSIONS: 'false' },
+  });
+
+  it('leaves an increase made while expired to the newest add-on: the main chain renews when paid', async () => {
+    // A renewal cannot change its count here: the one that must is flagged for an operator, an
+    // add-on's rather than the main chain's, whose flag would stop the family's renewals.
+    await system.send('order.placed', orderPlaced({ order: 'XN-EXP-7', licenses: 5 }));
+    const placed = await system.waitForChain('XN-EXP-7', () => true);
+    clock.advance(20 * DAY);
+    const renewed = await increaseWhileExpiredUnpaid(system, clock, 'XN-EXP-7', placed, {
+      main: 5,
+      addOn: 5,
+    });
+    expect(renewed).toMatchObject({ status: 'active', flagged: null, licenses: 5 });
   });
 });
 

@@ -14,7 +14,11 @@ import { storedChain } from '../../helpers/chains.js';
 const DAY = SECONDS_PER_DAY;
 const now = Date.UTC(2026, 5, 10) / 1000;
 const mainEnd = now + 20 * DAY;
-const deps = { clock: manualClock(now), settings: { seatIncrease: 'addon' as const } };
+const deps = {
+  clock: manualClock(now),
+  settings: { seatIncrease: 'addon' as const },
+  provisioning: { variant: 'marketplace' as const, extensions: false },
+};
 
 function chain(fields: Partial<Chain> & Pick<Chain, 'id' | 'licenses' | 'term'>): Chain {
   return storedChain(now, fields);
