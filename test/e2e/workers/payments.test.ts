@@ -126,6 +126,55 @@ async function increaseWhileExpiredUnpaid(
   return system.waitForChain(order, (c) => c.term.count === 2);
 }
 
+/**
+ * `order` (5 licenses, 2 days into its term) with its payment overdue and an add-on of 3 that a
+ * seat job decided the day before the term ended, whose call went away (a provider outage of
+ * days): the term and the grace period ended, and the suspension found nothing in force.
+ * Answers the add-on's order id.
+ */
+async function addOnLeftPastEmptySuspension(
+  system: System,
+  clock: ManualClock,
+  order: string,
+  variant: 'marketplace' | 'external',
+): Promise<string> {
+  await system.send('order.placed', orderPlaced({ order, startsAt: clock.now() - 2 * DAY }));
+  const placed = await system.waitForChain(order, () => true);
+  await system.send('payment.overdue', { order });
+  await system.waitForChain(order, (c) => c.payment === 'overdue');
+  const boughtAt = placed.term.expiresAt - DAY;
+  const orderId = addOnOrderId(order, 1);
+  clock.set(placed.term.expiresAt + DAY);
+  await leftByDeadJob(system, order, 'dead-seat-job', (chain) => {
+    const params = {
+      customer: chain.customer,
+      id: orderId,
+      product: chain.product,
+      licenses: 3,
+      duration: chain.duration,
+    };
+    return {
+      addOnCount: chain.addOnCount + 1,
+      intent: {
+        kind: 'addon',
+        ...(variant === 'marketplace'
+          ? { method: 'createOrder', params: { ...params, startsAt: boughtAt } }
+          : { method: 'createFirstOrder', params }),
+        orderId,
+        jobId: 'dead',
+        event: { webhookId: `lost-seat-${order}`, occurredAt: boughtAt, total: 8 },
+      },
+    };
+  });
+  const suspension = suspensionJobId(chainIdOf(order), 1);
+  await system.promote('payment-signals', suspension);
+  const queue = system.queue('payment-signals');
+  await expect
+    .poll(async () => (await queue.getJob(suspension))?.returnvalue)
+    .toBe('skipped: nothing in force');
+  return orderId;
+}
+
 describe('marketplace, 3 days of grace', () => {
   const clock = manualClock(systemClock.now());
   const system = useSystem({ clock, env: { PAYMENT_GRACE_DAYS: '3' } });
@@ -663,41 +712,7 @@ describe('marketplace with add-on seat increases, 3 days of grace', () => {
   });
 
   it('suspends an add-on bought after the suspension found nothing in force, and its family', async () => {
-    await system.send(
-      'order.placed',
-      orderPlaced({ order: 'P-EXP-6', startsAt: clock.now() - 2 * DAY }),
-    );
-    const placed = await system.waitForChain('P-EXP-6', () => true);
-    await system.send('payment.overdue', { order: 'P-EXP-6' });
-    await system.waitForChain('P-EXP-6', (c) => c.payment === 'overdue');
-    // A seat job for 8 decided its add-on the day before the term ended, and its call went away
-    // (a provider outage of days): the term and the grace period ended, and the suspension
-    // found nothing in force.
-    const boughtAt = placed.term.expiresAt - DAY;
-    const orderId = addOnOrderId('P-EXP-6', 1);
-    clock.set(placed.term.expiresAt + DAY);
-    await leftByDeadJob(system, 'P-EXP-6', 'dead-seat-job', (chain) => ({
-      intent: {
-        kind: 'addon',
-        method: 'createOrder',
-        orderId,
-        params: {
-          customer: chain.customer,
-          id: orderId,
-          product: chain.product,
-          licenses: 3,
-          duration: chain.duration,
-          startsAt: boughtAt,
-        },
-        jobId: 'dead',
-        event: { webhookId: 'lost-seat-p-exp-6', occurredAt: boughtAt, total: 8 },
-      },
-    }));
-    await system.promote('payment-signals', suspensionJobId(chainIdOf('P-EXP-6'), 1));
-    const queue = system.queue('payment-signals');
-    await expect
-      .poll(async () => (await queue.getJob(suspensionJobId(chainIdOf('P-EXP-6'), 1)))?.returnvalue)
-      .toBe('skipped: nothing in force');
+    const orderId = await addOnLeftPastEmptySuspension(system, clock, 'P-EXP-6', 'marketplace');
 
     // The provider is back and reconcile finishes the purchase: the add-on, in force while the
     // payment is overdue, joins the suspension, and the family is suspended from then.
@@ -1046,37 +1061,7 @@ describe('the external variant, 3 days of grace', () => {
   });
 
   it('asks no reactivation for a purchase its payment finishes after a suspension found nothing in force', async () => {
-    await system.send('order.placed', orderPlaced({ order: 'X-EXP-8', licenses: 5 }));
-    const placed = await system.waitForChain('X-EXP-8', () => true);
-    await system.send('payment.overdue', { order: 'X-EXP-8' });
-    await system.waitForChain('X-EXP-8', (c) => c.payment === 'overdue');
-    // A seat job's add-on call went away (a provider outage of days); the term and the grace
-    // period ended, and the suspension found nothing in force.
-    const orderId = addOnOrderId('X-EXP-8', 1);
-    const boughtAt = placed.term.expiresAt - DAY;
-    clock.set(placed.term.expiresAt + DAY);
-    await leftByDeadJob(system, 'X-EXP-8', 'dead-seat-job', (chain) => ({
-      addOnCount: chain.addOnCount + 1,
-      intent: {
-        kind: 'addon',
-        method: 'createFirstOrder',
-        orderId,
-        params: {
-          customer: chain.customer,
-          id: orderId,
-          product: chain.product,
-          licenses: 3,
-          duration: chain.duration,
-        },
-        jobId: 'dead',
-        event: { webhookId: 'lost-seat-x-exp-8', occurredAt: boughtAt, total: 8 },
-      },
-    }));
-    await system.promote('payment-signals', suspensionJobId(chainIdOf('X-EXP-8'), 1));
-    const queue = system.queue('payment-signals');
-    await expect
-      .poll(async () => (await queue.getJob(suspensionJobId(chainIdOf('X-EXP-8'), 1)))?.returnvalue)
-      .toBe('skipped: nothing in force');
+    const orderId = await addOnLeftPastEmptySuspension(system, clock, 'X-EXP-8', 'external');
 
     // The payment's job finishes the purchase first: it is not suspended for the payment that
     // settles it, so nothing waits for a manual reactivation, and the main chain renews.
