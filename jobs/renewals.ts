@@ -941,7 +941,12 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
           if (!(error instanceof RefusalError)) throw error;
           return handleRefusal(deps, job, jobToken, held, sending, error);
         }
-        if (joining) await suspendRenewalOrder(deps, current, sending.orderId);
+        // An add-on's order is suspended by alignWithFamily, under its main chain's lock: its
+        // read here is not, and a payment applied since would leave it suspended while paid
+        // (external: with no reactivation asked for it).
+        if (joining && current.mainChain === null) {
+          await suspendRenewalOrder(deps, current, sending.orderId);
+        }
         const renewed = await finishRenewal(deps, jobLog, sending, sent);
         // An add-on always aligns: also a fresh decision read its main chain without the lock.
         await alignWithFamily(deps, job, jobToken, current, sending.orderId, {
