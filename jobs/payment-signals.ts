@@ -452,15 +452,22 @@ async function replayed(deps: WorkerDeps, chain: Chain, data: EventJobData, now:
 }
 
 /**
- * Whether a payment event will be applied to the chain: not its own job run again, not older
- * than the last applied, the chain not cancelled (what applyPaymentEvent checks, in its order,
- * none of which a seat purchase finished first changes).
+ * What a payment event does to the chain: nothing again when its own job ran before (replayed),
+ * nothing when it is older than the last applied or the chain is cancelled (ignored, for the
+ * reason given), else it applies. A seat purchase finished first changes none of this.
  */
-function appliesTo(chain: Chain, data: EventJobData): boolean {
-  if (remembersEvent(chain.handledPaymentEvents, eventMark(data))) return false;
+function paymentVerdict(
+  chain: Chain,
+  data: EventJobData,
+): { kind: 'replayed' } | { kind: 'ignored'; reason: string } | { kind: 'applies' } {
+  if (remembersEvent(chain.handledPaymentEvents, eventMark(data))) return { kind: 'replayed' };
+  const event = eventOrderOf(data);
   const lastApplied = lastAppliedEvent(chain.lastPaymentEventAt, chain.lastPaymentEventSequence);
-  if (lastApplied !== null && isStaleEvent(eventOrderOf(data), lastApplied)) return false;
-  return chain.status !== 'cancelled';
+  if (lastApplied !== null && isStaleEvent(event, lastApplied)) {
+    return { kind: 'ignored', reason: staleEventReason(event, lastApplied, 'payment') };
+  }
+  if (chain.status === 'cancelled') return { kind: 'ignored', reason: 'the chain is cancelled' };
+  return { kind: 'applies' };
 }
 
 async function applyPaymentEvent(
@@ -481,7 +488,10 @@ async function applyPaymentEvent(
       deps,
       job,
       { chain: held.chain, token },
-      { settlingPayment: data.type === 'payment.received' && appliesTo(held.chain, data) },
+      {
+        settlingPayment:
+          data.type === 'payment.received' && paymentVerdict(held.chain, data).kind === 'applies',
+      },
     );
     const now = deps.clock.now();
     if (afterPurchase.intent) {
@@ -493,9 +503,8 @@ async function applyPaymentEvent(
       { chain: afterPurchase, token },
       now,
     );
-    if (remembersEvent(chain.handledPaymentEvents, eventMark(data))) {
-      return replayed(deps, chain, data, now);
-    }
+    const verdict = paymentVerdict(chain, data);
+    if (verdict.kind === 'replayed') return replayed(deps, chain, data, now);
     const cause = { webhookId: data.webhookId, jobId: job.id ?? '' };
     // The producer's invoice, named in the history it writes (the event acts on the account).
     const aboutInvoice = ev.invoice === undefined ? '' : `invoice ${ev.invoice}: `;
@@ -516,12 +525,7 @@ async function applyPaymentEvent(
       });
       return `ignored: ${detail}`;
     };
-    const event = eventOrderOf(data);
-    const lastApplied = lastAppliedEvent(chain.lastPaymentEventAt, chain.lastPaymentEventSequence);
-    if (lastApplied !== null && isStaleEvent(event, lastApplied)) {
-      return ignore(staleEventReason(event, lastApplied, 'payment'));
-    }
-    if (chain.status === 'cancelled') return ignore('the chain is cancelled');
+    if (verdict.kind === 'ignored') return ignore(verdict.reason);
     return data.type === 'payment.overdue'
       ? markOverdue(deps, job, { chain, token }, { data, now, aboutInvoice })
       : markPaid(deps, job, { chain, token }, { data, now, aboutInvoice });
