@@ -26,10 +26,10 @@ export function planPaymentReceived(input: {
  * episode's suspension done (no suspension pending), whatever it found. One that found nothing
  * in force (the term had ended) left the chain unsuspended, yet an order arriving after it, a
  * renewal sent only after a provider outage, joins the suspension all the same, and its main
- * chain is recorded suspended from then, for the payment to unsuspend (or reactivate) it. A chain suspended before and awaiting its manual
- * reactivation (external) that falls overdue again is in the new episode's grace until that
- * suspension runs: an order bought or renewed meanwhile stays active, and that suspension
- * takes it along (or a payment in time spares it).
+ * chain is recorded suspended from then, for the payment to unsuspend (or reactivate) it. A
+ * chain suspended before and awaiting its manual reactivation (external) that falls overdue
+ * again is in the new episode's grace until that suspension runs: an order bought or renewed
+ * meanwhile stays active, and that suspension takes it along (or a payment in time spares it).
  */
 export function suspendedForNonPayment(chain: {
   readonly status: string;
