@@ -36,15 +36,19 @@ export interface ChainView extends AddOnView {
 }
 
 /**
- * When the chain's renewal fires, as shown (DESIGN §5): null while it is expired or flagged. An
- * expired chain with auto-renew on renews at once when it becomes payable (a payment, an
- * operator), and a flagged one's failed job waits for a person, so no time can be named until
- * then; the record keeps the due time its jobs are scheduled by.
+ * When the chain's renewal fires, as shown (DESIGN §5): null while it is expired or flagged, or
+ * suspended with its term ended. An expired chain with auto-renew on, like a suspended one whose
+ * term has ended, renews at once when it becomes payable (a payment, an operator), and a flagged
+ * one's failed job waits for a person, so no time can be named until then; the record keeps the
+ * due time its jobs are scheduled by.
  */
 export function shownNextRenewalAt(
-  chain: Pick<Chain, 'status' | 'nextRenewalAt' | 'flagged'>,
+  chain: Pick<Chain, 'status' | 'nextRenewalAt' | 'flagged' | 'term'>,
+  now: number,
 ): number | null {
-  return chain.status === 'expired' || chain.flagged !== null ? null : chain.nextRenewalAt;
+  const waitsForPayment =
+    chain.status === 'expired' || (chain.status === 'suspended' && chain.term.expiresAt <= now);
+  return waitsForPayment || chain.flagged !== null ? null : chain.nextRenewalAt;
 }
 
 /**
@@ -65,7 +69,7 @@ function baseView({ chain, history, kept = [] }: ShownChain, now: number): AddOn
     licenses: chain.licenses,
     ...nextCounts(chain, kept, now),
     term: chain.term,
-    nextRenewalAt: shownNextRenewalAt(chain),
+    nextRenewalAt: shownNextRenewalAt(chain, now),
     // In force or ahead (DESIGN §5): the record drops ended ones only at its next write.
     partials: chain.partials.filter((p) => p.expiresAt > now),
     needsReactivation: chain.needsReactivation,

@@ -85,11 +85,11 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
    * The due chains that still renew as their views show them: an add-on renews only while its
    * main chain renews it, and an expired chain only once it becomes payable.
    */
-  async function stillRenewing(due: Chain[]): Promise<Chain[]> {
+  async function stillRenewing(due: Chain[], now: number): Promise<Chain[]> {
     const mains = await mainChainsOf(chains, due);
     return due.filter((c) => {
       const main = c.mainChain ? mains.get(c.mainChain) : undefined;
-      return shownNextRenewalAt(main ? asGovernedBy(main, c) : c) !== null;
+      return shownNextRenewalAt(main ? asGovernedBy(main, c) : c, now) !== null;
     });
   }
 
@@ -284,11 +284,12 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
      * page until the answer is full: dropping those from one page would hide renewals due later.
      */
     async upcoming(days: number): Promise<UpcomingRenewal[]> {
-      const until = clock.now() + days * SECONDS_PER_DAY;
+      const now = clock.now();
+      const until = now + days * SECONDS_PER_DAY;
       const found: UpcomingRenewal[] = [];
       for (let offset = 0; found.length < UPCOMING_LIMIT; offset += UPCOMING_LIMIT) {
         const page = await chains.dueUntil(until, UPCOMING_LIMIT, offset);
-        found.push(...(await stillRenewing(page)).map(upcomingRenewal));
+        found.push(...(await stillRenewing(page, now)).map(upcomingRenewal));
         if (page.length < UPCOMING_LIMIT) break;
       }
       return found
