@@ -688,8 +688,10 @@ describe('marketplace with add-on seat increases, 3 days of grace', () => {
     // (the add-on's term is in force: its renewal keeps its time).
     expect(joined.nextRenewalAt).toBeNull();
     const upcoming = await system.ops('GET', '/ops/renewals?within=60');
-    const orders = upcoming.body.renewals.map((r: { order: string }) => r.order);
-    expect(orders.filter((o: string) => o.startsWith('P-EXP-5'))).toEqual([addOn.order]);
+    const { renewals } = upcoming.body as { renewals: { order: string }[] };
+    expect(renewals.map((r) => r.order).filter((o) => o.startsWith('P-EXP-5'))).toEqual([
+      addOn.order,
+    ]);
 
     // Paid: the add-on's order is unsuspended, and the main chain renews at once.
     await system.send('payment.received', { order: 'P-EXP-5' });
