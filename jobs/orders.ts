@@ -131,7 +131,9 @@ async function placeOrder(
   const chainId = chainIdOf(ev.order.id);
   return withChainLock(deps.chains, job, jobToken, chainId, async ({ chain, token }) => {
     if (chain) {
-      // Placed before (a retry after the chain was recorded): only the schedule may be missing.
+      // Placed before (a retry after the chain was recorded): only the customer's mark and the
+      // schedule may be missing.
+      await deps.chains.markCustomerKnown(ev.customer.id);
       if (schedulesRenewals(chain)) {
         await ensureRenewalJob(deps.queues.renewals, chain, deps.clock.now());
       }
@@ -169,8 +171,9 @@ async function placeOrder(
       orderIds: [ev.order.id],
       release: false,
     });
-    if (customerEntries.length > 0) await deps.chains.markCustomerKnown(ev.customer.id);
+    // Counted once the order is recorded: a retry finds the chain and counts nothing.
     deps.metrics.orders.inc({ kind: 'first' });
+    if (customerEntries.length > 0) await deps.chains.markCustomerKnown(ev.customer.id);
     await ensureRenewalJob(deps.queues.renewals, saved, now, {
       prepared: prepareRenewal(deps, saved, { stored: true }),
     });

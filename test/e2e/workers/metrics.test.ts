@@ -47,6 +47,39 @@ describe('billing_orders_total', () => {
   });
 });
 
+describe('billing_orders_total{kind="first"}', () => {
+  const firstOrders = async () => {
+    const [line] = await counters(/^billing_orders_total\{kind="first"\}/);
+    return Number(line?.split(' ')[1] ?? 0);
+  };
+
+  it('counts a first order once when a write after its record failed and its job was retried', async () => {
+    const before = await firstOrders();
+    const mark = ChainStore.prototype.markCustomerKnown;
+    let failed = 0;
+    // The chain and its order are recorded; only the customer's mark after it fails once.
+    const spy = vi
+      .spyOn(ChainStore.prototype, 'markCustomerKnown')
+      .mockImplementation(async function (this: ChainStore, id) {
+        if (failed++ === 0) throw redisBlip();
+        return mark.call(this, id);
+      });
+    try {
+      await system.send('order.placed', orderPlaced({ order: 'MET-F' }));
+      await system.waitForChain('MET-F', () => true);
+      // The retry finds the chain placed, and marks the customer known.
+      await expect
+        .poll(() => new ChainStore(system.started.runtime.redis).isCustomerKnown('cust-MET-F'), {
+          timeout: 20_000,
+        })
+        .toBe(true);
+    } finally {
+      spy.mockRestore();
+    }
+    expect(await firstOrders()).toBe(before + 1);
+  });
+});
+
 describe('billing_renewals_total', () => {
   it("counts a renewal made once when the next term's job failed to be added once", async () => {
     const startsAt = system.started.runtime.clock.now() - 25 * DAY;
