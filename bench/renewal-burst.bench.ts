@@ -156,7 +156,7 @@ async function openBench(url: string): Promise<Bench> {
   return {
     admin,
     core,
-    partners: makePartnerDirectory(store, 'bench-key-hash-secret-bench-key-hash'),
+    partners: makePartnerDirectory(store, async () => 'bench-key-hash-secret-bench-key-hash'),
     settings,
     workerRedis,
     storeRedis,

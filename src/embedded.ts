@@ -2,7 +2,7 @@
 import { type Settings, settingDefinitions } from '../config/settings.js';
 import { type Clock, systemClock } from './clock.js';
 import type { Logger } from './logger.js';
-import { holdKeyHashSecret } from './provisioning/key-hash-guard.js';
+import { holdKeyHashSecret, type KeyHashSecret } from './provisioning/key-hash-guard.js';
 import { makeProvisioningCore, type ProvisioningCore } from './provisioning/operations.js';
 import { makePartnerDirectory, type PartnerDirectory } from './provisioning/partners.js';
 import { ProvisioningStore } from './provisioning/store.js';
@@ -13,7 +13,7 @@ import {
   type PrivateRedis,
   shutdownPrivateRedis,
 } from './redis/private-redis.js';
-import { loadOrCreateSecret } from './secrets.js';
+import { keptSecretIn, loadOrCreateSecret } from './secrets.js';
 
 export interface Runtime {
   redisUrl: string;
@@ -58,17 +58,24 @@ export async function openRuntime(
   clock: Clock = systemClock,
 ): Promise<Runtime> {
   // Before anything is started: a kept secret that is not usable stops the start right here.
-  const secret = await loadOrCreateSecret(
-    settings.DATA_DIR,
-    'key-hash-secret',
-    settings.KEY_HASH_SECRET,
-    settingDefinitions.KEY_HASH_SECRET.schema,
-  );
-  const keyHashSecret = {
-    ...secret,
-    origin: settings.KEY_HASH_SECRET
-      ? 'set in the environment'
-      : `${secret.generated ? 'generated just now in' : 'kept in'} ${settings.DATA_DIR}/secrets/key-hash-secret`,
+  // A missing one is generated only once a partner key is hashed or checked, so a command that
+  // only reads or changes chains leaves DATA_DIR's secrets as it found them.
+  const { schema } = settingDefinitions.KEY_HASH_SECRET;
+  if (!settings.KEY_HASH_SECRET) await keptSecretIn(settings.DATA_DIR, 'key-hash-secret', schema);
+  let secret: Promise<KeyHashSecret> | undefined;
+  const keyHashSecret = () => {
+    secret ??= loadOrCreateSecret(
+      settings.DATA_DIR,
+      'key-hash-secret',
+      settings.KEY_HASH_SECRET,
+      schema,
+    ).then((loaded) => ({
+      ...loaded,
+      origin: settings.KEY_HASH_SECRET
+        ? 'set in the environment'
+        : `${loaded.generated ? 'generated just now in' : 'kept in'} ${settings.DATA_DIR}/secrets/key-hash-secret`,
+    }));
+    return secret;
   };
   let redisUrl = settings.REDIS_URL;
   // The private Redis, started here or found running; none with REDIS_URL.
@@ -101,7 +108,7 @@ export async function openRuntime(
     publicUrl: () => publicUrl,
     log: log.child({ component: 'provisioning' }),
   });
-  const partners = makePartnerDirectory(store, secret.value);
+  const partners = makePartnerDirectory(store, async () => (await keyHashSecret()).value);
   return {
     redisUrl,
     redis,
@@ -116,7 +123,7 @@ export async function openRuntime(
       publicUrl = url.href.replace(/\/+$/, '');
     },
     startedPrivateRedis: privateRedis?.startedHere ? redisUrl : null,
-    holdKeyHashSecret: () => holdKeyHashSecret(store, keyHashSecret),
+    holdKeyHashSecret: async () => holdKeyHashSecret(store, await keyHashSecret()),
     async close() {
       const quit = () => redis.quit().catch(() => redis.disconnect());
       if (privateRedis === null) {

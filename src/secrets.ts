@@ -43,6 +43,18 @@ export async function loadOrCreateSecret(
   }
 }
 
+/**
+ * The secret kept in `<dataDir>/secrets/<name>`, or null when there is none yet; one that is
+ * not usable throws, as in loadOrCreateSecret. Nothing is written.
+ */
+export function keptSecretIn(
+  dataDir: string,
+  name: string,
+  schema: z.ZodType<string | undefined>,
+): Promise<string | null> {
+  return keptSecret(join(dataDir, 'secrets', name), schema);
+}
+
 /** The secret kept in `file`, or null when there is none yet. */
 async function keptSecret(
   file: string,

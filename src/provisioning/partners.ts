@@ -42,9 +42,13 @@ export interface PartnerDirectory {
   list(): Promise<Partner[]>;
 }
 
+/**
+ * Partner accounts, their keys hashed with `keyHashSecret`, asked for only when a key is hashed
+ * (the embedded runtime generates it then, when none is kept).
+ */
 export function makePartnerDirectory(
   store: ProvisioningStore,
-  keyHashSecret: string,
+  keyHashSecret: () => Promise<string>,
 ): PartnerDirectory {
   const create: PartnerDirectory['create'] = async ({ name, variant, renewalWindowDays, now }) => {
     const apiKey = generateApiKey();
@@ -55,7 +59,7 @@ export function makePartnerDirectory(
         renewalWindowDays: renewalWindowDays ?? DEFAULT_RENEWAL_WINDOW_DAYS,
         createdAt: now,
       },
-      hashApiKey(keyHashSecret, apiKey),
+      hashApiKey(await keyHashSecret(), apiKey),
     );
     if (partner === 'name_taken') {
       throw new RefusalError('partner_exists', `partner already exists: ${name}`, { name });
@@ -97,7 +101,8 @@ export function makePartnerDirectory(
       const partner = await store.setPartnerRenewalWindow(existing, renewalWindowDays);
       return { before: existing.renewalWindowDays, partner };
     },
-    authenticate: (apiKey) => store.findPartnerByKeyHash(hashApiKey(keyHashSecret, apiKey)),
+    authenticate: async (apiKey) =>
+      store.findPartnerByKeyHash(hashApiKey(await keyHashSecret(), apiKey)),
     list: () => store.listPartners(),
   };
 }

@@ -59,7 +59,7 @@ export async function startTestApp(
     publicUrl: () => 'http://billing.test',
     log,
   });
-  const partners = makePartnerDirectory(store, 'test-secret-test-secret-test-secret!');
+  const partners = makePartnerDirectory(store, async () => 'test-secret-test-secret-test-secret!');
   const app: FastifyInstance = await buildApp({
     log,
     provisioning: { core, partners },

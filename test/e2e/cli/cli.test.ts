@@ -418,6 +418,23 @@ describe('billing start on a port in use', () => {
   });
 });
 
+describe('billing commands that hash no partner key', () => {
+  it('leave DATA_DIR as they found it: no secret is generated for them', async () => {
+    const ownDataDir = await mkdtemp(join(tmpdir(), 'billing-cli-reads-'));
+    try {
+      const env = { DATA_DIR: ownDataDir, REDIS_URL: redis.url };
+      const show = await billing(['chains', 'show', 'NOPE'], env);
+      expect(show.code).toBe(2);
+      expect(show.stderr).toContain('no chain has an order NOPE');
+      expect((await billing(['partners', 'list'], env)).code).toBe(0);
+      expect((await billing(['renewals', 'upcoming'], env)).code).toBe(0);
+      expect(await readdir(ownDataDir)).toEqual([]);
+    } finally {
+      await rm(ownDataDir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('billing start with an unusable kept secret', () => {
   it('stops naming the file, before it starts a private Redis', async () => {
     const ownDataDir = await mkdtemp(join(tmpdir(), 'billing-cli-secret-'));
