@@ -83,7 +83,16 @@ export const settingDefinitions = {
   },
   PORT: { schema: port.default(3000), describe: 'port the HTTP server listens on' },
   PUBLIC_URL: {
-    schema: z.url({ protocol: /^https?$/ }).optional(),
+    // Onboarding links are this address followed by a path: a query or a fragment would end
+    // up before it, and credentials in every link.
+    schema: z
+      .url({ protocol: /^https?$/ })
+      .refine((url) => {
+        if (!URL.canParse(url)) return true; // refused above, as not a URL
+        const { search, hash, username, password } = new URL(url);
+        return search === '' && hash === '' && username === '' && password === '';
+      }, 'must be an http(s) address with no query, fragment or credentials')
+      .optional(),
     describe:
       'address clients reach this server at (default http://HOST:PORT); used in onboarding links',
   },
@@ -129,7 +138,8 @@ export const settingDefinitions = {
     describe: 'how long a webhook-id is remembered to drop repeats (days)',
   },
   PARTNER_NAME: {
-    schema: z.string().min(1).max(200).default('default'),
+    // Trimmed, as `billing partners add --name` trims the name it creates.
+    schema: z.string().trim().min(1).max(200).default('default'),
     describe: 'embedded mode: the partner account the workers act for (created at boot)',
   },
   PARTNER_VARIANT: {

@@ -40,6 +40,10 @@ describe('loadSettings', () => {
     ['REDIS_URL', 'redis+sentinel://127.0.0.1/mymaster'],
     ['PRODUCT_BRAND', 'Suite!'],
     ['PUBLIC_URL', 'not a url'],
+    ['PUBLIC_URL', 'https://billing.example/?a=1'],
+    ['PUBLIC_URL', 'https://billing.example/#top'],
+    ['PUBLIC_URL', 'https://user@billing.example'],
+    ['PARTNER_NAME', '   '],
     ['HOST', 'not a host'],
     ['HOST', ' '],
     ['HOST', 'http://example.com'],
@@ -143,6 +147,13 @@ describe('loadSettings', () => {
     ).toThrow(
       /^invalid settings:\n {2}PORT="abc": [^\n]*\n {2}RENEWAL_LEAD_DAYS=20: must be at most PARTNER_RENEWAL_WINDOW_DAYS \(15\)[^\n]*\n {2}SEAT_INCREASE=coterm: /,
     );
+  });
+
+  it('keeps a PUBLIC_URL with a path (behind a proxy), and trims PARTNER_NAME', () => {
+    expect(loadSettings({ PUBLIC_URL: 'https://example.com/billing/' }).PUBLIC_URL).toBe(
+      'https://example.com/billing',
+    );
+    expect(loadSettings({ PARTNER_NAME: ' acme ' }).PARTNER_NAME).toBe('acme');
   });
 
   it('makes the default PUBLIC_URL a URL for an IPv6 HOST', () => {
