@@ -297,6 +297,9 @@ export function httpClient(opts: HttpClientOptions): ProvisioningClient {
         path,
         headers: { 'content-type': 'application/json', 'x-api-key': opts.apiKey },
         body: JSON.stringify({ method, params }),
+        // The service reads a GET's body (the interface's transport), so its connection stays
+        // in the pool: undici closes one after a GET with a body unless told so.
+        reset: false,
         // One deadline for the whole call: connecting (anew when every connection is busy), the
         // headers and a body that trickles in (undici's own timeouts run per step and per chunk).
         signal: AbortSignal.timeout(timeoutMs),
