@@ -3,14 +3,19 @@ import { z } from 'zod';
 import type { Companion } from '../provisioning/order-operations.js';
 import type { Variant } from '../provisioning/schemas.js';
 
-/** An order as the provisioning interface answers it (both variants). */
+/**
+ * An order as the provisioning interface answers it (both variants). Where the spec leaves room,
+ * the check does too, for fields the workers do not record: `customer` is the customer's internal
+ * id, an integer in the external variant's Customer, and the answer to a partial order is not
+ * shown (it may carry no `duration`, as it was sent none).
+ */
 export const orderResponse = z.looseObject({
   id: z.string(),
-  customer: z.string(),
+  customer: z.union([z.string(), z.int()]),
   instance: z.union([z.string(), z.int()]).nullable(),
   product: z.string(),
   licenses: z.int(),
-  duration: z.enum(['monthly', 'yearly']).nullable(),
+  duration: z.enum(['monthly', 'yearly']).nullish(),
   count: z.int(),
   createdAt: z.int(),
   startsAt: z.int(),

@@ -273,6 +273,28 @@ describe('the HTTP client when the service fails', () => {
     }
   });
 
+  it('takes an order whose customer is an integer, or a partial order answered without duration', async () => {
+    // The external variant's internal customer id is an integer; the spec does not show the
+    // answer to a partial order, which was sent no duration.
+    const partial = { ...anOrder, id: 'A-1.p1', startsAt: T0, expiresAt: T0 + 31 * DAY };
+    const { duration: _none, ...withoutDuration } = {
+      ...orderOf(),
+      remoteId: 'A-1.p1',
+      startsAt: T0,
+      expiresAt: T0 + 31 * DAY,
+    };
+    const bodies = [
+      { ...orderOf(), customer: 42, remoteId: 'A-1', startsAt: T0, expiresAt: T0 + 31 * DAY },
+      withoutDuration,
+    ];
+    const client = await clientAnswering((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(bodies.shift()));
+    });
+    expect(await client.createOrder(anOrder)).toMatchObject({ customer: 42, remoteId: 'A-1' });
+    expect(await client.createOrder(partial)).toMatchObject({ remoteId: 'A-1.p1', startsAt: T0 });
+  });
+
   it('takes a 200 with any JSON or none to a cancel, suspend or unsuspend for done: the spec shows no body', async () => {
     const bodies = ['{}', '', '"OK"', '{"ok":true}', 'true'];
     const client = await clientAnswering((_req, res) => {
