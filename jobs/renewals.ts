@@ -206,6 +206,8 @@ export async function ensureRenewalJob(
       // reason went away (a payment, an operator): reconcile must not re-send it every round.
       const deferredUntil = renewalJobData.safeParse(existing.data).data?.deferredUntil;
       if (deferredUntil !== undefined && deferredUntil > now && !options.overrideDeferral) return;
+      const backs = backingOff(existing.attemptsMade, schedule.nextRenewalAt, now);
+      if (backs && !options.overrideDeferral) return;
       const firesAt = await delayedFireTime(queue, id);
       if (!firesAsScheduled(firesAt, schedule.nextRenewalAt, now)) {
         await existing.changeDelay(delayMs);
@@ -260,7 +262,8 @@ async function stateOnceInactive(job: Job): Promise<Awaited<ReturnType<Job['getS
 
 /**
  * For each schedule, whether its renewal job stands as ensureRenewalJob would leave it: delayed
- * to its time, or (a chain that does not renew) none waiting to run. Read in one round trip and
+ * to its time (or, due, waiting out its backoff), or (a chain that does not renew) none waiting
+ * to run. Read in one round trip and
  * without the chains' locks, for reconcile to pass over the chains that need nothing. False means
  * "look closer" (ensureRenewalJob, under the lock), not "wrong": a job running now, or one that
  * put itself off for a payment, is fine as it is too.
@@ -277,8 +280,11 @@ export async function renewalJobsInPlace(
     const id = renewalJobId(schedule.id, schedule.term.count + 1);
     // Its record as well as its place: an entry whose record was lost would fire with no data.
     pipeline.runCommand('zscore', [delayed, id]).runCommand('exists', [queue.toKey(id)]);
-    // Not renewing: a job left over is fine only when finished (or gone).
-    if (schedule.nextRenewalAt === null) {
+    if (schedule.nextRenewalAt !== null) {
+      // Its failed attempts (BullMQ's `atm`): a due job waiting out its backoff is in place.
+      pipeline.runCommand('hget', [queue.toKey(id), 'atm']);
+    } else {
+      // Not renewing: a job left over is fine only when finished (or gone).
       pipeline.runCommand('zscore', [completed, id]).runCommand('zscore', [failed, id]);
     }
   }
@@ -292,13 +298,26 @@ export async function renewalJobsInPlace(
     const firesAt = fireTimeOfScore(values[next] as string | null);
     const exists = values[next + 1] === 1;
     if (schedule.nextRenewalAt !== null) {
-      next += 2;
-      return exists && firesAsScheduled(firesAt, schedule.nextRenewalAt, now);
+      const attemptsMade = Number(values[next + 2] ?? 0);
+      next += 3;
+      if (!exists) return false;
+      if (firesAt !== null && backingOff(attemptsMade, schedule.nextRenewalAt, now)) return true;
+      return firesAsScheduled(firesAt, schedule.nextRenewalAt, now);
     }
     const [completedScore, failedScore] = values.slice(next + 2, next + 4);
     next += 4;
     return firesAt === null && (!exists || completedScore !== null || failedScore !== null);
   });
+}
+
+/**
+ * Whether a due chain's delayed job waits out its backoff after a failed attempt (a provider
+ * away, the wait its Retry-After asked for): it keeps its time. Moved to now by every reconcile
+ * round, it would call a provider that asked for a wait and spend its attempts at that pace.
+ * A job that puts itself off spends no attempt (its `deferredUntil` says why it waits).
+ */
+function backingOff(attemptsMade: number, nextRenewalAt: number, now: number): boolean {
+  return attemptsMade > 0 && nextRenewalAt <= now;
 }
 
 /**

@@ -9,7 +9,7 @@ import { addOnJobId } from '../../../jobs/waiting-add-ons.js';
 import { chainIdOf, chainKeys } from '../../../src/chains/keys.js';
 import { ChainStore } from '../../../src/chains/store.js';
 import type { ProvisioningClient } from '../../../src/client/provisioning-client.js';
-import { manualClock, systemClock } from '../../../src/clock.js';
+import { manualClock, queueTimeMs, systemClock } from '../../../src/clock.js';
 import { MalformedAnswerError, RefusalError, TransientError } from '../../../src/errors.js';
 import { delayedFireTime, QUEUE_PREFIX } from '../../../src/queues.js';
 import { connectRedis } from '../../../src/redis/connection.js';
@@ -584,5 +584,62 @@ describe('a Redis that lost the suspension job of an overdue chain', () => {
     await reconcileRound(system, 'reconcile-lostsusp-5');
     expect(await queue().getJob(id)).toBeUndefined();
     expect((await system.chain('LOSTSUSP-3')).status).toBe('expired');
+  });
+});
+
+describe('reconcile while a renewal waits out its backoff', () => {
+  const system = useSystem();
+
+  it("keeps the job's time: the provider asked for a wait (Retry-After)", async () => {
+    const now = systemClock.now();
+    await system.send(
+      'order.placed',
+      orderPlaced({ order: 'BACKOFF-1', startsAt: now - 25 * DAY, autoRenew: false }),
+    );
+    await system.waitForChain('BACKOFF-1', () => true);
+    const provisioning = system.started.provisioning;
+    const { createOrder, createRecorded } = provisioning;
+    let calls = 0;
+    const away = async (): Promise<never> => {
+      calls += 1;
+      throw new TransientError('provisioning_unavailable', 'createOrder answered 503', {
+        retryAfterMs: 10 * 60_000,
+      });
+    };
+    try {
+      provisioning.createOrder = away;
+      if (createRecorded) provisioning.createRecorded = away;
+      await system.ops('PUT', '/ops/chains/BACKOFF-1/auto-renew', { enabled: true });
+      // The renewal tried once and BullMQ put it back for its backoff, at least 10 minutes.
+      const queue = system.queue('renewals');
+      const id = renewalJobId(chainIdOf('BACKOFF-1'), 2);
+      await expect
+        .poll(
+          async () => {
+            const job = await queue.getJob(id);
+            return job !== undefined && (await job.getState()) === 'delayed' && job.attemptsMade;
+          },
+          { timeout: 10_000 },
+        )
+        .toBe(1);
+      const firesAt = await delayedFireTime(queue, id);
+      expect((firesAt ?? 0) - queueTimeMs()).toBeGreaterThan(9 * 60_000);
+
+      await reconcileRound(system, 'reconcile-backoff');
+      await delay(1_000);
+      expect(await delayedFireTime(queue, id)).toBe(firesAt);
+      expect(calls).toBe(1);
+
+      // An operator's switch is a reason to try now, as a payment is.
+      await system.ops('PUT', '/ops/chains/BACKOFF-1/auto-renew', { enabled: false });
+      provisioning.createOrder = createOrder;
+      if (createRecorded) provisioning.createRecorded = createRecorded;
+      await system.ops('PUT', '/ops/chains/BACKOFF-1/auto-renew', { enabled: true });
+      const renewed = await system.waitForChain('BACKOFF-1', (c) => c.term.count === 2);
+      expect(renewed.history.filter((h) => h.event === 'renewal.ordered')).toHaveLength(1);
+    } finally {
+      provisioning.createOrder = createOrder;
+      if (createRecorded) provisioning.createRecorded = createRecorded;
+    }
   });
 });
