@@ -16,7 +16,12 @@ import {
   finishUnsuspension,
   pendingSuspensionAt,
 } from './payment-signals.js';
-import { ensureRenewalJob, renewalJobsInPlace, schedulesRenewals } from './renewals.js';
+import {
+  ensureRenewalJob,
+  queuedJobIds,
+  renewalJobsInPlace,
+  schedulesRenewals,
+} from './renewals.js';
 import { finishPendingSeatPurchase } from './seat-purchases.js';
 import { ensureAddOnJob } from './waiting-add-ons.js';
 
@@ -148,6 +153,7 @@ async function settledChains(
   deps: WorkerDeps,
   page: readonly Chain[],
   now: number,
+  queued: () => Promise<ReadonlySet<string>>,
 ): Promise<Set<string>> {
   const mains = await mainChainsOf(deps.chains, page);
   const settled = new Set<string>();
@@ -158,7 +164,7 @@ async function settledChains(
     if (verdict === 'settled') settled.add(chain.id);
     else if (verdict !== 'look closer') schedules.push(verdict);
   }
-  const inPlace = await renewalJobsInPlace(deps.queues.renewals, schedules, now);
+  const inPlace = await renewalJobsInPlace(deps.queues.renewals, schedules, now, queued);
   schedules.forEach((schedule, i) => {
     if (inPlace[i]) settled.add(schedule.id);
   });
@@ -200,11 +206,13 @@ export function makeProcessor(deps: WorkerDeps) {
     let checked = 0;
     let expired = 0;
     let failed = 0;
+    // Read once per round, when a page first has a renewal job neither delayed nor gone.
+    const queued = queuedJobIds(deps.queues.renewals);
     for (let offset = 0; ; offset += PAGE) {
       const ids = await deps.chains.pageOfChainIds(offset, PAGE);
       if (ids.length === 0) break;
       const page = await deps.chains.getMany(ids);
-      const settled = await settledChains(deps, page, deps.clock.now()).catch((error) => {
+      const settled = await settledChains(deps, page, deps.clock.now(), queued).catch((error) => {
         // Redis failing that read fails no chain: each is then checked under its lock.
         deps.log.warn({ err: error }, 'reconcile checks a page under the locks');
         return new Set<string>();

@@ -261,17 +261,47 @@ async function stateOnceInactive(job: Job): Promise<Awaited<ReturnType<Job['getS
 }
 
 /**
+ * The ids of the queue's jobs waiting for a worker or running, read once, when first asked: a
+ * reconcile round reads the wait list once, where asking each job's state (BullMQ's getState)
+ * scans that list once per job, a round quadratic in a backlog of due renewals. A job that
+ * moves on after the read (it failed for good, say) is seen by the next round.
+ */
+export function queuedJobIds(queue: Queue): () => Promise<ReadonlySet<string>> {
+  let read: Promise<ReadonlySet<string>> | undefined;
+  return () => {
+    read ??= (async () => {
+      const { wait, paused, active, prioritized } = queue.keys as Record<string, string>;
+      const replies = await (await queue.backend.client)
+        .pipeline()
+        .runCommand('lrange', [wait, 0, -1])
+        .runCommand('lrange', [paused, 0, -1])
+        .runCommand('lrange', [active, 0, -1])
+        .runCommand('zrange', [prioritized, 0, -1])
+        .exec();
+      const ids = new Set<string>();
+      for (const [error, list] of replies ?? []) {
+        if (error) throw error;
+        for (const id of list as string[]) ids.add(id);
+      }
+      return ids;
+    })();
+    return read;
+  };
+}
+
+/**
  * For each schedule, whether its renewal job stands as ensureRenewalJob would leave it: delayed
- * to its time (or, due, waiting out its backoff), or (a chain that does not renew) none waiting
- * to run. Read in one round trip and
- * without the chains' locks, for reconcile to pass over the chains that need nothing. False means
- * "look closer" (ensureRenewalJob, under the lock), not "wrong": a job running now, or one that
- * put itself off for a payment, is fine as it is too.
+ * to its time (or, due, waiting out its backoff), waiting for a worker or running (`queued`, when
+ * given), or (a chain that does not renew) none waiting to run. Read in one round trip (and one
+ * more for `queued`, once) and without the chains' locks, for reconcile to pass over the chains
+ * that need nothing. False means "look closer" (ensureRenewalJob, under the lock), not "wrong":
+ * one that put itself off for a payment is fine as it is too.
  */
 export async function renewalJobsInPlace(
   queue: Queue,
   schedules: readonly Schedulable[],
   now: number,
+  queued?: () => Promise<ReadonlySet<string>>,
 ): Promise<boolean[]> {
   if (schedules.length === 0) return [];
   const { delayed, completed, failed } = queue.keys as Record<string, string>;
@@ -294,19 +324,29 @@ export async function renewalJobsInPlace(
     return value as string | number | null;
   });
   let next = 0;
-  return schedules.map((schedule) => {
+  const verdicts = schedules.map((schedule): boolean | 'if queued' => {
     const firesAt = fireTimeOfScore(values[next] as string | null);
     const exists = values[next + 1] === 1;
     if (schedule.nextRenewalAt !== null) {
       const attemptsMade = Number(values[next + 2] ?? 0);
       next += 3;
       if (!exists) return false;
-      if (firesAt !== null && backingOff(attemptsMade, schedule.nextRenewalAt, now)) return true;
+      // Not delayed: waiting or running is in place, finished or in no list is not.
+      if (firesAt === null) return queued ? 'if queued' : false;
+      if (backingOff(attemptsMade, schedule.nextRenewalAt, now)) return true;
       return firesAsScheduled(firesAt, schedule.nextRenewalAt, now);
     }
     const [completedScore, failedScore] = values.slice(next + 2, next + 4);
     next += 4;
     return firesAt === null && (!exists || completedScore !== null || failedScore !== null);
+  });
+  if (!queued || !verdicts.includes('if queued')) return verdicts.map((v) => v === true);
+  const ids = await queued();
+  return verdicts.map((verdict, i) => {
+    const schedule = schedules[i] as Schedulable;
+    return verdict === 'if queued'
+      ? ids.has(renewalJobId(schedule.id, schedule.term.count + 1))
+      : verdict;
   });
 }
 

@@ -643,3 +643,52 @@ describe('reconcile while a renewal waits out its backoff', () => {
     }
   });
 });
+
+describe('reconcile over due renewals waiting for a worker', () => {
+  const system = useSystem();
+
+  it('takes no lock for a job waiting in the queue, and replaces one in no list', async () => {
+    const queue = system.queue('renewals');
+    // No worker takes a job while the queue is paused: a backlog of due renewals.
+    await queue.pause();
+    try {
+      const orders = ['BACKLOG-1', 'BACKLOG-2', 'BACKLOG-3'];
+      for (const order of orders) {
+        await system.send(
+          'order.placed',
+          orderPlaced({ order, startsAt: systemClock.now() - 25 * DAY }),
+        );
+        await system.waitForChain(order, () => true);
+      }
+      const ids = orders.map((order) => renewalJobId(chainIdOf(order), 2));
+      await expect
+        .poll(async () => Promise.all(ids.map(async (id) => (await queue.getJob(id))?.getState())))
+        .toEqual(['waiting', 'waiting', 'waiting']);
+      // BACKLOG-3's job record survived, its entry in the wait list did not.
+      const client = await queue.backend.client;
+      const [lost] = ids.slice(2);
+      await client.runCommand('lrem', [queue.keys.wait, 0, lost]);
+      expect(await (await queue.getJob(lost as string))?.getState()).toBe('unknown');
+
+      const locked: string[] = [];
+      const store = new ChainStore(system.started.runtime.redis);
+      const chains: ChainStore = Object.create(store);
+      chains.lock = (chainId, token) => {
+        locked.push(chainId);
+        return store.lock(chainId, token);
+      };
+      const round = makeMaintenanceProcessor(workerDepsOf(system, { chains }));
+      expect(await round({ id: 'reconcile-backlog', data: {} } as Job)).toMatchObject({
+        failed: 0,
+      });
+      expect(locked).toEqual([chainIdOf('BACKLOG-3')]);
+      expect(await (await queue.getJob(lost as string))?.getState()).toBe('waiting');
+    } finally {
+      await queue.resume();
+    }
+    for (const order of ['BACKLOG-1', 'BACKLOG-2', 'BACKLOG-3']) {
+      const renewed = await system.waitForChain(order, (c) => c.term.count === 2);
+      expect(renewed.history.filter((h) => h.event === 'renewal.ordered')).toHaveLength(1);
+    }
+  });
+});
