@@ -1,7 +1,8 @@
 // Exactly-once under a crash: a worker process is SIGKILLed while renewing hundreds of due
-// chains; a new one finishes, and every chain has exactly one renewal order, none missing, and
-// its next term's job. Both paths are killed: the embedded one-step commit, and remote mode's
-// intent, call, record (where a kill can fall between the provider's order and its record).
+// chains, or buying seats for them; a new one finishes, and every chain has exactly one renewal
+// (or partial) order, none missing, its next term's job (or its next count). Both paths are
+// killed: embedded mode, and remote mode's intent, call, record (where a kill can fall between
+// the provider's order and its record).
 import { type ChildProcess, spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -21,11 +22,7 @@ const ORDERS = Array.from({ length: CHAINS }, (_, i) => `K-${i}`);
 
 type Mode = 'embedded' | 'remote';
 
-function renewalsMade(ids: Set<string>): number {
-  return [...ids].filter((id) => id.endsWith('.r2')).length;
-}
-
-/** Remote mode: the renewal whose answer the proxy holds, so the kill falls after its order. */
+/** Remote mode: the order whose answer the proxy holds, so the kill falls after it is made. */
 const HELD_ORDER = 'K-100';
 
 /**
@@ -96,7 +93,7 @@ class CrashRig {
     });
   }
 
-  /** Orders the provider holds for the workers' partner: first orders and renewals. */
+  /** Orders the provider holds for the workers' partner: first orders and the burst's. */
   async providerOrderIds(): Promise<Set<string>> {
     const orders = partnerKeys(this.partner.id).orders;
     return new Set(await this.system.started.runtime.redis.hkeys(orders));
@@ -113,27 +110,90 @@ class CrashRig {
   }
 }
 
-function killMidBurst(mode: Mode) {
-  describe(`a ${mode} worker killed in the middle of renewing due chains`, () => {
+/** A burst of work the workers are killed in the middle of, and what it must leave. */
+interface Burst {
+  /** `renewing due chains`, ... */
+  doing: string;
+  queue: 'renewals' | 'seat-changes';
+  /** How long before now the first terms started. */
+  startedAgo: number;
+  /** The order id suffix of what the burst makes for each chain. */
+  made: '.r2' | '.p1';
+  /** Sends the events of the burst for `order` (while its queue is paused). */
+  send(system: System, order: string): Promise<void>;
+  /** Whether the chain shows the burst's work recorded and nothing in flight. */
+  done(chain: Chain): boolean;
+  /** What each chain must show afterwards, besides its orders at the provider. */
+  check(rig: CrashRig, order: string, mode: Mode): Promise<void>;
+}
+
+const renewalBurst: Burst = {
+  doing: 'renewing due chains',
+  queue: 'renewals',
+  startedAgo: 25 * DAY,
+  made: '.r2',
+  // Placing a due chain schedules its renewal at once.
+  send: async () => {},
+  done: (chain) => chain.term.count === 2 && chain.intent === null,
+  async check(rig, order, mode) {
+    const chain = await rig.system.chain(order);
+    expect(chain.history.filter((h) => h.event === 'renewal.ordered')).toHaveLength(1);
+    expect(chain.history.filter((h) => h.event === 'order.placed')).toHaveLength(1);
+    const next = await rig.system.queue('renewals').getJob(renewalJobId(chainIdOf(order), 3));
+    expect(await next?.getState(), `the term-3 job of ${order}`).toBe('delayed');
+    if (mode === 'embedded') {
+      // Embedded renewals are the core's own (controlled start, chained to the first order).
+      const providerChain = await rig.system.started.runtime.store.getChain(rig.partner, order);
+      expect(providerChain?.orders).toEqual([order, `${order}.r2`]);
+    }
+  },
+};
+
+const seatBurst: Burst = {
+  doing: 'buying co-terminated seats for chains',
+  queue: 'seat-changes',
+  startedAgo: 5 * DAY,
+  made: '.p1',
+  async send(system, order) {
+    const res = await system.send('seats.changed', { order, licenses: 8 });
+    expect(res.status).toBe(202);
+  },
+  done: (chain) => chain.partials.length === 1 && chain.intent === null,
+  async check(rig, order) {
+    const chain = await rig.system.chain(order);
+    expect(chain.history.filter((h) => h.event === 'seats.partial_ordered')).toHaveLength(1);
+    expect(chain.partials).toEqual([
+      expect.objectContaining({
+        orderId: `${order}.p1`,
+        licenses: 3,
+        expiresAt: chain.term.expiresAt,
+      }),
+    ]);
+    expect(chain.nextLicenses).toBe(8);
+  },
+};
+
+function killMidBurst(mode: Mode, burst: Burst) {
+  describe(`a ${mode} worker killed in the middle of ${burst.doing}`, () => {
     let rig: CrashRig;
     beforeAll(async () => {
       rig = await CrashRig.start(mode);
     });
     afterAll(async () => rig.close());
 
-    it('leaves every chain with exactly one renewal order and its next job once a new worker finishes', async () => {
+    it(`leaves every chain with exactly one ${burst.made} order once a new worker finishes`, async () => {
       const { system } = rig;
-      const startsAt = systemClock.now() - 25 * DAY;
-      // Renewals wait until every chain is placed, so the kill falls in a burst of due renewals
+      const startsAt = systemClock.now() - burst.startedAgo;
+      // The burst's jobs wait until every chain is placed, so the kill falls in the burst
       // (placing first orders is the slower part, in remote mode above all).
-      const renewals = system.queue('renewals');
-      await renewals.pause();
+      const queue = system.queue(burst.queue);
+      await queue.pause();
       for (const order of ORDERS) {
         const res = await system.send('order.placed', orderPlaced({ order, startsAt }));
         expect(res.status).toBe(202);
       }
-      // Remote mode: the provider's answer to one renewal order mid-burst never reaches the worker.
-      const held = rig.proxy?.holdNext('createOrder', `${HELD_ORDER}.r2`);
+      // Remote mode: the provider's answer to one order mid-burst never reaches the worker.
+      const held = rig.proxy?.holdNext('createOrder', `${HELD_ORDER}${burst.made}`);
       const first = await rig.spawnWorker();
       await vi.waitFor(
         async () => {
@@ -142,44 +202,42 @@ function killMidBurst(mode: Mode) {
         },
         { timeout: 60_000, interval: 50 },
       );
-      await renewals.resume();
+      for (const order of ORDERS) await burst.send(system, order);
+      await queue.resume();
 
-      // Kill once some renewals were made but long before all of them; in remote mode, once the
+      // Kill once some orders were made but long before all of them; in remote mode, once the
       // provider made the held order, whose record its job waits to write (the window at risk).
+      const made = (ids: Set<string>) => [...ids].filter((id) => id.endsWith(burst.made)).length;
       await vi.waitFor(
         async () => {
-          const made = renewalsMade(await rig.providerOrderIds());
-          if (made < 20) throw new Error(`${made} renewals so far`);
+          const so = made(await rig.providerOrderIds());
+          if (so < 20) throw new Error(`${so} orders so far`);
         },
         { timeout: 60_000, interval: 5 },
       );
       await held;
       first.kill('SIGKILL');
       await new Promise((resolve) => first.once('exit', resolve));
-      expect(renewalsMade(await rig.providerOrderIds())).toBeLessThan(CHAINS);
+      expect(made(await rig.providerOrderIds())).toBeLessThan(CHAINS);
       // The kill interrupted jobs at work: they stay active until the stalled check takes them.
-      const counts = await renewals.getJobCounts();
-      expect(counts.active, `renewal jobs at the kill: ${JSON.stringify(counts)}`).toBeGreaterThan(
-        0,
-      );
+      const counts = await queue.getJobCounts();
+      expect(counts.active, `jobs at the kill: ${JSON.stringify(counts)}`).toBeGreaterThan(0);
       if (mode === 'remote') {
         // ...one of them between its order at the provider and its record.
         const chain = await rig.chains.get(chainIdOf(HELD_ORDER));
-        expect(chain?.intent?.orderId).toBe(`${HELD_ORDER}.r2`);
-        expect((await rig.providerOrderIds()).has(`${HELD_ORDER}.r2`)).toBe(true);
+        expect(chain?.intent?.orderId).toBe(`${HELD_ORDER}${burst.made}`);
+        expect((await rig.providerOrderIds()).has(`${HELD_ORDER}${burst.made}`)).toBe(true);
       }
 
       await rig.spawnWorker();
       await vi.waitFor(
         async () => {
-          const renewed = (await rig.allChains()).filter(
-            (chain) => chain.term.count === 2 && chain.intent === null,
-          ).length;
-          if (renewed < CHAINS) throw new Error(`${renewed} of ${CHAINS} chains renewed`);
+          const finished = (await rig.allChains()).filter(burst.done).length;
+          if (finished < CHAINS) throw new Error(`${finished} of ${CHAINS} chains done`);
           // A job killed after its commit runs again once the stalled check gives it back.
-          const left = await renewals.getJobCounts('active', 'wait', 'prioritized');
+          const left = await queue.getJobCounts('active', 'wait', 'prioritized');
           if (Object.values(left).some((n) => n > 0)) {
-            throw new Error(`renewal jobs left: ${JSON.stringify(left)}`);
+            throw new Error(`jobs left: ${JSON.stringify(left)}`);
           }
         },
         { timeout: 120_000, interval: 200 },
@@ -189,21 +247,14 @@ function killMidBurst(mode: Mode) {
       expect(ids.size).toBe(CHAINS * 2);
       for (const order of ORDERS) {
         expect(ids.has(order)).toBe(true);
-        expect(ids.has(`${order}.r2`)).toBe(true);
-        const chain = await system.chain(order);
-        expect(chain.history.filter((h) => h.event === 'renewal.ordered')).toHaveLength(1);
-        expect(chain.history.filter((h) => h.event === 'order.placed')).toHaveLength(1);
-        const next = await renewals.getJob(renewalJobId(chainIdOf(order), 3));
-        expect(await next?.getState(), `the term-3 job of ${order}`).toBe('delayed');
-        if (mode === 'embedded') {
-          // Embedded renewals are the core's own (controlled start, chained to the first order).
-          const providerChain = await system.started.runtime.store.getChain(rig.partner, order);
-          expect(providerChain?.orders).toEqual([order, `${order}.r2`]);
-        }
+        expect(ids.has(`${order}${burst.made}`)).toBe(true);
+        await burst.check(rig, order, mode);
       }
     }, 240_000);
   });
 }
 
-killMidBurst('embedded');
-killMidBurst('remote');
+killMidBurst('embedded', renewalBurst);
+killMidBurst('remote', renewalBurst);
+killMidBurst('embedded', seatBurst);
+killMidBurst('remote', seatBurst);
