@@ -327,6 +327,20 @@ describe('reconcile with the provider away for an unsuspension left halfway', ()
   });
 });
 
+/** A reconcile round run here (by job id), and the chains whose lock it took. */
+function roundCountingLocks(system: System) {
+  const locked: string[] = [];
+  const store = new ChainStore(system.started.runtime.redis);
+  const chains: ChainStore = Object.create(store);
+  chains.lock = (chainId, token) => {
+    locked.push(chainId);
+    return store.lock(chainId, token);
+  };
+  const round = (id: string) =>
+    makeMaintenanceProcessor(workerDepsOf(system, { chains }))({ id, data: {} } as Job);
+  return { locked, round };
+}
+
 describe('reconcile and cancelled chains', () => {
   const system = useSystem();
 
@@ -346,15 +360,7 @@ describe('reconcile and cancelled chains', () => {
     const client = await system.queue('renewals').backend.client;
     await client.del(system.queue('renewals').toKey(recordless));
 
-    const locked: string[] = [];
-    const store = new ChainStore(system.started.runtime.redis);
-    const chains: ChainStore = Object.create(store);
-    chains.lock = (chainId, token) => {
-      locked.push(chainId);
-      return store.lock(chainId, token);
-    };
-    const round = (id: string) =>
-      makeMaintenanceProcessor(workerDepsOf(system, { chains }))({ id, data: {} } as Job);
+    const { locked, round } = roundCountingLocks(system);
 
     expect(await round('reconcile-locks-1')).toMatchObject({ checked: 5, failed: 0 });
     expect(locked.sort()).toEqual([chainIdOf('LOST-1'), chainIdOf('LOST-2')].sort());
@@ -670,17 +676,8 @@ describe('reconcile over due renewals waiting for a worker', () => {
       await client.runCommand('lrem', [queue.keys.wait, 0, lost]);
       expect(await (await queue.getJob(lost as string))?.getState()).toBe('unknown');
 
-      const locked: string[] = [];
-      const store = new ChainStore(system.started.runtime.redis);
-      const chains: ChainStore = Object.create(store);
-      chains.lock = (chainId, token) => {
-        locked.push(chainId);
-        return store.lock(chainId, token);
-      };
-      const round = makeMaintenanceProcessor(workerDepsOf(system, { chains }));
-      expect(await round({ id: 'reconcile-backlog', data: {} } as Job)).toMatchObject({
-        failed: 0,
-      });
+      const { locked, round } = roundCountingLocks(system);
+      expect(await round('reconcile-backlog')).toMatchObject({ failed: 0 });
       expect(locked).toEqual([chainIdOf('BACKLOG-3')]);
       expect(await (await queue.getJob(lost as string))?.getState()).toBe('waiting');
     } finally {
