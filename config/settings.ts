@@ -89,8 +89,9 @@ export const settingDefinitions = {
       .url({ protocol: /^https?$/ })
       .refine((url) => {
         if (!URL.canParse(url)) return true; // refused above, as not a URL
-        const { search, hash, username, password } = new URL(url);
-        return search === '' && hash === '' && username === '' && password === '';
+        // As written: an empty query or fragment (`/?`, `/#`) or credentials (`:@`) parse empty.
+        const authority = url.slice(url.indexOf('//') + 2).split('/')[0] ?? '';
+        return !/[?#]/.test(url) && !authority.includes('@');
       }, 'must be an http(s) address with no query, fragment or credentials')
       .optional(),
     describe:
@@ -138,8 +139,13 @@ export const settingDefinitions = {
     describe: 'how long a webhook-id is remembered to drop repeats (days)',
   },
   PARTNER_NAME: {
-    // Trimmed, as `billing partners add --name` trims the name it creates.
-    schema: z.string().trim().min(1).max(200).default('default'),
+    // Taken as written (a deployment's partner is found by its exact name), but never blank.
+    schema: z
+      .string()
+      .min(1)
+      .max(200)
+      .refine((name) => name.trim() !== '', 'must not be blank')
+      .default('default'),
     describe: 'embedded mode: the partner account the workers act for (created at boot)',
   },
   PARTNER_VARIANT: {

@@ -27,6 +27,7 @@ import {
   fireTimeOfScore,
   removedUnlessRunning,
 } from '../src/queues.js';
+import { MAX_RETRY_DELAY_MS } from '../src/retry-policy.js';
 import { delayJobUntil, waitForLock, withChainLock } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
 import { describeTerm, sendIntent } from './intents.js';
@@ -206,10 +207,11 @@ export async function ensureRenewalJob(
       // reason went away (a payment, an operator): reconcile must not re-send it every round.
       const deferredUntil = renewalJobData.safeParse(existing.data).data?.deferredUntil;
       if (deferredUntil !== undefined && deferredUntil > now && !options.overrideDeferral) return;
-      const backs = backingOff(existing.attemptsMade, schedule.nextRenewalAt, now);
-      if (backs && !options.overrideDeferral) return;
       const firesAt = await delayedFireTime(queue, id);
-      if (!firesAsScheduled(firesAt, schedule.nextRenewalAt, now)) {
+      const keepsBackoff =
+        !options.overrideDeferral &&
+        backingOff(existing.attemptsMade, firesAt, schedule.nextRenewalAt, now);
+      if (!keepsBackoff && !firesAsScheduled(firesAt, schedule.nextRenewalAt, now)) {
         await existing.changeDelay(delayMs);
       }
       const preparedChanged =
@@ -333,7 +335,7 @@ export async function renewalJobsInPlace(
       if (!exists) return false;
       // Not delayed: waiting or running is in place, finished or in no list is not.
       if (firesAt === null) return queued ? 'if queued' : false;
-      if (backingOff(attemptsMade, schedule.nextRenewalAt, now)) return true;
+      if (backingOff(attemptsMade, firesAt, schedule.nextRenewalAt, now)) return true;
       return firesAsScheduled(firesAt, schedule.nextRenewalAt, now);
     }
     const [completedScore, failedScore] = values.slice(next + 2, next + 4);
@@ -351,13 +353,21 @@ export async function renewalJobsInPlace(
 }
 
 /**
- * Whether a due chain's delayed job waits out its backoff after a failed attempt (a provider
- * away, the wait its Retry-After asked for): it keeps its time. Moved to now by every reconcile
- * round, it would call a provider that asked for a wait and spend its attempts at that pace.
- * A job that puts itself off spends no attempt (its `deferredUntil` says why it waits).
+ * Whether a due chain's delayed job, firing at `firesAt` (queue time, ms), waits out its backoff
+ * after a failed attempt (a provider away, the wait its Retry-After asked for): it keeps its
+ * time. Moved to now by every reconcile round, it would call a provider that asked for a wait
+ * and spend its attempts at that pace. A backoff is never longer than MAX_RETRY_DELAY_MS: a job
+ * further away waits for a time the chain no longer has (a lead changed since) and is moved. A
+ * job that puts itself off spends no attempt (its `deferredUntil` says why it waits).
  */
-function backingOff(attemptsMade: number, nextRenewalAt: number, now: number): boolean {
-  return attemptsMade > 0 && nextRenewalAt <= now;
+function backingOff(
+  attemptsMade: number,
+  firesAt: number | null,
+  nextRenewalAt: number,
+  now: number,
+): boolean {
+  if (attemptsMade === 0 || nextRenewalAt > now || firesAt === null) return false;
+  return firesAt - queueTimeMs() <= MAX_RETRY_DELAY_MS + 1000;
 }
 
 /**

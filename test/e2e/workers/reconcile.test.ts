@@ -1,7 +1,8 @@
 // Reconcile end to end: what it repairs after a restart with other settings or a Redis that lost keys.
 import { setTimeout as delay } from 'node:timers/promises';
 import { type Job, Worker } from 'bullmq';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { workerSettingsFrom } from '../../../jobs/deps.js';
 import { makeProcessor as makeMaintenanceProcessor } from '../../../jobs/maintenance.js';
 import { suspensionJobId } from '../../../jobs/payment-signals.js';
 import { renewalJobId } from '../../../jobs/renewals.js';
@@ -646,6 +647,67 @@ describe('reconcile while a renewal waits out its backoff', () => {
     } finally {
       provisioning.createOrder = createOrder;
       if (createRecorded) provisioning.createRecorded = createRecorded;
+    }
+  });
+
+  it('moves it when a higher lead made the chain due again: no backoff is that long', async () => {
+    const now = systemClock.now();
+    // Term ends in 3..6 days: due under the default lead (7), not under a lead of 1.
+    await system.send(
+      'order.placed',
+      orderPlaced({ order: 'BOLEAD-1', startsAt: now - 25 * DAY, autoRenew: false }),
+    );
+    const placed = await system.waitForChain('BOLEAD-1', () => true);
+    const queue = system.queue('renewals');
+    const id = renewalJobId(chainIdOf('BOLEAD-1'), 2);
+    // The renewal job's attempts fail before it writes an intent (Redis in trouble for a
+    // while: its backoff grown to minutes), so its chain keeps no renewal in flight.
+    const lock = ChainStore.prototype.lock;
+    const spy = vi.spyOn(ChainStore.prototype, 'lock').mockImplementation(async function (
+      this: ChainStore,
+      chainId,
+      token,
+      leaseMs,
+    ) {
+      if (token.startsWith(`${id}/`)) {
+        throw new TransientError('redis_unavailable', 'Redis is away', {
+          retryAfterMs: 10 * 60_000,
+        });
+      }
+      return lock.call(this, chainId, token, leaseMs);
+    });
+    try {
+      await system.ops('PUT', '/ops/chains/BOLEAD-1/auto-renew', { enabled: true });
+      await expect
+        .poll(
+          async () => {
+            const job = await queue.getJob(id);
+            return job !== undefined && (await job.getState()) === 'delayed' && job.attemptsMade;
+          },
+          { timeout: 10_000 },
+        )
+        .toBe(1);
+      expect((await system.chain('BOLEAD-1')).inFlight).toBeNull();
+
+      // A restart with RENEWAL_LEAD_DAYS=1: the renewal (and its job) move to expiresAt - 1 day.
+      const base = workerSettingsFrom(system.settings);
+      await reconcileRound(system, 'review-lead-1', { settings: { ...base, leadDays: 1 } });
+      expect((await system.chain('BOLEAD-1')).nextRenewalAt).toBe(placed.term.expiresAt - 1 * DAY);
+      const movedOut = (await delayedFireTime(queue, id)) ?? 0;
+      expect(movedOut - queueTimeMs()).toBeGreaterThan(DAY * 1000);
+
+      // A restart with the lead back at 7: the chain is due now, and so must its job be.
+      await reconcileRound(system, 'review-lead-7', { settings: { ...base, leadDays: 7 } });
+      const chain = await system.chain('BOLEAD-1');
+      expect(chain.nextRenewalAt).toBeLessThanOrEqual(systemClock.now());
+      const firesAt = await delayedFireTime(queue, id);
+      // Due: at most its backoff away (15 minutes), not a day or more.
+      expect(
+        firesAt === null ? 0 : firesAt - queueTimeMs(),
+        'the job of a due chain still fires at the old lead, days away',
+      ).toBeLessThan(16 * 60_000);
+    } finally {
+      spy.mockRestore();
     }
   });
 });

@@ -43,6 +43,8 @@ describe('loadSettings', () => {
     ['PUBLIC_URL', 'https://billing.example/?a=1'],
     ['PUBLIC_URL', 'https://billing.example/#top'],
     ['PUBLIC_URL', 'https://user@billing.example'],
+    ['PUBLIC_URL', 'https://billing.example/?'],
+    ['PUBLIC_URL', 'https://billing.example/#'],
     ['PARTNER_NAME', '   '],
     ['HOST', 'not a host'],
     ['HOST', ' '],
@@ -149,11 +151,14 @@ describe('loadSettings', () => {
     );
   });
 
-  it('keeps a PUBLIC_URL with a path (behind a proxy), and trims PARTNER_NAME', () => {
+  it('keeps a PUBLIC_URL with a path (behind a proxy), and PARTNER_NAME as written', () => {
     expect(loadSettings({ PUBLIC_URL: 'https://example.com/billing/' }).PUBLIC_URL).toBe(
       'https://example.com/billing',
     );
-    expect(loadSettings({ PARTNER_NAME: ' acme ' }).PARTNER_NAME).toBe('acme');
+    // Empty credentials are refused too (the message shows them redacted).
+    expect(() => loadSettings({ PUBLIC_URL: 'https://:@billing.example' })).toThrow(/PUBLIC_URL/);
+    // The partner a deployment created is found by its exact name: no trimming changes it.
+    expect(loadSettings({ PARTNER_NAME: 'acme ' }).PARTNER_NAME).toBe('acme ');
   });
 
   it('makes the default PUBLIC_URL a URL for an IPv6 HOST', () => {
