@@ -1,6 +1,6 @@
 // Reconcile end to end: what it repairs after a restart with other settings or a Redis that lost keys.
 import { setTimeout as delay } from 'node:timers/promises';
-import { type Job, Worker } from 'bullmq';
+import { type Job, type Queue, Worker } from 'bullmq';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { workerSettingsFrom } from '../../../jobs/deps.js';
 import { makeProcessor as makeMaintenanceProcessor } from '../../../jobs/maintenance.js';
@@ -597,6 +597,19 @@ describe('a Redis that lost the suspension job of an overdue chain', () => {
 describe('reconcile while a renewal waits out its backoff', () => {
   const system = useSystem();
 
+  /** Waits until the job failed one attempt and BullMQ put it back for its backoff. */
+  async function failedOnceAndBackingOff(queue: Queue, id: string) {
+    await expect
+      .poll(
+        async () => {
+          const job = await queue.getJob(id);
+          return job !== undefined && (await job.getState()) === 'delayed' && job.attemptsMade;
+        },
+        { timeout: 10_000 },
+      )
+      .toBe(1);
+  }
+
   it("keeps the job's time: the provider asked for a wait (Retry-After)", async () => {
     const now = systemClock.now();
     await system.send(
@@ -620,15 +633,7 @@ describe('reconcile while a renewal waits out its backoff', () => {
       // The renewal tried once and BullMQ put it back for its backoff, at least 10 minutes.
       const queue = system.queue('renewals');
       const id = renewalJobId(chainIdOf('BACKOFF-1'), 2);
-      await expect
-        .poll(
-          async () => {
-            const job = await queue.getJob(id);
-            return job !== undefined && (await job.getState()) === 'delayed' && job.attemptsMade;
-          },
-          { timeout: 10_000 },
-        )
-        .toBe(1);
+      await failedOnceAndBackingOff(queue, id);
       const firesAt = await delayedFireTime(queue, id);
       expect((firesAt ?? 0) - queueTimeMs()).toBeGreaterThan(9 * 60_000);
 
@@ -678,15 +683,7 @@ describe('reconcile while a renewal waits out its backoff', () => {
     });
     try {
       await system.ops('PUT', '/ops/chains/BOLEAD-1/auto-renew', { enabled: true });
-      await expect
-        .poll(
-          async () => {
-            const job = await queue.getJob(id);
-            return job !== undefined && (await job.getState()) === 'delayed' && job.attemptsMade;
-          },
-          { timeout: 10_000 },
-        )
-        .toBe(1);
+      await failedOnceAndBackingOff(queue, id);
       expect((await system.chain('BOLEAD-1')).inFlight).toBeNull();
 
       // A restart with RENEWAL_LEAD_DAYS=1: the renewal (and its job) move to expiresAt - 1 day.
