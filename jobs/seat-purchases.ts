@@ -702,15 +702,8 @@ export async function finishPendingSeatPurchase(
   }
   // A job that died between an event's purchases: the rest is bought before anything else.
   if (chain.intent === null && chain.unfinishedSeatEvent !== null) {
-    return finishUnfinishedSeatEvent(
-      deps,
-      job,
-      { chain, token },
-      {
-        refusal: 'record',
-        settlingPayment,
-      },
-    );
+    const options = { refusal: 'record', settlingPayment } as const;
+    return finishUnfinishedSeatEvent(deps, job, { chain, token }, options);
   }
   return chain;
 }

@@ -63,8 +63,3 @@ export async function workersSide(
     fromSetting: false,
   };
 }
-
-/** The clock as the workers ask it, for a process that does not run them (workersSide). */
-export async function workersClock(settings: Settings, runtime: Runtime): Promise<Clock> {
-  return (await workersSide(settings, runtime)).clock;
-}

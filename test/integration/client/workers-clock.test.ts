@@ -4,11 +4,11 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { loadSettings } from '../../../config/settings.js';
+import { loadSettings, type Settings } from '../../../config/settings.js';
 import type { Clock } from '../../../src/clock.js';
 import { openRuntime, type Runtime } from '../../../src/embedded.js';
 import { createLogger } from '../../../src/logger.js';
-import { makeProvisioningClient, workersClock } from '../../../src/provisioning-client-factory.js';
+import { makeProvisioningClient, workersSide } from '../../../src/provisioning-client-factory.js';
 import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
 
 const BASE = Date.UTC(2026, 2, 1, 12) / 1000;
@@ -28,6 +28,11 @@ afterEach(async () => {
   await Promise.all(dirs.splice(0).map((dir) => rm(dir, { recursive: true, force: true })));
 });
 
+/** The clock the `billing` command acts for the workers by. */
+async function workersClock(settings: Settings, runtime: Runtime): Promise<Clock> {
+  return (await workersSide(settings, runtime)).clock;
+}
+
 async function open(env: Record<string, string>) {
   const dataDir = await mkdtemp(path.join(os.tmpdir(), 'workers-clock-'));
   dirs.push(dataDir);
@@ -37,7 +42,7 @@ async function open(env: Record<string, string>) {
   return { settings, runtime };
 }
 
-describe('workersClock', () => {
+describe("workersSide's clock", () => {
   it("answers as the workers' partner once the service created it, as the workers do", async () => {
     const { settings, runtime } = await open({ PARTNER_NAME: 'clock-workers' });
     await runtime.partners.create({
