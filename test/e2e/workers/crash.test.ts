@@ -1,8 +1,9 @@
 // Exactly-once under a crash: a worker process is SIGKILLed while renewing hundreds of due
-// chains, or buying seats for them; a new one finishes, and every chain has exactly one renewal
-// (or partial) order, none missing, its next term's job (or its next count). Both paths are
-// killed: embedded mode, and remote mode's intent, call, record (where a kill can fall between
-// the provider's order and its record).
+// chains, buying seats for them (co-terminated partial orders or add-ons) or suspending them for
+// an overdue payment; a new one finishes, and every chain has exactly one renewal (partial,
+// add-on) order, none missing, with its next term's job (or its next count), or every order
+// suspended and recorded once. Both paths are killed: embedded mode, and remote mode's intent,
+// call, record (where a kill can fall between the provider's change and its record).
 import { type ChildProcess, spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -12,7 +13,7 @@ import type { Chain } from '../../../src/chains/records.js';
 import { ChainStore } from '../../../src/chains/store.js';
 import { systemClock } from '../../../src/clock.js';
 import { partnerKeys } from '../../../src/provisioning/keys.js';
-import type { Partner } from '../../../src/provisioning/records.js';
+import { type OrderRecord, orderRecord, type Partner } from '../../../src/provisioning/records.js';
 import { startProxy } from '../../helpers/proxy.js';
 import { DAY, orderPlaced, type System, startSystem } from '../../helpers/system.js';
 
@@ -22,7 +23,7 @@ const ORDERS = Array.from({ length: CHAINS }, (_, i) => `K-${i}`);
 
 type Mode = 'embedded' | 'remote';
 
-/** Remote mode: the order whose answer the proxy holds, so the kill falls after it is made. */
+/** Remote mode: the chain whose call's answer the proxy holds, so the kill falls after it. */
 const HELD_ORDER = 'K-100';
 
 /**
@@ -32,8 +33,8 @@ const HELD_ORDER = 'K-100';
  */
 class CrashRig {
   readonly children: ChildProcess[] = [];
-  /** Remote mode: the workers' settings for the provider. */
-  private remoteEnv: Record<string, string> = {};
+  /** The burst's settings, and in remote mode the workers' settings for the provider. */
+  private workerEnv: Record<string, string> = {};
   /** Remote mode: between the workers and the provider. */
   proxy: Awaited<ReturnType<typeof startProxy>> | undefined;
 
@@ -44,10 +45,14 @@ class CrashRig {
     readonly chains: ChainStore,
   ) {}
 
-  static async start(mode: Mode): Promise<CrashRig> {
-    const system = await startSystem({ role: 'api' });
+  static async start(mode: Mode, workerEnv: Record<string, string> = {}): Promise<CrashRig> {
+    const system = await startSystem({ role: 'api', env: workerEnv });
     const chains = new ChainStore(system.started.runtime.redis);
-    if (mode === 'embedded') return new CrashRig(system, await system.partner(), chains);
+    if (mode === 'embedded') {
+      const rig = new CrashRig(system, await system.partner(), chains);
+      rig.workerEnv = workerEnv;
+      return rig;
+    }
     const { runtime } = system.started;
     const { apiKey } = await runtime.partners.create({
       name: 'remote-workers',
@@ -58,7 +63,8 @@ class CrashRig {
     if (!partner) throw new Error('remote partner missing');
     const rig = new CrashRig(system, partner, chains);
     rig.proxy = await startProxy(system.baseUrl);
-    rig.remoteEnv = {
+    rig.workerEnv = {
+      ...workerEnv,
       PROVISIONING_URL: rig.proxy.url,
       PROVISIONING_API_KEY: apiKey,
       PARTNER_VARIANT: 'marketplace',
@@ -80,7 +86,7 @@ class CrashRig {
         LOG_LEVEL: 'silent',
         WORKER_CONCURRENCY: '8',
         RECONCILE_INTERVAL_SECONDS: '3600',
-        ...this.remoteEnv,
+        ...this.workerEnv,
       },
       stdio: ['ignore', 'pipe', 'inherit'],
     });
@@ -99,6 +105,13 @@ class CrashRig {
     return new Set(await this.system.started.runtime.redis.hkeys(orders));
   }
 
+  /** The provider's records of those orders (`id` is its own id, `remoteId` the caller's). */
+  async providerOrders(): Promise<OrderRecord[]> {
+    const orders = partnerKeys(this.partner.id).orders;
+    const records = await this.system.started.runtime.redis.hvals(orders);
+    return records.map((json) => orderRecord.parse(JSON.parse(json)));
+  }
+
   allChains(): Promise<Chain[]> {
     return this.chains.getMany(ORDERS.map(chainIdOf));
   }
@@ -114,27 +127,46 @@ class CrashRig {
 interface Burst {
   /** `renewing due chains`, ... */
   doing: string;
-  queue: 'renewals' | 'seat-changes';
+  queue: 'renewals' | 'seat-changes' | 'payment-signals';
+  /** Settings the burst needs, for both sides. */
+  env?: Record<string, string>;
   /** How long before now the first terms started. */
   startedAgo: number;
-  /** The order id suffix of what the burst makes for each chain. */
-  made: '.r2' | '.p1';
+  /** What the burst does at the provider for each chain, as the test names it. */
+  does: string;
+  /** Remote mode: the call of HELD_ORDER's chain whose answer the proxy holds. */
+  held: { method: string; id: string };
   /** Sends the events of the burst for `order` (while its queue is paused). */
   send(system: System, order: string): Promise<void>;
+  /** For how many chains the provider shows the burst's work (made or not recorded yet). */
+  doneAtProvider(rig: CrashRig): Promise<number>;
+  /** Remote mode: whether the held chain shows its call begun and not recorded. */
+  inFlight(chain: Chain): boolean;
   /** Whether the chain shows the burst's work recorded and nothing in flight. */
   done(chain: Chain): boolean;
+  /** The provider's orders for `order` afterwards (each exactly once, no other). */
+  ordersAfter(order: string): string[];
   /** What each chain must show afterwards, besides its orders at the provider. */
   check(rig: CrashRig, order: string, mode: Mode): Promise<void>;
+}
+
+/** How many of the provider's orders have an id ending with `suffix`. */
+async function madeWith(rig: CrashRig, suffix: string): Promise<number> {
+  return [...(await rig.providerOrderIds())].filter((id) => id.endsWith(suffix)).length;
 }
 
 const renewalBurst: Burst = {
   doing: 'renewing due chains',
   queue: 'renewals',
   startedAgo: 25 * DAY,
-  made: '.r2',
+  does: 'exactly one .r2 order',
+  held: { method: 'createOrder', id: `${HELD_ORDER}.r2` },
   // Placing a due chain schedules its renewal at once.
   send: async () => {},
+  doneAtProvider: (rig) => madeWith(rig, '.r2'),
+  inFlight: (chain) => chain.intent?.orderId === `${HELD_ORDER}.r2`,
   done: (chain) => chain.term.count === 2 && chain.intent === null,
+  ordersAfter: (order) => [order, `${order}.r2`],
   async check(rig, order, mode) {
     const chain = await rig.system.chain(order);
     expect(chain.history.filter((h) => h.event === 'renewal.ordered')).toHaveLength(1);
@@ -153,12 +185,16 @@ const seatBurst: Burst = {
   doing: 'buying co-terminated seats for chains',
   queue: 'seat-changes',
   startedAgo: 5 * DAY,
-  made: '.p1',
+  does: 'exactly one .p1 order',
+  held: { method: 'createOrder', id: `${HELD_ORDER}.p1` },
   async send(system, order) {
     const res = await system.send('seats.changed', { order, licenses: 8 });
     expect(res.status).toBe(202);
   },
+  doneAtProvider: (rig) => madeWith(rig, '.p1'),
+  inFlight: (chain) => chain.intent?.orderId === `${HELD_ORDER}.p1`,
   done: (chain) => chain.partials.length === 1 && chain.intent === null,
+  ordersAfter: (order) => [order, `${order}.p1`],
   async check(rig, order) {
     const chain = await rig.system.chain(order);
     expect(chain.history.filter((h) => h.event === 'seats.partial_ordered')).toHaveLength(1);
@@ -173,15 +209,72 @@ const seatBurst: Burst = {
   },
 };
 
+const addOnBurst: Burst = {
+  doing: 'buying add-ons for chains',
+  queue: 'seat-changes',
+  env: { SEAT_INCREASE: 'addon' },
+  startedAgo: 5 * DAY,
+  does: 'exactly one .a1 add-on',
+  held: { method: 'createOrder', id: `${HELD_ORDER}.a1` },
+  send: seatBurst.send,
+  doneAtProvider: (rig) => madeWith(rig, '.a1'),
+  inFlight: (chain) => chain.intent?.orderId === `${HELD_ORDER}.a1`,
+  done: (chain) => chain.addOns.length === 1 && chain.intent === null,
+  ordersAfter: (order) => [order, `${order}.a1`],
+  async check(rig, order) {
+    const chain = await rig.system.chain(order);
+    expect(chain.history.filter((h) => h.event === 'seats.addon_ordered')).toHaveLength(1);
+    expect(chain.partials).toEqual([]);
+    expect(chain.nextLicenses).toBe(5);
+    expect(chain.addOns).toEqual([
+      expect.objectContaining({ order: `${order}.a1`, licenses: 3, nextLicenses: 3 }),
+    ]);
+    const [addOn] = chain.addOns;
+    expect(addOn?.history.filter((h) => h.event === 'addon.ordered')).toHaveLength(1);
+    // Its own renewal is scheduled, for its own term 2.
+    const next = await rig.system
+      .queue('renewals')
+      .getJob(renewalJobId(chainIdOf(`${order}.a1`), 2));
+    expect(await next?.getState(), `the term-2 job of ${order}.a1`).toBe('delayed');
+  },
+};
+
+const suspensionBurst: Burst = {
+  doing: 'suspending chains whose payment is overdue',
+  queue: 'payment-signals',
+  env: { PAYMENT_GRACE_DAYS: '0' },
+  startedAgo: 5 * DAY,
+  does: 'its order suspended',
+  held: { method: 'suspendOrder', id: HELD_ORDER },
+  async send(system, order) {
+    const res = await system.send('payment.overdue', { order, invoice: `INV-${order}` });
+    expect(res.status).toBe(202);
+  },
+  async doneAtProvider(rig) {
+    return (await rig.providerOrders()).filter((order) => order.status === 'suspended').length;
+  },
+  inFlight: (chain) => chain.suspending !== null && chain.status === 'active',
+  done: (chain) => chain.status === 'suspended' && chain.suspending === null,
+  ordersAfter: (order) => [order],
+  async check(rig, order) {
+    const chain = await rig.system.chain(order);
+    expect(chain.payment).toBe('overdue');
+    expect(chain.history.filter((h) => h.event === 'payment.overdue')).toHaveLength(1);
+    expect(chain.history.filter((h) => h.event === 'chain.suspended')).toHaveLength(1);
+    const [record] = (await rig.providerOrders()).filter((o) => o.remoteId === order);
+    expect(record?.status, `${order} at the provider`).toBe('suspended');
+  },
+};
+
 function killMidBurst(mode: Mode, burst: Burst) {
   describe(`a ${mode} worker killed in the middle of ${burst.doing}`, () => {
     let rig: CrashRig;
     beforeAll(async () => {
-      rig = await CrashRig.start(mode);
+      rig = await CrashRig.start(mode, burst.env);
     });
     afterAll(async () => rig.close());
 
-    it(`leaves every chain with exactly one ${burst.made} order once a new worker finishes`, async () => {
+    it(`leaves every chain with ${burst.does} once a new worker finishes`, async () => {
       const { system } = rig;
       const startsAt = systemClock.now() - burst.startedAgo;
       // The burst's jobs wait until every chain is placed, so the kill falls in the burst
@@ -192,8 +285,8 @@ function killMidBurst(mode: Mode, burst: Burst) {
         const res = await system.send('order.placed', orderPlaced({ order, startsAt }));
         expect(res.status).toBe(202);
       }
-      // Remote mode: the provider's answer to one order mid-burst never reaches the worker.
-      const held = rig.proxy?.holdNext('createOrder', `${HELD_ORDER}${burst.made}`);
+      // Remote mode: the provider's answer to one call mid-burst never reaches the worker.
+      const held = rig.proxy?.holdNext(burst.held.method, burst.held.id);
       const first = await rig.spawnWorker();
       await vi.waitFor(
         async () => {
@@ -205,28 +298,26 @@ function killMidBurst(mode: Mode, burst: Burst) {
       for (const order of ORDERS) await burst.send(system, order);
       await queue.resume();
 
-      // Kill once some orders were made but long before all of them; in remote mode, once the
-      // provider made the held order, whose record its job waits to write (the window at risk).
-      const made = (ids: Set<string>) => [...ids].filter((id) => id.endsWith(burst.made)).length;
+      // Kill once some chains were done but long before all of them; in remote mode, once the
+      // provider made the held change, whose record its job waits to write (the window at risk).
       await vi.waitFor(
         async () => {
-          const so = made(await rig.providerOrderIds());
-          if (so < 20) throw new Error(`${so} orders so far`);
+          const so = await burst.doneAtProvider(rig);
+          if (so < 20) throw new Error(`${so} chains so far`);
         },
         { timeout: 60_000, interval: 5 },
       );
       await held;
       first.kill('SIGKILL');
       await new Promise((resolve) => first.once('exit', resolve));
-      expect(made(await rig.providerOrderIds())).toBeLessThan(CHAINS);
+      expect(await burst.doneAtProvider(rig)).toBeLessThan(CHAINS);
       // The kill interrupted jobs at work: they stay active until the stalled check takes them.
       const counts = await queue.getJobCounts();
       expect(counts.active, `jobs at the kill: ${JSON.stringify(counts)}`).toBeGreaterThan(0);
       if (mode === 'remote') {
         // ...one of them between its order at the provider and its record.
         const chain = await rig.chains.get(chainIdOf(HELD_ORDER));
-        expect(chain?.intent?.orderId).toBe(`${HELD_ORDER}${burst.made}`);
-        expect((await rig.providerOrderIds()).has(`${HELD_ORDER}${burst.made}`)).toBe(true);
+        expect(chain && burst.inFlight(chain), `${HELD_ORDER} in flight`).toBe(true);
       }
 
       await rig.spawnWorker();
@@ -243,13 +334,9 @@ function killMidBurst(mode: Mode, burst: Burst) {
         { timeout: 120_000, interval: 200 },
       );
 
-      const ids = await rig.providerOrderIds();
-      expect(ids.size).toBe(CHAINS * 2);
-      for (const order of ORDERS) {
-        expect(ids.has(order)).toBe(true);
-        expect(ids.has(`${order}${burst.made}`)).toBe(true);
-        await burst.check(rig, order, mode);
-      }
+      const ids = [...(await rig.providerOrderIds())].sort();
+      expect(ids).toEqual(ORDERS.flatMap(burst.ordersAfter).sort());
+      for (const order of ORDERS) await burst.check(rig, order, mode);
     }, 240_000);
   });
 }
@@ -258,3 +345,7 @@ killMidBurst('embedded', renewalBurst);
 killMidBurst('remote', renewalBurst);
 killMidBurst('embedded', seatBurst);
 killMidBurst('remote', seatBurst);
+killMidBurst('embedded', addOnBurst);
+killMidBurst('remote', addOnBurst);
+killMidBurst('embedded', suspensionBurst);
+killMidBurst('remote', suspensionBurst);
