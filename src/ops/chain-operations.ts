@@ -119,7 +119,8 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
   /**
    * Changes a chain and makes its renewal job, and its add-ons' (which it governs), match the
    * new state, both under its lock: two quick changes (off, then on) cannot meet in between,
-   * where the first one's job update would undo the second's.
+   * where the first one's job update would undo the second's. `work` returns the chain it was
+   * given when there is nothing to change.
    */
   async function change(
     order: string,
@@ -128,10 +129,13 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
     const found = await find(order);
     const saved = await withOperatorLock(chains, found.id, async (held) => {
       const changed = await work(held);
-      // An operator acted: a renewal that put itself off is reconsidered now. Switching auto-renew
-      // on also gives a flagged chain's failed renewal its job back (the cause fixed, README).
+      // An operator changed the chain: a renewal that put itself off is reconsidered now. A
+      // request that changed nothing (a script setting auto-renew on, again) leaves it waiting,
+      // so a renewal backing off from a provider that asked for a wait spends no attempt.
+      // Switching auto-renew on also gives a flagged chain's failed renewal its job back (the
+      // cause fixed, README).
       await ensureFamilyRenewalJobs(deps.renewals, chains, changed, clock.now(), {
-        overrideDeferral: true,
+        overrideDeferral: changed !== held.chain,
         restoreFlagged: !held.chain.autoRenew && changed.autoRenew,
       });
       return changed;

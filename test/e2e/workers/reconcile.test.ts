@@ -642,6 +642,14 @@ describe('reconcile while a renewal waits out its backoff', () => {
       expect(await delayedFireTime(queue, id)).toBe(firesAt);
       expect(calls).toBe(1);
 
+      // Setting the value it already has changes nothing: no attempt spent on the provider
+      // that asked for the wait (a script asserting `on` every minute would spend them all).
+      const same = await system.ops('PUT', '/ops/chains/BACKOFF-1/auto-renew', { enabled: true });
+      expect(same.status).toBe(200);
+      await delay(1_000);
+      expect(await delayedFireTime(queue, id)).toBe(firesAt);
+      expect(calls).toBe(1);
+
       // An operator's switch is a reason to try now, as a payment is.
       await system.ops('PUT', '/ops/chains/BACKOFF-1/auto-renew', { enabled: false });
       provisioning.createOrder = createOrder;
