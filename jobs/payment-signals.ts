@@ -244,13 +244,16 @@ async function markPaid(deps: WorkerDeps, job: Job, held: Held, payment: Applied
   const { chain, token } = held;
   const cause = { webhookId: data.webhookId, jobId: job.id ?? '' };
   const suspension = await removeSuspensionJob(deps.queues['payment-signals'], chain);
-  // The orders a suspension half done may have suspended: null when it may be any in force.
+  // The orders a suspension half done may have suspended, as its job recorded them before their
+  // calls (also when it gave up for good since): null when it may be any in force.
   const halfSuspended =
-    chain.status !== 'suspended' && chain.suspending !== null && !suspension.partly
-      ? chain.suspensionCalls
-      : null;
+    chain.status !== 'suspended' && chain.suspending !== null ? chain.suspensionCalls : null;
   const plan = planPaymentReceived({
-    suspended: chain.status === 'suspended' || chain.suspending !== null || suspension.partly,
+    suspended:
+      chain.status === 'suspended' ||
+      (chain.suspending !== null && halfSuspended?.length !== 0) ||
+      // A job that gave up on a record from before the mark was kept: it may have reached any.
+      (chain.suspending === null && suspension.partly),
     variant: deps.provisioning.variant,
   });
   const paid = {

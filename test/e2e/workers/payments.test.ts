@@ -1200,6 +1200,60 @@ describe('the external variant, 3 days of grace', () => {
     expect(res.body).toMatchObject({ status: 'active', payment: 'ok', needsReactivation: false });
   });
 
+  it('asks to reactivate only what a suspension reached, also once its job gave up', async () => {
+    await overdueWithAddOn('X-15');
+    clock.advance(3 * DAY);
+    // The suspension job suspends X-15 and its worker dies before the next order, every time,
+    // until BullMQ gives the job up: it stands in Failed (a stand-in of the same id, failed by
+    // the real worker: its data is no job's).
+    const queue = system.queue('payment-signals');
+    const id = suspensionJobId(chainIdOf('X-15'), 1);
+    const real = (await queue.getJob(id)) as Job;
+    const { provisioning } = system.started;
+    const dying = Object.create(provisioning) as typeof provisioning;
+    dying.suspendOrder = async (params) => {
+      await provisioning.suspendOrder(params);
+      throw new TransientError('provisioning_unavailable', 'killed after the call');
+    };
+    const suspending = makePaymentProcessor(workerDepsOf(system, { provisioning: dying }));
+    await expect(suspending(real)).rejects.toThrow('killed after the call');
+    const { name, opts } = real;
+    await real.remove();
+    await queue.add(name, { broken: true }, { ...opts, jobId: id, delay: 0, attempts: 1 });
+    await expect.poll(async () => (await queue.getJob(id))?.getState()).toBe('failed');
+    expect(await providerStatus(system, 'X-15.a1')).toBe('active');
+
+    await system.send('payment.received', { order: 'X-15' });
+    const paid = await system.waitForChain('X-15', (c) => c.needsReactivation);
+    const reason = paid.history.at(-1)?.detail;
+    expect(reason).toContain('reactivate X-15 by hand');
+    expect(reason).not.toContain('X-15.a1');
+  });
+
+  it('asks for no reactivation when a suspension that gave up had reached nothing', async () => {
+    await overdueWithAddOn('X-16');
+    clock.advance(3 * DAY);
+    // The job marked the chain as being suspended, and died before its first call; then it
+    // gave up for good.
+    await leftByDeadJob(system, 'X-16', 'dead-suspension', () => ({
+      suspending: 1,
+      suspensionCalls: [],
+    }));
+    const queue = system.queue('payment-signals');
+    const id = suspensionJobId(chainIdOf('X-16'), 1);
+    const real = (await queue.getJob(id)) as Job;
+    const { name, opts } = real;
+    await real.remove();
+    await queue.add(name, { broken: true }, { ...opts, jobId: id, delay: 0, attempts: 1 });
+    await expect.poll(async () => (await queue.getJob(id))?.getState()).toBe('failed');
+
+    await system.send('payment.received', { order: 'X-16' });
+    const paid = await system.waitForChain('X-16', (c) => c.payment === 'ok');
+    expect(paid).toMatchObject({ status: 'active', needsReactivation: false });
+    expect(lastEvent(paid)).toBe('payment.received');
+    expect(await providerStatus(system, 'X-16')).toBe('active');
+  });
+
   it('asks to reactivate an add-on renewal that joined a suspension left half done', async () => {
     const family = await overdueWithAddOn('X-9');
     const addOn = family.addOns[0]?.order ?? '';
