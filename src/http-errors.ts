@@ -27,6 +27,10 @@ export function sendUnrecognisedError(
   if (error.code === 'FST_ERR_CTP_INVALID_JSON_BODY') {
     return sendError(reply, 400, 'invalid_request', 'body: must be valid JSON');
   }
+  if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
+    const limit = request.routeOptions.bodyLimit;
+    return sendError(reply, 413, 'body_too_large', `body: must be at most ${limit} bytes`);
+  }
   if (status < 500) return sendError(reply, status, 'invalid_request', error.message);
   request.log.error({ err: error }, failed);
   return sendError(reply, 500, 'internal', 'internal error');

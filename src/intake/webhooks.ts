@@ -342,9 +342,11 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
       if (json === undefined) {
         log.warn({ error: 'invalid_json' }, 'webhook rejected');
         const message =
-          text !== undefined && parsesAsJson(text)
-            ? FORBIDDEN_KEY_MESSAGE
-            : 'body must be a JSON object {"type", "data"}';
+          text === undefined
+            ? 'body is not UTF-8: send the JSON in UTF-8 (JSON text is UTF-8, RFC 8259)'
+            : parsesAsJson(text)
+              ? FORBIDDEN_KEY_MESSAGE
+              : 'body must be a JSON object {"type", "data"}';
         return sendError(reply, 400, 'invalid_json', message);
       }
       const event = parseEvent(json.value, verified.timestamp, now);

@@ -521,7 +521,7 @@ describe('a signed request with a bad body', () => {
       Buffer.from([0xfc]),
       Buffer.from('ller"}}'),
     ]);
-    await expectInvalid(await deliver(body), 'invalid_json');
+    await expectInvalid(await deliver(body), 'invalid_json', 'body is not UTF-8');
   });
 
   it('is refused 400 when the body is empty', async () => {

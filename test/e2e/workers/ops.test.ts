@@ -290,6 +290,22 @@ describe('the ops API', () => {
     });
   });
 
+  it('refuses a body over 1 MiB with 413 naming the body, changing nothing', async () => {
+    const json = {
+      authorization: `Bearer ${system.settings.OPS_TOKEN}`,
+      'content-type': 'application/json',
+    };
+    const before = await system.chain('OPS-2');
+    const big = JSON.stringify({ enabled: false, pad: 'x'.repeat(1024 * 1024) });
+    const res = await raw('/ops/chains/OPS-2/auto-renew', json, 'PUT', big);
+    expect(res.status).toBe(413);
+    expect(JSON.parse(res.text)).toEqual({
+      error: 'body_too_large',
+      message: 'body: must be at most 1048576 bytes',
+    });
+    expect(await system.chain('OPS-2')).toEqual(before);
+  });
+
   it('refuses a body that is not JSON, and a long x-operator, naming what is wrong', async () => {
     const json = {
       authorization: `Bearer ${system.settings.OPS_TOKEN}`,
