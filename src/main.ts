@@ -11,6 +11,7 @@ import type { Clock } from './clock.js';
 import { openRuntime, type Runtime } from './embedded.js';
 import type { Logger } from './logger.js';
 import { createMetrics } from './metrics.js';
+import { productCatalogue } from './provisioning/catalogue.js';
 import { makeProvisioningClient } from './provisioning-client-factory.js';
 import { queueNames } from './queues.js';
 import { answersForKeys, connectRedis, type RedisClient } from './redis/connection.js';
@@ -197,6 +198,7 @@ export async function start(
               clock: runtime.clock,
               secret: secrets.webhookSecret.value,
               dedupDays: settings.WEBHOOK_DEDUP_DAYS,
+              ...(settings.remote ? {} : { products: productCatalogue(settings.PRODUCT_BRAND) }),
             },
             ops: {
               chains,

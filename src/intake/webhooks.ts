@@ -24,6 +24,7 @@ import {
   eventJobData,
   eventJobName,
   eventSchemas,
+  type OrderPlacedData,
   webhookBody,
 } from './events.js';
 import { webhookKey, webhookSignature } from './sign.js';
@@ -65,6 +66,13 @@ export interface WebhookDeps {
   /** How long a webhook id stays claimed, in days. */
   dedupDays: number;
   enqueueTimeoutMs?: number;
+  /**
+   * The products the provider sells, when this service knows them (embedded mode: the core's
+   * catalogue): an `order.placed` for another is refused here, before its job would create the
+   * customer (and send the onboarding email) for a first order the provider then refuses.
+   * Remote mode leaves it out: the remote provider is the only judge of its catalogue.
+   */
+  products?: readonly string[];
 }
 
 type Rejection = { kind: 'rejected'; status: 400 | 401; error: string; message: string };
@@ -177,7 +185,12 @@ function utf8Text(body: Buffer): string | undefined {
   }
 }
 
-function parseEvent(json: unknown, timestamp: EpochSeconds, now: EpochSeconds) {
+function parseEvent(
+  json: unknown,
+  timestamp: EpochSeconds,
+  now: EpochSeconds,
+  products: readonly string[] | undefined,
+) {
   const envelope = webhookBody.safeParse(json, { reportInput: true });
   if (!envelope.success) {
     return rejected(400, 'invalid_event', describeIssues(envelope.error));
@@ -185,6 +198,14 @@ function parseEvent(json: unknown, timestamp: EpochSeconds, now: EpochSeconds) {
   const { type } = envelope.data;
   const data = eventSchemas[type].safeParse(envelope.data.data, { reportInput: true });
   if (!data.success) return rejected(400, 'invalid_event', describeIssues(data.error, 'data'));
+  const unsold = products === undefined ? undefined : unsoldProduct(type, data.data, products);
+  if (unsold !== undefined) {
+    return rejected(
+      400,
+      'invalid_event',
+      `data.order.product: must be one of ${products?.join(', ')} (the provider's catalogue), got ${JSON.stringify(unsold)}`,
+    );
+  }
   const occurredAt = data.data.occurredAt ?? timestamp;
   if (occurredAt - now > OCCURRED_AHEAD_LIMIT_SECONDS) {
     return rejected(
@@ -196,6 +217,17 @@ function parseEvent(json: unknown, timestamp: EpochSeconds, now: EpochSeconds) {
   }
   const parsed: ParsedEvent = { kind: 'parsed', type, data: data.data, occurredAt };
   return parsed;
+}
+
+/** The product of an `order.placed` that the provider does not sell, if it is one. */
+function unsoldProduct(
+  type: EventType,
+  data: Record<string, unknown>,
+  products: readonly string[],
+): string | undefined {
+  if (type !== 'order.placed') return undefined;
+  const { product } = (data as OrderPlacedData).order;
+  return products.includes(product) ? undefined : product;
 }
 
 function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
@@ -349,7 +381,7 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
               : 'body must be a JSON object {"type", "data"}';
         return sendError(reply, 400, 'invalid_json', message);
       }
-      const event = parseEvent(json.value, verified.timestamp, now);
+      const event = parseEvent(json.value, verified.timestamp, now, deps.products);
       if (event.kind === 'rejected') {
         log.warn({ error: event.error }, 'webhook rejected');
         return sendError(reply, event.status, event.error, event.message);

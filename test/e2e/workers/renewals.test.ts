@@ -18,6 +18,7 @@ import { ChainStore } from '../../../src/chains/store.js';
 import { systemClock } from '../../../src/clock.js';
 import { addTerms } from '../../../src/domain/periods.js';
 import { TransientError } from '../../../src/errors.js';
+import { MAX_EPOCH_SECONDS } from '../../../src/provisioning/schemas.js';
 import { QUEUE_PREFIX } from '../../../src/queues.js';
 import { readScripts } from '../../../src/redis/lua-scripts.js';
 import {
@@ -218,10 +219,29 @@ describe('a first term that already ended', () => {
 });
 
 describe('a first order the provider refuses', () => {
-  it('fails its job at once with the provider message, and records no chain', async () => {
+  it('is refused at intake when the embedded core does not sell its product', async () => {
     const sent = await system.send(
       'order.placed',
-      orderPlaced({ order: 'BAD-1', product: 'no-such-product' }),
+      orderPlaced({ order: 'BAD-0', product: 'suite-stdd', customer: 'cust-bad-0' }),
+    );
+    expect(sent.status).toBe(400);
+    expect(sent.body).toEqual({
+      error: 'invalid_event',
+      message:
+        'data.order.product: must be one of suite-lite, suite-std, suite-ent, erp-std, erp-admin, erp-lim (the provider\'s catalogue), got "suite-stdd"',
+    });
+    // Nothing enqueued, so no customer and no onboarding email for an order never made.
+    const orders = system.queue('orders');
+    const jobs = await orders.getJobs(['wait', 'active', 'completed', 'failed', 'delayed']);
+    expect(jobs.filter((job) => job.data.data?.order?.id === 'BAD-0')).toEqual([]);
+  });
+
+  it('fails its job at once with the provider message, and records no chain', async () => {
+    // A yearly term from late 9999 would end past the calendar the interface can send back.
+    const startsAt = MAX_EPOCH_SECONDS - 100 * DAY;
+    const sent = await system.send(
+      'order.placed',
+      orderPlaced({ order: 'BAD-1', duration: 'yearly', startsAt }),
     );
     expect(sent.status).toBe(202);
     const orders = system.queue('orders');
@@ -232,7 +252,7 @@ describe('a first order the provider refuses', () => {
     });
     expect(failed?.attemptsMade).toBe(1);
     expect(failed?.failedReason).toMatch(
-      /^the provider refused first order BAD-1: .*product.*must be one of/,
+      /^the provider refused first order BAD-1: .*would end after 253402300799/,
     );
     expect((await system.ops('GET', '/ops/chains/BAD-1')).status).toBe(404);
     expect(await system.providerOrder('BAD-1')).toBeNull();
