@@ -1172,12 +1172,14 @@ describe('the external variant, 3 days of grace', () => {
     expect(res).toMatchObject({ status: 422, body: { error: 'payment_overdue' } });
   });
 
-  it('asks to reactivate only the orders a suspension that died halfway had reached', async () => {
-    await overdueWithAddOn('X-8');
+  /**
+   * Past the grace, the first episode's suspension job suspends the main order and its worker
+   * dies before the next one (the job is left as it was, for the test to settle).
+   */
+  async function suspensionDiesAfterMainOrder(order: string): Promise<Job> {
     clock.advance(3 * DAY);
-    // The suspension job suspends X-8 and its worker dies before the next order.
     const queue = system.queue('payment-signals');
-    const real = await queue.getJob(suspensionJobId(chainIdOf('X-8'), 1));
+    const real = (await queue.getJob(suspensionJobId(chainIdOf(order), 1))) as Job;
     const { provisioning } = system.started;
     const dying = Object.create(provisioning) as typeof provisioning;
     dying.suspendOrder = async (params) => {
@@ -1185,8 +1187,22 @@ describe('the external variant, 3 days of grace', () => {
       throw new TransientError('provisioning_unavailable', 'killed after the call');
     };
     const suspending = makePaymentProcessor(workerDepsOf(system, { provisioning: dying }));
-    await expect(suspending(real as Job)).rejects.toThrow('killed after the call');
-    await real?.remove();
+    await expect(suspending(real)).rejects.toThrow('killed after the call');
+    return real;
+  }
+
+  /** The job gives up for good: a stand-in of its id, failed by the real worker (no job's data). */
+  async function givesUp(job: Job): Promise<void> {
+    const queue = system.queue('payment-signals');
+    const { id, name, opts } = job;
+    await job.remove();
+    await queue.add(name, { broken: true }, { ...opts, jobId: id, delay: 0, attempts: 1 });
+    await expect.poll(async () => (await queue.getJob(id ?? ''))?.getState()).toBe('failed');
+  }
+
+  it('asks to reactivate only the orders a suspension that died halfway had reached', async () => {
+    await overdueWithAddOn('X-8');
+    await (await suspensionDiesAfterMainOrder('X-8')).remove();
     expect(await providerStatus(system, 'X-8')).toBe('suspended');
     expect(await providerStatus(system, 'X-8.a1')).toBe('active');
 
@@ -1202,25 +1218,8 @@ describe('the external variant, 3 days of grace', () => {
 
   it('asks to reactivate only what a suspension reached, also once its job gave up', async () => {
     await overdueWithAddOn('X-15');
-    clock.advance(3 * DAY);
-    // The suspension job suspends X-15 and its worker dies before the next order, every time,
-    // until BullMQ gives the job up: it stands in Failed (a stand-in of the same id, failed by
-    // the real worker: its data is no job's).
-    const queue = system.queue('payment-signals');
-    const id = suspensionJobId(chainIdOf('X-15'), 1);
-    const real = (await queue.getJob(id)) as Job;
-    const { provisioning } = system.started;
-    const dying = Object.create(provisioning) as typeof provisioning;
-    dying.suspendOrder = async (params) => {
-      await provisioning.suspendOrder(params);
-      throw new TransientError('provisioning_unavailable', 'killed after the call');
-    };
-    const suspending = makePaymentProcessor(workerDepsOf(system, { provisioning: dying }));
-    await expect(suspending(real)).rejects.toThrow('killed after the call');
-    const { name, opts } = real;
-    await real.remove();
-    await queue.add(name, { broken: true }, { ...opts, jobId: id, delay: 0, attempts: 1 });
-    await expect.poll(async () => (await queue.getJob(id))?.getState()).toBe('failed');
+    // The same death on every attempt, until BullMQ gives the job up.
+    await givesUp(await suspensionDiesAfterMainOrder('X-15'));
     expect(await providerStatus(system, 'X-15.a1')).toBe('active');
 
     await system.send('payment.received', { order: 'X-15' });
@@ -1240,12 +1239,7 @@ describe('the external variant, 3 days of grace', () => {
       suspensionCalls: [],
     }));
     const queue = system.queue('payment-signals');
-    const id = suspensionJobId(chainIdOf('X-16'), 1);
-    const real = (await queue.getJob(id)) as Job;
-    const { name, opts } = real;
-    await real.remove();
-    await queue.add(name, { broken: true }, { ...opts, jobId: id, delay: 0, attempts: 1 });
-    await expect.poll(async () => (await queue.getJob(id))?.getState()).toBe('failed');
+    await givesUp((await queue.getJob(suspensionJobId(chainIdOf('X-16'), 1))) as Job);
 
     await system.send('payment.received', { order: 'X-16' });
     const paid = await system.waitForChain('X-16', (c) => c.payment === 'ok');
