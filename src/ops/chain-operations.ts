@@ -52,7 +52,13 @@ function asGovernedBy(main: Chain, addOn: Chain): Chain {
     autoRenew: main.autoRenew,
     payment: main.payment,
     needsReactivation: main.needsReactivation,
-    nextLicenses: main.addOnNextLicenses[addOn.id] ?? addOn.nextLicenses,
+    // One cancelled by itself carries nothing into a next term (the main chain's share for it
+    // stays recorded until the next seat event allots the total again); under a cancelled main
+    // chain it keeps its count, as the main chain does.
+    nextLicenses:
+      addOn.status === 'cancelled' && main.status !== 'cancelled'
+        ? 0
+        : (main.addOnNextLicenses[addOn.id] ?? addOn.nextLicenses),
     nextRenewalAt: governedNextRenewalAt(main, addOn),
   };
 }

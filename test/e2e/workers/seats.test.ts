@@ -1256,6 +1256,30 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     ).toBeUndefined();
   });
 
+  it('cancels one add-on alone by its own order: the main chain goes on', async () => {
+    await place(system, 'A-40', 5);
+    await seats(system, 'A-40', 8);
+    await system.waitForChain('A-40', (c) => c.addOns.length === 1);
+    const res = await system.ops('POST', '/ops/chains/A-40.a1/cancel');
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({ order: 'A-40.a1', status: 'cancelled', nextRenewalAt: null });
+    expect((await system.providerOrder('A-40.a1'))?.status).toBe('cancelled');
+    expect((await system.providerOrder('A-40'))?.status).toBe('active');
+    expect(
+      await system.queue('renewals').getJob(renewalJobId(chainIdOf('A-40.a1'), 2)),
+    ).toBeUndefined();
+    const chain = await system.chain('A-40');
+    expect(chain).toMatchObject({ status: 'active', nextLicenses: 5 });
+    // It carries nothing into a next term any more: none is coming.
+    expect(chain.addOns[0]).toMatchObject({ status: 'cancelled', nextLicenses: 0 });
+
+    // The cancelled add-on is not paid and in force: the same total buys its licenses again.
+    clock.advance(60);
+    await seats(system, 'A-40', 8);
+    const again = await system.waitForChain('A-40', (c) => c.addOns.length === 2);
+    expect(again.addOns[1]).toMatchObject({ order: 'A-40.a2', licenses: 3, status: 'active' });
+  });
+
   it('has a seat event wait for an add-on renewal in flight, then buy what it lacks', async () => {
     const placed = await place(system, 'A-17', 5);
     await seats(system, 'A-17', 8);
