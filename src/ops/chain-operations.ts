@@ -126,11 +126,13 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
    * Changes a chain and makes its renewal job, and its add-ons' (which it governs), match the
    * new state, both under its lock: two quick changes (off, then on) cannot meet in between,
    * where the first one's job update would undo the second's. `work` returns the chain it was
-   * given when there is nothing to change.
+   * given when there is nothing to change. `repeatFinishes`: a repeat of the request that finds
+   * the change made is how an operator finishes one whose job update failed (a 503, retried).
    */
   async function change(
     order: string,
     work: (held: { chain: Chain; token: string }) => Promise<Chain>,
+    { repeatFinishes = false }: { repeatFinishes?: boolean } = {},
   ) {
     const found = await find(order);
     const saved = await withOperatorLock(chains, found.id, async (held) => {
@@ -141,7 +143,7 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
       // Switching auto-renew on also gives a flagged chain's failed renewal its job back (the
       // cause fixed, README).
       await ensureFamilyRenewalJobs(deps.renewals, chains, changed, clock.now(), {
-        overrideDeferral: changed !== held.chain,
+        overrideDeferral: changed !== held.chain || repeatFinishes,
         restoreFlagged: !held.chain.autoRenew && changed.autoRenew,
       });
       return changed;
@@ -214,74 +216,78 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
       }),
 
     reactivated: (order: string, cause: Cause) =>
-      change(order, async ({ chain, token }) => {
-        await refuseAddOn(chain, 'reactivation');
-        if (chain.status === 'cancelled') {
-          throw new RefusalError(
-            'chain_cancelled',
-            `chain ${chain.order} is cancelled and cannot be reactivated`,
-          );
-        }
-        // A payment overdue again since the one that asked for this reactivation: its grace
-        // period runs on, and its suspension (which skipped a chain still suspended) follows.
-        const overdueFrom =
-          chain.payment === 'overdue' && chain.suspendAt !== null ? chain.suspendAt : null;
-        const now = clock.now();
-        /** Ensured before the save, and again by a repeat: its job waits for this lock. */
-        const suspendAgain = async (status: Chain['status']) => {
-          if (overdueFrom === null || status !== 'active') return;
-          await ensureSuspensionJob(
-            deps.paymentSignals,
-            chain,
-            chain.overdueEpisode,
-            overdueFrom,
-            now,
-          );
-        };
-        if (chain.status !== 'suspended' && !chain.needsReactivation) {
-          // Done already (a repeat, say, after an answer that was lost).
-          await suspendAgain(chain.status);
-          return chain;
-        }
-        if (deps.variant === 'marketplace') {
-          throw new RefusalError(
-            'not_external',
-            `chain ${chain.order} is a marketplace chain: it is unsuspended at the provider when payment.received arrives, not reactivated by hand`,
-          );
-        }
-        // Never asked for, or asked for by an earlier payment while a newer one, overdue since,
-        // has had the family suspended again at the end of its grace period.
-        if (chain.payment === 'overdue' && (!chain.needsReactivation || overdueFrom === null)) {
-          throw new RefusalError(
-            'payment_overdue',
-            `chain ${chain.order} is suspended for a payment still overdue (episode ${chain.overdueEpisode}): it asks for a reactivation once paid`,
-          );
-        }
-        const status = chain.term.expiresAt <= now ? 'expired' : 'active';
-        await suspendAgain(status);
-        return chains.save({
-          chainId: chain.id,
-          token,
-          previous: chain,
-          next: withNextRenewalAt(
-            { ...chain, status, needsReactivation: false, updatedAt: now },
-            now,
-            deps.leadDays,
-          ),
-          history: [
-            {
-              at: now,
-              event: 'chain.reactivated',
-              detail:
-                overdueFrom === null || status !== 'active'
-                  ? 'an operator confirmed the manual reactivation at the provider'
-                  : `an operator confirmed the manual reactivation at the provider; payment is overdue again (episode ${chain.overdueEpisode}): suspended again from ${formatInstant(overdueFrom)} unless paid`,
-              cause,
-            },
-          ],
-          release: false,
-        });
-      }),
+      change(
+        order,
+        async ({ chain, token }) => {
+          await refuseAddOn(chain, 'reactivation');
+          if (chain.status === 'cancelled') {
+            throw new RefusalError(
+              'chain_cancelled',
+              `chain ${chain.order} is cancelled and cannot be reactivated`,
+            );
+          }
+          // A payment overdue again since the one that asked for this reactivation: its grace
+          // period runs on, and its suspension (which skipped a chain still suspended) follows.
+          const overdueFrom =
+            chain.payment === 'overdue' && chain.suspendAt !== null ? chain.suspendAt : null;
+          const now = clock.now();
+          /** Ensured before the save, and again by a repeat: its job waits for this lock. */
+          const suspendAgain = async (status: Chain['status']) => {
+            if (overdueFrom === null || status !== 'active') return;
+            await ensureSuspensionJob(
+              deps.paymentSignals,
+              chain,
+              chain.overdueEpisode,
+              overdueFrom,
+              now,
+            );
+          };
+          if (chain.status !== 'suspended' && !chain.needsReactivation) {
+            // Done already (a repeat, say, after an answer that was lost).
+            await suspendAgain(chain.status);
+            return chain;
+          }
+          if (deps.variant === 'marketplace') {
+            throw new RefusalError(
+              'not_external',
+              `chain ${chain.order} is a marketplace chain: it is unsuspended at the provider when payment.received arrives, not reactivated by hand`,
+            );
+          }
+          // Never asked for, or asked for by an earlier payment while a newer one, overdue since,
+          // has had the family suspended again at the end of its grace period.
+          if (chain.payment === 'overdue' && (!chain.needsReactivation || overdueFrom === null)) {
+            throw new RefusalError(
+              'payment_overdue',
+              `chain ${chain.order} is suspended for a payment still overdue (episode ${chain.overdueEpisode}): it asks for a reactivation once paid`,
+            );
+          }
+          const status = chain.term.expiresAt <= now ? 'expired' : 'active';
+          await suspendAgain(status);
+          return chains.save({
+            chainId: chain.id,
+            token,
+            previous: chain,
+            next: withNextRenewalAt(
+              { ...chain, status, needsReactivation: false, updatedAt: now },
+              now,
+              deps.leadDays,
+            ),
+            history: [
+              {
+                at: now,
+                event: 'chain.reactivated',
+                detail:
+                  overdueFrom === null || status !== 'active'
+                    ? 'an operator confirmed the manual reactivation at the provider'
+                    : `an operator confirmed the manual reactivation at the provider; payment is overdue again (episode ${chain.overdueEpisode}): suspended again from ${formatInstant(overdueFrom)} unless paid`,
+                cause,
+              },
+            ],
+            release: false,
+          });
+        },
+        { repeatFinishes: true },
+      ),
 
     async ofCustomer(customer: string): Promise<ChainView[]> {
       const all = await chains.listByCustomer(customer);

@@ -1,5 +1,5 @@
 // Payment delays end to end: grace periods, suspension, payment, reactivation, waiting renewals.
-import type { Job } from 'bullmq';
+import type { Job, Queue } from 'bullmq';
 import { describe, expect, it } from 'vitest';
 import {
   ensureSuspensionJob,
@@ -8,12 +8,14 @@ import {
 } from '../../../jobs/payment-signals.js';
 import { renewalJobId } from '../../../jobs/renewals.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
+import { ChainStore } from '../../../src/chains/store.js';
 import type { ChainView } from '../../../src/chains/view.js';
 import { type ManualClock, manualClock, systemClock } from '../../../src/clock.js';
 import { addOnOrderId, renewalOrderId } from '../../../src/domain/ids.js';
 import { TransientError } from '../../../src/errors.js';
 import { formatInstant } from '../../../src/format.js';
 import { webhookDedupKey, webhookJobId } from '../../../src/intake/webhooks.js';
+import { makeChainOperations } from '../../../src/ops/chain-operations.js';
 import {
   DAY,
   lastEvent,
@@ -1455,4 +1457,67 @@ describe('marketplace with add-on seat increases', () => {
     expect(chain.addOns[0]).toMatchObject({ status: 'expired', nextRenewalAt: null });
     expect(await upcomingOrders(system)).not.toContain('MA-3.a1');
   });
+});
+
+describe('the external variant: a confirmation retried after its job update failed', () => {
+  const clock = manualClock(systemClock.now());
+  const system = useSystem({
+    clock,
+    env: { PARTNER_VARIANT: 'external', PAYMENT_GRACE_DAYS: '0' },
+  });
+
+  /** The renewals queue as it is while Redis does not answer: the job update fails. */
+  function unreachable(queue: Queue): Queue {
+    return new Proxy(queue, {
+      get(target, property, receiver) {
+        if (property === 'getJob') {
+          return async () => {
+            throw new Error('Command timed out');
+          };
+        }
+        return Reflect.get(target, property, receiver);
+      },
+    });
+  }
+
+  it('renews at once when the retried confirmation finds the chain reactivated already', async () => {
+    const order = 'RV-1';
+    await system.send('order.placed', orderPlaced({ order, autoRenew: false }));
+    await system.waitForChain(order, () => true);
+    // External first orders start now: let 25 days pass, so the renewal is due.
+    clock.advance(25 * DAY);
+    await system.send('payment.overdue', { order });
+    await system.waitForChain(order, (c) => c.status === 'suspended');
+    // Due, switched on: its renewal job runs and puts itself off for the overdue payment.
+    expect(
+      (await system.ops('PUT', `/ops/chains/${order}/auto-renew`, { enabled: true })).status,
+    ).toBe(200);
+    const job = renewalJobId(chainIdOf(order), 2);
+    const renewals = system.queue('renewals');
+    await expect
+      .poll(async () => (await renewals.getJob(job))?.data.deferredUntil, { timeout: 10_000 })
+      .toBeGreaterThan(clock.now());
+    // Paid: external, so an operator reactivates by hand. The renewal still waits (6 h).
+    await system.send('payment.received', { order });
+    await system.waitForChain(order, (c) => c.needsReactivation && c.payment === 'ok');
+    expect(await (await renewals.getJob(job))?.getState()).toBe('delayed');
+
+    // First confirmation: saved, then the job update fails (the operator gets a 503).
+    const ops = makeChainOperations({
+      chains: new ChainStore(system.started.runtime.redis),
+      renewals: unreachable(renewals),
+      paymentSignals: system.queue('payment-signals'),
+      clock: system.started.clock,
+      leadDays: system.settings.RENEWAL_LEAD_DAYS,
+      variant: 'external',
+    });
+    await expect(ops.reactivated(order, { operator: 'first' })).rejects.toThrow('timed out');
+    expect(await system.chain(order)).toMatchObject({ status: 'active', needsReactivation: false });
+
+    // The operator retries, as the 503 says: the due renewal must be reconsidered now.
+    const retry = await system.ops('POST', `/ops/chains/${order}/reactivated`);
+    expect(retry.status).toBe(200);
+    const renewed = await system.waitForChain(order, (c) => c.term.count === 2, 10_000);
+    expect(renewed.term.count).toBe(2);
+  }, 60_000);
 });
