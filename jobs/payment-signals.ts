@@ -249,11 +249,8 @@ async function markPaid(deps: WorkerDeps, job: Job, held: Held, payment: Applied
   const halfSuspended =
     chain.status !== 'suspended' && chain.suspending !== null ? chain.suspensionCalls : null;
   const plan = planPaymentReceived({
-    suspended:
-      chain.status === 'suspended' ||
-      (chain.suspending !== null && halfSuspended?.length !== 0) ||
-      // A job that gave up on a record from before the mark was kept: it may have reached any.
-      (chain.suspending === null && suspension.partly),
+    // A job that gave up on a record from before the mark was kept may have reached any order.
+    suspended: chain.status === 'suspended' || chain.suspending !== null || suspension.partly,
     variant: deps.provisioning.variant,
   });
   const paid = {

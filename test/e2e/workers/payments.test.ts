@@ -1231,25 +1231,6 @@ describe('the external variant, 3 days of grace', () => {
     expect(reason).not.toContain('X-15.a1');
   });
 
-  it('asks for no reactivation when a suspension that gave up had reached nothing', async () => {
-    await overdueWithAddOn('X-16');
-    clock.advance(3 * DAY);
-    // The job marked the chain as being suspended, and died before its first call; then it
-    // gave up for good.
-    await leftByDeadJob(system, 'X-16', 'dead-suspension', () => ({
-      suspending: 1,
-      suspensionCalls: [],
-    }));
-    const queue = system.queue('payment-signals');
-    await givesUp((await queue.getJob(suspensionJobId(chainIdOf('X-16'), 1))) as Job);
-
-    await system.send('payment.received', { order: 'X-16' });
-    const paid = await system.waitForChain('X-16', (c) => c.payment === 'ok');
-    expect(paid).toMatchObject({ status: 'active', needsReactivation: false });
-    expect(lastEvent(paid)).toBe('payment.received');
-    expect(await providerStatus(system, 'X-16')).toBe('active');
-  });
-
   it('asks to reactivate an add-on renewal that joined a suspension left half done', async () => {
     const family = await overdueWithAddOn('X-9');
     const addOn = family.addOns[0]?.order ?? '';
