@@ -150,9 +150,15 @@ interface Burst {
   check(rig: CrashRig, order: string, mode: Mode): Promise<void>;
 }
 
-/** How many of the provider's orders have an id ending with `suffix`. */
-async function madeWith(rig: CrashRig, suffix: string): Promise<number> {
-  return [...(await rig.providerOrderIds())].filter((id) => id.endsWith(suffix)).length;
+/** What follows from the id alone for a burst that makes one order `{order}{suffix}` per chain. */
+function makingOne(suffix: '.r2' | '.p1' | '.a1') {
+  return {
+    held: { method: 'createOrder', id: `${HELD_ORDER}${suffix}` },
+    doneAtProvider: async (rig: CrashRig) =>
+      [...(await rig.providerOrderIds())].filter((id) => id.endsWith(suffix)).length,
+    inFlight: (chain: Chain) => chain.intent?.orderId === `${HELD_ORDER}${suffix}`,
+    ordersAfter: (order: string) => [order, `${order}${suffix}`],
+  } satisfies Partial<Burst>;
 }
 
 const renewalBurst: Burst = {
@@ -160,13 +166,10 @@ const renewalBurst: Burst = {
   queue: 'renewals',
   startedAgo: 25 * DAY,
   does: 'exactly one .r2 order',
-  held: { method: 'createOrder', id: `${HELD_ORDER}.r2` },
+  ...makingOne('.r2'),
   // Placing a due chain schedules its renewal at once.
   send: async () => {},
-  doneAtProvider: (rig) => madeWith(rig, '.r2'),
-  inFlight: (chain) => chain.intent?.orderId === `${HELD_ORDER}.r2`,
   done: (chain) => chain.term.count === 2 && chain.intent === null,
-  ordersAfter: (order) => [order, `${order}.r2`],
   async check(rig, order, mode) {
     const chain = await rig.system.chain(order);
     expect(chain.history.filter((h) => h.event === 'renewal.ordered')).toHaveLength(1);
@@ -186,15 +189,12 @@ const seatBurst: Burst = {
   queue: 'seat-changes',
   startedAgo: 5 * DAY,
   does: 'exactly one .p1 order',
-  held: { method: 'createOrder', id: `${HELD_ORDER}.p1` },
+  ...makingOne('.p1'),
   async send(system, order) {
     const res = await system.send('seats.changed', { order, licenses: 8 });
     expect(res.status).toBe(202);
   },
-  doneAtProvider: (rig) => madeWith(rig, '.p1'),
-  inFlight: (chain) => chain.intent?.orderId === `${HELD_ORDER}.p1`,
   done: (chain) => chain.partials.length === 1 && chain.intent === null,
-  ordersAfter: (order) => [order, `${order}.p1`],
   async check(rig, order) {
     const chain = await rig.system.chain(order);
     expect(chain.history.filter((h) => h.event === 'seats.partial_ordered')).toHaveLength(1);
@@ -215,12 +215,9 @@ const addOnBurst: Burst = {
   env: { SEAT_INCREASE: 'addon' },
   startedAgo: 5 * DAY,
   does: 'exactly one .a1 add-on',
-  held: { method: 'createOrder', id: `${HELD_ORDER}.a1` },
+  ...makingOne('.a1'),
   send: seatBurst.send,
-  doneAtProvider: (rig) => madeWith(rig, '.a1'),
-  inFlight: (chain) => chain.intent?.orderId === `${HELD_ORDER}.a1`,
   done: (chain) => chain.addOns.length === 1 && chain.intent === null,
-  ordersAfter: (order) => [order, `${order}.a1`],
   async check(rig, order) {
     const chain = await rig.system.chain(order);
     expect(chain.history.filter((h) => h.event === 'seats.addon_ordered')).toHaveLength(1);
