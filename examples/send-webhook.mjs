@@ -67,7 +67,9 @@ try {
     method: 'POST',
     headers: {
       'content-type': 'application/json',
-      'webhook-id': id,
+      // fetch takes header values as bytes (Latin-1 strings), and the id is signed and read as
+      // UTF-8: send its UTF-8 bytes, so an id beyond Latin-1 ("evt-€-1") goes as it is signed.
+      'webhook-id': Buffer.from(id, 'utf8').toString('latin1'),
       'webhook-timestamp': String(Math.floor(timestamp.getTime() / 1000)),
       'webhook-signature': signature,
     },

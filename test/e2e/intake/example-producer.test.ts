@@ -38,6 +38,15 @@ describe('examples/send-webhook.mjs', () => {
     expect(jobs.filter((job) => job.data.webhookId === 'ex-1')).toHaveLength(1);
   });
 
+  it('sends an id beyond Latin-1 as the UTF-8 it signs (README: "Any text")', async () => {
+    const args = ['order.cancelled', '{"order":"EX-NONE"}', '--url', system.baseUrl];
+    const sent = await send([...args, '--id', 'evt-€-1']);
+    expect(sent.stderr).toBe('');
+    expect(sent).toMatchObject({ code: 0, stdout: '202 {"id":"evt-€-1"}\n' });
+    const jobs = await system.queue('orders').getJobs(['active', 'waiting', 'delayed', 'failed']);
+    expect(jobs.map((job) => job.data.webhookId)).toContain('evt-€-1');
+  });
+
   it('exits 1 with the service refusal for a bad event, and for a wrong secret', async () => {
     const bad = await send([
       'seats.changed',
