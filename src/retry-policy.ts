@@ -7,8 +7,9 @@ import { TransientError } from './errors.js';
 export const RETRY_BACKOFF_TYPE = 'billing-retry';
 
 /**
- * The attempts a job gets when it keeps failing for the world's reasons: at most one attempt per
- * MAX_RETRY_DELAY_MS once the waits reach it, so about 104 days of outage before it fails.
+ * The attempts a job gets when it keeps failing for the world's reasons: one attempt per
+ * MAX_RETRY_DELAY_MS at most once the waits reach it, less the jitter, so about 78 days of
+ * outage before it fails (52 at the least, 104 at the most).
  */
 export const JOB_ATTEMPTS = 10_000;
 
