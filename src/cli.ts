@@ -196,7 +196,7 @@ export function buildCli(): Command {
       ) {
         // The service sets its own partner's window at every start (the setting wins).
         process.stderr.write(
-          `billing: ${partner.name} is the workers' partner (PARTNER_NAME): the service's next start sets its window back to PARTNER_RENEWAL_WINDOW_DAYS=${settings.PARTNER_RENEWAL_WINDOW_DAYS}; set PARTNER_RENEWAL_WINDOW_DAYS=${partner.renewalWindowDays} to keep it.\n`,
+          `billing: ${partner.name} is the workers' partner (PARTNER_NAME): running workers keep the window they started with, and the service's next start sets it back to PARTNER_RENEWAL_WINDOW_DAYS=${settings.PARTNER_RENEWAL_WINDOW_DAYS}; set PARTNER_RENEWAL_WINDOW_DAYS=${partner.renewalWindowDays} to keep it.\n`,
         );
       }
       if (opts.json) {

@@ -173,7 +173,7 @@ describe('billing partners', () => {
     expect(changed.code).toBe(0);
     expect(changed.stdout).toBe('Partner cli-workers: renewal window 20 days (was 15).\n');
     expect(changed.stderr).toBe(
-      "billing: cli-workers is the workers' partner (PARTNER_NAME): the service's next start sets its window back to PARTNER_RENEWAL_WINDOW_DAYS=15; set PARTNER_RENEWAL_WINDOW_DAYS=20 to keep it.\n",
+      "billing: cli-workers is the workers' partner (PARTNER_NAME): running workers keep the window they started with, and the service's next start sets it back to PARTNER_RENEWAL_WINDOW_DAYS=15; set PARTNER_RENEWAL_WINDOW_DAYS=20 to keep it.\n",
     );
 
     // Shorter than the lead the workers renew with: the provider would refuse their renewals.
