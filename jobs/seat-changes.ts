@@ -360,8 +360,11 @@ async function settleLateAddOn(
       release: false,
     });
   // Nothing will renew it, marked expired or not yet (reconcile does that). One expired while its
-  // payment is overdue renews when paid: the waiting licenses go into that term, below.
-  if (!hasRenewalToCome(chain)) {
+  // payment is overdue renews when paid, and one awaiting its reactivation (external; no renewal
+  // time meanwhile) renews when an operator confirms it: the waiting licenses go into that
+  // term, below, as a seat event sent now would.
+  const renewsWhenReactivated = chain.needsReactivation && chain.autoRenew;
+  if (!hasRenewalToCome(chain) && !renewsWhenReactivated) {
     const expired = chain.status === 'expired';
     await record(
       chain,

@@ -2421,6 +2421,42 @@ describe('the external variant (add-ons only)', () => {
   });
 });
 
+describe('external, a late waiting add-on on a chain awaiting its reactivation', () => {
+  const clock = manualClock(systemClock.now());
+  const system = useSystem({
+    clock,
+    env: { PARTNER_VARIANT: 'external', PAYMENT_GRACE_DAYS: '0' },
+  });
+
+  it('carries the total into the renewal that the confirmed reactivation brings', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'E-57', licenses: 5 }));
+    const placed = await system.waitForChain('E-57', () => true);
+    // 8 needed from an hour before the term ends: 3 wait for their day (createFirstOrder).
+    await seats(system, 'E-57', 8, { effectiveAt: placed.term.expiresAt - 3600 });
+    await system.waitForChain('E-57', (c) => lastEvent(c) === 'seats.addon_scheduled');
+    // Suspended for non-payment, then paid: it waits for an operator, with no renewal time.
+    await system.send('payment.overdue', { order: 'E-57' });
+    await system.waitForChain('E-57', (c) => c.status === 'suspended');
+    await system.send('payment.received', { order: 'E-57' });
+    await system.waitForChain('E-57', (c) => c.needsReactivation);
+
+    // The add-on's job comes only after the term ended (workers down).
+    clock.set(placed.term.expiresAt + DAY);
+    await system.promote('seat-changes', addOnJobId(chainIdOf('E-57')));
+    const late = await system.waitForChain('E-57', (c) => lastEvent(c) === 'seats.changed');
+    expect(late).toMatchObject({ nextLicenses: 8, addOns: [] });
+    expect(late.history.at(-1)?.detail).toMatch(
+      /^8 licenses: the waiting 3 licenses are not bought, term 1 ended .* first; the next renewal carries 8$/,
+    );
+
+    // The operator confirms: the chain renews at once, with the 8 asked for.
+    expect((await system.ops('POST', '/ops/chains/E-57/reactivated')).status).toBe(200);
+    await system.waitForChain('E-57', (c) => c.term.count === 2);
+    expect((await system.providerOrder('E-57.r2'))?.licenses).toBe(8);
+    expect(await system.providerOrder('E-57.a1')).toBeNull();
+  });
+});
+
 describe('the external variant: an increase needed from a later date, with an add-on', () => {
   const clock = manualClock(systemClock.now());
   const system = useSystem({ clock, env: { PARTNER_VARIANT: 'external' } });
