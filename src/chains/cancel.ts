@@ -125,7 +125,11 @@ export async function markAddOnCancelled(
   }
   const token = `cancel/${addOn.id}/${randomUUID()}`;
   const lock = await chains.lock(addOn.id, token);
-  if (lock.kind === 'locked' || !lock.chain) return;
+  // `addOn` was read before the lock: another round (or operator) may have marked it since.
+  if (lock.kind === 'locked' || !lock.chain || lock.chain.status === 'cancelled') {
+    if (lock.kind === 'held') await chains.unlock(addOn.id, token);
+    return;
+  }
   try {
     await save(lock.chain, token);
   } finally {

@@ -292,6 +292,32 @@ describe("reconcile's lock during a slow provider call", () => {
   });
 });
 
+describe('reconcile finishing a slow unsuspension', () => {
+  const system = useSystem();
+
+  it("leaves the renewal job firing at the chain's renewal time, to the second", async () => {
+    await unsuspensionLeftHalfway(system, 'SLOW-2');
+    const { provisioning } = system.started;
+    // A remote that takes 3 s to answer (PROVISIONING_TIMEOUT_MS allows 10).
+    const slow: ProvisioningClient = Object.create(provisioning);
+    slow.unsuspendOrder = async (params) => {
+      await delay(3_000);
+      return provisioning.unsuspendOrder(params);
+    };
+    const round = await reconcileRound(system, 'reconcile-slow-2', { provisioning: slow });
+    expect(round).toMatchObject({ failed: 0 });
+
+    const chain = await system.chain('SLOW-2');
+    expect(lastEvent(chain)).toBe('chain.unsuspended');
+    const firesAt = await delayedFireTime(
+      system.queue('renewals'),
+      renewalJobId(chainIdOf('SLOW-2'), 2),
+    );
+    // Not moved by the call's 3 s (the clock's whole seconds leave less than one).
+    expect(Math.abs((firesAt ?? 0) - (chain.nextRenewalAt as number) * 1000)).toBeLessThan(1_000);
+  });
+});
+
 /**
  * A chain whose payment job gave up halfway through its unsuspension, and whose renewal job is
  * gone: what reconcile must repair.
@@ -373,6 +399,62 @@ describe('reconcile and cancelled chains', () => {
     locked.length = 0;
     expect(await round('reconcile-locks-2')).toMatchObject({ checked: 5, failed: 0 });
     expect(locked).toEqual([]);
+  });
+});
+
+describe('two reconcile rounds that both find an add-on of a cancelled main chain', () => {
+  const system = useSystem({ env: { SEAT_INCREASE: 'addon' } });
+
+  it('record the add-on cancelled once', async () => {
+    await placedTwoDaysAgo(system, 'TWICE-1');
+    expect((await system.send('seats.changed', { order: 'TWICE-1', licenses: 8 })).status).toBe(
+      202,
+    );
+    const [addOn] = (await system.waitForChain('TWICE-1', (c) => c.addOns.length === 1)).addOns;
+    const addOnId = chainIdOf(addOn?.order ?? '');
+    // Cancelled while another job held the add-on: the cancel leaves it for reconcile.
+    const store = new ChainStore(system.started.runtime.redis);
+    expect((await store.lock(addOnId, 'another-job')).kind).toBe('held');
+    expect((await system.ops('POST', '/ops/chains/TWICE-1/cancel')).status).toBe(200);
+    await store.unlock(addOnId, 'another-job');
+    expect((await store.get(addOnId))?.status).toBe('active');
+
+    // Round B, another process's, has read its page and waits at the add-on's lock while round
+    // A records the add-on cancelled.
+    const chains: ChainStore = Object.create(store);
+    let reached = () => {};
+    const atLock = new Promise<void>((resolve) => {
+      reached = resolve;
+    });
+    let release = () => {};
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let gated = false;
+    chains.lock = async (chainId, token, leaseMs) => {
+      if (chainId === addOnId && !gated) {
+        gated = true;
+        reached();
+        await gate;
+      }
+      return store.lock(chainId, token, leaseMs);
+    };
+    const roundB = makeMaintenanceProcessor(workerDepsOf(system, { chains }))({
+      id: 'round-b',
+      data: {},
+    } as Job);
+    await atLock;
+    await reconcileRound(system, 'round-a');
+    release();
+    await roundB;
+
+    const stored = await store.get(addOnId);
+    expect(stored?.status).toBe('cancelled');
+    const shown = (await system.chain('TWICE-1')).addOns[0];
+    const cancels = (shown?.history ?? []).filter((h) => h.event === 'chain.cancelled');
+    expect(cancels.map((h) => h.cause.jobId)).toEqual(['round-a']);
+    // Round B left the add-on's lock free.
+    expect((await store.lock(addOnId, 'after-both')).kind).toBe('held');
   });
 });
 
