@@ -131,11 +131,11 @@ async function reconcileChain(deps: WorkerDeps, chain: Chain, job: Job): Promise
     case 'expire': {
       const marked = await markExpired(deps, chain, now, jobId);
       // One expired while its payment is overdue still renews when paid: its jobs this round.
-      if (marked && hasJobsToEnsure(chain)) await ensureJobs(deps, chain, now, job);
+      if (marked && hasJobsToEnsure(chain)) await ensureJobs(deps, chain, job);
       return marked;
     }
     case 'ensure jobs':
-      await ensureJobs(deps, chain, now, job);
+      await ensureJobs(deps, chain, job);
       return false;
     case 'nothing':
       return false;
@@ -367,7 +367,7 @@ function isProviderFailure(error: unknown): boolean {
  * that purchase now; one waiting to retry it finds it done (as when another job of the chain
  * finishes it first), and a refusal is recorded on the chain, not failed.
  */
-function ensureJobs(deps: WorkerDeps, seen: Chain, now: number, job: Job): Promise<void> {
+function ensureJobs(deps: WorkerDeps, seen: Chain, job: Job): Promise<void> {
   const jobId = job.id ?? '';
   return underLock(deps, seen.id, jobId, undefined, async (locked, token) => {
     if (!locked) return;
@@ -376,7 +376,7 @@ function ensureJobs(deps: WorkerDeps, seen: Chain, now: number, job: Job): Promi
     try {
       chain = await finishPendingSeatPurchase(deps, job, { chain, token });
       // A payment whose job gave up halfway through its unsuspension (marketplace) is finished.
-      ({ chain } = await finishUnsuspension(deps, jobId, { chain, token }, now));
+      ({ chain } = await finishUnsuspension(deps, jobId, { chain, token }, deps.clock.now()));
     } catch (error) {
       if (!isProviderFailure(error)) throw error;
       // The call may have outlasted the lease: acting on this copy after another holder changed
@@ -390,6 +390,8 @@ function ensureJobs(deps: WorkerDeps, seen: Chain, now: number, job: Job): Promi
       chain = (await deps.chains.get(locked.id)) ?? chain;
       unfinished = { error };
     }
+    // Read after the provider calls above, which may take seconds: a job is delayed from now.
+    const now = deps.clock.now();
     if (schedulesRenewals(chain)) {
       chain = await withCurrentLead(deps, { chain, token }, now, jobId);
       // A job still active is left as it is: it schedules the next term itself, and the next

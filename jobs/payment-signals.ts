@@ -395,6 +395,9 @@ export async function finishUnsuspension(
   await deps.chains.eachOrderUnderLock(chain.id, token, ids, (order) =>
     callNotingRefusal(deps, 'unsuspend', order, refused),
   );
+  // After the calls, which may take seconds: the term may have ended meanwhile, and the renewal
+  // jobs are delayed from now.
+  const at = deps.clock.now();
   const unsuspended = ids.filter((id) => !refused.has(id));
   const saved = await deps.chains.save({
     chainId: chain.id,
@@ -402,13 +405,13 @@ export async function finishUnsuspension(
     previous: chain,
     next: {
       ...chain,
-      status: chain.term.expiresAt <= now ? 'expired' : 'active',
+      status: chain.term.expiresAt <= at ? 'expired' : 'active',
       unsuspending: false,
-      updatedAt: now,
+      updatedAt: at,
     },
     history: [
       {
-        at: now,
+        at,
         event: 'chain.unsuspended',
         detail: `payment received: unsuspended ${unsuspended.join(', ') || 'nothing in force'}${describeRefusals(refused, 'unsuspend')}`,
         // The payment that began it is the last one handled: nothing else is before it ends.
@@ -418,7 +421,7 @@ export async function finishUnsuspension(
     release: false,
   });
   deps.metrics.suspensions.inc({ action: 'unsuspend' });
-  await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, saved, now, {
+  await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, saved, at, {
     overrideDeferral: true,
   });
   return { chain: saved, orders: unsuspended.length };
