@@ -117,6 +117,17 @@ describe('planRenewalTerm', () => {
     });
   });
 
+  describe('at the very second the term ends (expired, but no gap)', () => {
+    it('keeps the anchor, ending as a renewal a second earlier does: Feb 28 → Mar 31', () => {
+      const atEnd = renew(chain, first.expiresAt);
+      expect(atEnd).toEqual(renew(chain, first.expiresAt - 1));
+      expect(atEnd).toMatchObject({ startsAt: first.expiresAt, anchor: first.anchor });
+      expect(iso(atEnd.expiresAt)).toBe('2025-03-31T00:00:00');
+      // A second later there is a gap: a new anchor, a month from then.
+      expect(iso(renew(chain, first.expiresAt + 1).expiresAt)).toBe('2025-03-28T00:00:01');
+    });
+  });
+
   describe('after a gap', () => {
     it('starts an expired chain now, with a new anchor at that term', () => {
       const now = utc(2025, 3, 3, 12);
