@@ -496,7 +496,6 @@ async function applyPaymentEvent(
           data.type === 'payment.received' && paymentVerdict(held.chain, data).kind === 'applies',
       },
     );
-    const now = deps.clock.now();
     if (afterPurchase.intent) {
       return waitForIntent(deps.queues, job, jobToken, afterPurchase.intent);
     }
@@ -504,8 +503,10 @@ async function applyPaymentEvent(
       deps,
       job.id ?? '',
       { chain: afterPurchase, token },
-      now,
+      deps.clock.now(),
     );
+    // Read after the provider's calls above, which may take seconds: jobs are delayed from now.
+    const now = deps.clock.now();
     const verdict = paymentVerdict(chain, data);
     if (verdict.kind === 'replayed') return replayed(deps, chain, data, now);
     const cause = { webhookId: data.webhookId, jobId: job.id ?? '' };

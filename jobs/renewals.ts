@@ -936,7 +936,7 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
       data.chainId,
       async ({ chain, token, claimed }) => {
         if (!chain) return 'skipped: unknown chain';
-        const now = clock.now();
+        let now = clock.now();
         let current = chain;
         let intent = current.intent;
         let replayed = false;
@@ -966,6 +966,9 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
         }
         if (!intent) {
           const decided = await decideWithFamilyShare(deps, job, jobToken, current, (view) => {
+            // After the seat purchases finished first (this chain's or its main chain's), whose
+            // provider calls may take seconds: a wait or the next job is timed from now.
+            now = clock.now();
             const decision = decideRenewal({
               chain: view,
               forCount: data.count,

@@ -215,6 +215,34 @@ describe('a chain left in the middle of a seat purchase, its jobs lost', () => {
     expect(await system.providerOrder('MIDSEAT-1.r2')).toBeNull();
   });
 
+  it('has a renewal job that finished a slow purchase put itself off to its due second', async () => {
+    await seatPurchaseLeftHalfway(system, 'MIDSEAT-5');
+    const queue = system.queue('renewals');
+    const id = renewalJobId(chainIdOf('MIDSEAT-5'), 2);
+    // The provider takes 3 s to make the purchase's order (the timeout allows 10).
+    const provisioning = system.started.provisioning as unknown as Record<string, unknown>;
+    const saved = { createOrder: provisioning.createOrder };
+    const fast = provisioning.createOrder as ProvisioningClient['createOrder'];
+    try {
+      provisioning.createOrder = async (params: Parameters<typeof fast>[0]) => {
+        await delay(3_000);
+        return fast(params);
+      };
+      // Run early, the job finishes the purchase, then finds its term not due yet.
+      await system.promote('renewals', id);
+      await expect
+        .poll(async () => (await system.chain('MIDSEAT-5')).partials.length, { timeout: 10_000 })
+        .toBe(1);
+      await expect.poll(async () => (await queue.getJob(id))?.getState()).toBe('delayed');
+    } finally {
+      Object.assign(provisioning, saved);
+    }
+    const chain = await system.chain('MIDSEAT-5');
+    const firesAt = await delayedFireTime(queue, id);
+    // Not moved by the call's 3 s (the clock's whole seconds leave less than one).
+    expect(Math.abs((firesAt ?? 0) - (chain.nextRenewalAt as number) * 1000)).toBeLessThan(1_000);
+  });
+
   it('finishes the purchase of a flagged chain too, leaving its renewal to a person', async () => {
     await seatPurchaseLeftHalfway(system, 'MIDSEAT-3');
     await leftByDeadJob(system, 'MIDSEAT-3', 'flagging-job', () => ({ flagged: 'refused' }));
