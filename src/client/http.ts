@@ -114,9 +114,11 @@ function excerpt(text: string): string {
   return trimmed.length > EXCERPT_CHARS ? `${trimmed.slice(0, EXCERPT_CHARS - 3)}...` : trimmed;
 }
 
-/** A URL as messages show it: without its query or fragment, which may carry a key. */
+/** A URL as messages show it: without its user part, query or fragment, which may carry a key. */
 function shownUrl(url: string): string {
-  return excerpt(url.replace(/[?#][\s\S]*$/, ''));
+  return excerpt(
+    url.replace(/[?#][\s\S]*$/, '').replace(/^([a-z][a-z0-9+.-]*:\/\/)[^/@]*@/i, '$1'),
+  );
 }
 
 /** The code of a network error; a failed dual-stack connect is an AggregateError of attempts. */
@@ -286,6 +288,7 @@ export function httpClient(opts: HttpClientOptions): ProvisioningClient {
   // Quoted answers go into job failures, logs and a chain's history: a service (or a proxy's
   // debug page) that echoes the request's headers must not put the key there.
   const masked = keyMask(opts.apiKey);
+  const maskedOrUndefined = (text: string | undefined) => text && masked(text);
 
   const send: Send = async (method, params, reads = 'answer') => {
     let status: number;
@@ -310,7 +313,8 @@ export function httpClient(opts: HttpClientOptions): ProvisioningClient {
         return typeof value === 'string' ? value : undefined;
       };
       headers = {
-        location: single('location'),
+        // Masked as the body is: a redirect may echo the key in its path or user part.
+        location: maskedOrUndefined(single('location')),
         retryAfter: single('retry-after'),
         date: single('date'),
       };

@@ -358,6 +358,26 @@ describe('the HTTP client when the service fails', () => {
     );
   });
 
+  it.each([
+    ['in its path', (key: string) => `https://gw.example/keys/${key}/provisioning`],
+    ['as its user', (key: string) => `https://${key}@gw.example/provisioning`],
+    ['with a password', () => 'https://user:hunter2-pw@gw.example/provisioning'],
+  ])('never quotes the API key or a password a redirect carries %s', async (_where, location) => {
+    const apiKey = 'echoed-key-2b4d6f8a0c1e3a5c7e9b1d3f';
+    const server = await listen((req, res) => {
+      res.writeHead(302, { location: location(String(req.headers['x-api-key'])) });
+      res.end();
+    });
+    stops.push(server.close);
+    const client = track(httpClient({ url: server.url, apiKey, variant: 'marketplace' }));
+    const error = await client.cancelOrder({ id: 'A-1' }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ConfigError);
+    const text = `${(error as Error).message} ${JSON.stringify(error)}`;
+    expect(text).toContain('a redirect to https://');
+    expect(text).not.toContain(apiKey);
+    expect(text).not.toContain('hunter2-pw');
+  });
+
   it('never shows the query of PROVISIONING_URL, where a gateway may take its key', async () => {
     const server = await listen(() => {});
     await server.close();
