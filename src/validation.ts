@@ -28,7 +28,17 @@ function describeIssue(issue: z.core.$ZodIssue, prefix: string): string {
     'input' in issue &&
     issue.input !== undefined &&
     (issue.input === null || typeof issue.input !== 'object');
-  const given = showValue ? `, got ${describeValue(issue.input)}` : '';
+  // Nor is text where an object or array belongs: it may be one written out as JSON (a client
+  // that encoded `params` twice), secrets and all.
+  const textForContainer =
+    issue.code === 'invalid_type' &&
+    typeof issue.input === 'string' &&
+    ['object', 'array', 'record', 'tuple', 'map', 'set'].includes(issue.expected);
+  const given = textForContainer
+    ? ', got a string'
+    : showValue
+      ? `, got ${describeValue(issue.input)}`
+      : '';
   return `${path}: ${issue.message}${given}`;
 }
 

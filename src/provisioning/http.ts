@@ -103,9 +103,17 @@ export function provisioningRoutes(deps: { core: ProvisioningCore; partners: Par
         );
       }
       const status = error.statusCode ?? 500;
-      if (status === 413) return sendError(reply, 413, 'request body too large (limit: 1 MiB)');
-      if (status === 415) return sendError(reply, 400, JSON_ONLY);
-      if (status >= 400 && status < 500) return sendError(reply, 400, error.message);
+      // Fastify's own refusals of the body (too large, not JSON by type or by syntax) are the
+      // interface's refusals too: logged as every other one, with a code of ours.
+      const refused = (code: string, answer: number, message: string) => {
+        request.log.info({ code, refusal: message }, 'provisioning refused');
+        return sendError(reply, answer, message);
+      };
+      if (status === 413) {
+        return refused('body_too_large', 413, 'request body too large (limit: 1 MiB)');
+      }
+      if (status === 415) return refused('invalid_body', 400, JSON_ONLY);
+      if (status >= 400 && status < 500) return refused('invalid_body', 400, error.message);
       request.log.error({ err: error }, 'provisioning failed');
       return sendError(reply, 500, 'internal error');
     });

@@ -82,6 +82,40 @@ describe('request logs', () => {
     }
   });
 
+  it('never repeat params sent as a JSON string, which may hold a password', async () => {
+    const { apiKey } = await app.addPartner('marketplace');
+    lines.length = 0;
+    const params = JSON.stringify({ password: 'Tr0ub4dor-secret-pw', email: 'u@logs.test' });
+    const res = await app.call(apiKey, 'resetPasswordByEmail', undefined, {
+      rawBody: JSON.stringify({ method: 'resetPasswordByEmail', params }),
+    });
+    expect(res).toMatchObject({ status: 400, body: 'params: must be an object, got a string' });
+    const refused = lines.map((l) => JSON.parse(l)).filter((l) => l.msg === 'provisioning refused');
+    expect(refused).toEqual([expect.objectContaining({ code: 'invalid_body' })]);
+    expect(lines.join('\n')).not.toContain('Tr0ub4dor');
+  });
+
+  it.each([
+    ['not JSON', '{"method": "getUserByEmail",', 'application/json', 'invalid_body'],
+    ['of another type', 'method=getUserByEmail', 'text/plain', 'invalid_body'],
+    ['over 1 MiB', `"${'x'.repeat(1024 * 1024)}"`, 'application/json', 'body_too_large'],
+  ])(
+    'log a refused body %s as "provisioning refused" with a code',
+    async (_what, rawBody, type, code) => {
+      const { apiKey } = await app.addPartner('marketplace');
+      lines.length = 0;
+      const res = await app.call(apiKey, 'getUserByEmail', undefined, {
+        rawBody,
+        headers: { 'content-type': type },
+      });
+      expect(res.status).toBeGreaterThanOrEqual(400);
+      const refused = lines
+        .map((l) => JSON.parse(l))
+        .filter((l) => l.msg === 'provisioning refused');
+      expect(refused).toEqual([expect.objectContaining({ code })]);
+    },
+  );
+
   it('hide a credential a client put in the query string, and keep the rest of the URL', async () => {
     lines.length = 0;
     const res = await fetch(
