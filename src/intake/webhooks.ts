@@ -420,7 +420,7 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
         return reply.code(202).send({ id: webhookId });
       }
       if (sequence === null) {
-        log.info({ type: event.type }, 'webhook id being enqueued by another request');
+        log.warn({ type: event.type }, 'webhook id being enqueued by another request');
         return sendError(
           reply,
           503,

@@ -734,12 +734,18 @@ describe('a claim left pending by an intake that died before enqueueing', () => 
     // What a process that died between claiming and enqueueing leaves behind.
     await redis.set(webhookDedupKey(id), 'pending', 'EX', 60);
 
+    logLines.length = 0;
     const during = await deliver(event, { id });
     expect(during).toEqual({
       status: 503,
       body: { error: 'in_progress', message: 'this webhook id is being enqueued; retry shortly' },
     });
     expect(await totalJobs()).toBe(0);
+    // Logged at warn, as every 503 is (README, Logs).
+    const lines = logLines.map((l) => JSON.parse(l)).filter((l) => l.webhookId === id);
+    expect(lines).toContainEqual(
+      expect.objectContaining({ level: 40, msg: 'webhook id being enqueued by another request' }),
+    );
 
     await redis.del(webhookDedupKey(id)); // the lease ran out
     const after = await deliver(event, { id });
