@@ -1,5 +1,5 @@
 // Starts the BullMQ workers of every queue that has a processor, with one shared hygiene.
-import { type Processor, Queue, UnrecoverableError, Worker } from 'bullmq';
+import { DelayedError, type Job, type Processor, Queue, UnrecoverableError, Worker } from 'bullmq';
 import type { WorkerDeps } from '../jobs/deps.js';
 import {
   makeProcessor as makeMaintenanceProcessor,
@@ -9,6 +9,7 @@ import { makeProcessor as makeOrdersProcessor } from '../jobs/orders.js';
 import { makeProcessor as makePaymentProcessor } from '../jobs/payment-signals.js';
 import { makeRenewalProcessor } from '../jobs/renewals.js';
 import { makeProcessor as makeSeatProcessor } from '../jobs/seat-changes.js';
+import { queueTimeMs } from './clock.js';
 import { RefusalError, TransientError } from './errors.js';
 import type { Logger } from './logger.js';
 import {
@@ -90,6 +91,15 @@ export function classifyFailures(processor: Processor): Processor {
   };
 }
 
+/** How soon a job a draining process handed back is due again (ms): for another process to take. */
+const HANDED_BACK_DELAY_MS = 1_000;
+
+/** Gives a job back untouched, not counted as an attempt, for another process or the next start. */
+async function handBack(job: Job, token: string | undefined): Promise<never> {
+  await job.moveToDelayed(queueTimeMs() + HANDED_BACK_DELAY_MS, token);
+  throw new DelayedError();
+}
+
 export async function startWorkers(input: {
   deps: WorkerDeps;
   /** A connection with `maxRetriesPerRequest: null`, as BullMQ workers require. */
@@ -111,9 +121,13 @@ export async function startWorkers(input: {
   };
   // Every job this process is running, so shutdown can wait for them (and for no longer).
   const running = new Set<Promise<unknown>>();
+  // Set once a shutdown begins. A worker's fetch in flight when it paused still hands it a job:
+  // that job goes back untouched, so the drain waits only for the jobs begun before it.
+  let draining = false;
   const tracked =
     (processor: Processor): Processor =>
     (job, token, signal) => {
+      if (draining) return handBack(job, token);
       const run = processor(job, token, signal);
       running.add(run);
       run.then(
@@ -161,6 +175,7 @@ export async function startWorkers(input: {
       // No new jobs, then a bounded wait for the running ones. Not BullMQ's own waits: once
       // close() has begun, a later close(true) only returns the first call's promise, and
       // pause() reconnects Redis when its wait ends, even after the worker closed.
+      draining = true;
       await Promise.all(workers.map((w) => w.pause(true)));
       if (!(await jobsFinishWithin(running, timeoutMs))) {
         deps.log.warn({ timeoutMs }, 'active jobs did not finish in time; closing workers anyway');

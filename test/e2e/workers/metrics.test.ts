@@ -1,11 +1,14 @@
 // What operators read: counters, one per order made even when a job records it on a retry, and
 // readiness while a shutdown drains.
+import { setTimeout as delay } from 'node:timers/promises';
 import { Queue } from 'bullmq';
 import { request } from 'undici';
 import { describe, expect, it, vi } from 'vitest';
 import { renewalJobId } from '../../../jobs/renewals.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
 import { ChainStore } from '../../../src/chains/store.js';
+import { webhookJobId } from '../../../src/intake/webhooks.js';
+import { connectRedis } from '../../../src/redis/connection.js';
 import { DAY, orderPlaced, startSystem, useSystem } from '../../helpers/system.js';
 
 const system = useSystem();
@@ -114,6 +117,55 @@ describe('billing_renewals_total', () => {
     expect(await counters(/^billing_renewals_total/)).toEqual([
       'billing_renewals_total{variant="marketplace"} 1',
     ]);
+  });
+});
+
+describe('a shutdown with a job in flight', () => {
+  it('lets that job finish and gives back one fetched during the drain, untouched', async () => {
+    const draining = await startSystem({ env: { SHUTDOWN_TIMEOUT_SECONDS: '10' } });
+    const save = ChainStore.prototype.save;
+    let slowed = 0;
+    const spy = vi.spyOn(ChainStore.prototype, 'save').mockImplementation(async function (
+      this: ChainStore,
+      input,
+    ) {
+      // The first order's first save takes 2 s: a job in flight when the signal comes.
+      if (input.previous === null && slowed === 0) {
+        slowed += 1;
+        await delay(2_000);
+      }
+      return save.call(this, input);
+    });
+    const orders = draining.queue('orders');
+    try {
+      expect((await draining.send('order.placed', orderPlaced({ order: 'MET-D1' }))).status).toBe(
+        202,
+      );
+      await vi.waitFor(() => expect(slowed).toBe(1), { timeout: 10_000 });
+      const stopping = draining.started.stop();
+      await delay(300);
+      // Accepted while the workers drain (the HTTP server still serves).
+      const during = await draining.send('order.placed', orderPlaced({ order: 'MET-D2' }), {
+        id: 'evt-during-drain',
+      });
+      expect(during.status).toBe(202);
+      await stopping;
+      const states = await orders.getJobCounts('completed', 'waiting', 'delayed', 'active');
+      expect(states).toMatchObject({ completed: 1, active: 0 });
+      // Left for another process or the next start: waiting or handed back, never run.
+      const left = await orders.getJob(webhookJobId('evt-during-drain'));
+      expect(['waiting', 'delayed']).toContain(await left?.getState());
+      expect(left?.attemptsMade).toBe(0);
+      const redis = await connectRedis(draining.redisUrl, 'request');
+      try {
+        expect(await new ChainStore(redis).get(chainIdOf('MET-D2'))).toBeNull();
+      } finally {
+        await redis.quit();
+      }
+    } finally {
+      spy.mockRestore();
+      await draining.close();
+    }
   });
 });
 
