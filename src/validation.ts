@@ -1,7 +1,8 @@
 // Turns zod issues into one message that names each bad field and the value it had.
 import type { z } from 'zod';
 
-function describeValue(value: unknown): string {
+/** A value as refusals quote it: its JSON, cut short (it may be any length). */
+export function describeValue(value: unknown): string {
   const text = JSON.stringify(value) ?? String(value);
   return text.length > 80 ? `${text.slice(0, 77)}...` : text;
 }

@@ -3,7 +3,7 @@
 import type { z } from 'zod';
 import { MalformedAnswerError } from '../errors.js';
 import type { Variant } from '../provisioning/schemas.js';
-import { describeIssues } from '../validation.js';
+import { describeIssues, describeValue } from '../validation.js';
 import {
   type CustomerResponse,
   customerResponse,
@@ -50,7 +50,7 @@ export function parseAnswer<T>(schema: z.ZodType<T>, method: string, answer: unk
 function answerFor<T extends { remoteId: string }>(id: unknown, method: string, answer: T): T {
   if (answer.remoteId !== id) {
     throw new MalformedAnswerError(
-      `provisioning ${method} answered for ${JSON.stringify(answer.remoteId)}, not for the ${JSON.stringify(id)} it was sent`,
+      `provisioning ${method} answered for ${describeValue(answer.remoteId)}, not for the ${JSON.stringify(id)} it was sent`,
       { method },
     );
   }

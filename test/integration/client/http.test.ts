@@ -394,34 +394,41 @@ describe('the HTTP client when the service fails', () => {
     expect((error as Error).message).not.toContain('SECRET-2');
   });
 
-  it('throws a plain Error for an answer about another order than the one sent', async () => {
-    const client = await clientAnswering((_req, res) => {
-      res.writeHead(200, { 'content-type': 'application/json' });
-      // A gateway's cached answer for the chain's first order, not the renewal asked for.
-      res.end(
-        JSON.stringify({
-          id: 'o-1',
-          customer: 'C',
-          instance: null,
-          product: 'suite-std',
-          licenses: 1,
-          duration: 'monthly',
-          count: 1,
-          createdAt: T0,
-          startsAt: T0,
-          expiresAt: T0 + 30 * DAY,
-          remoteId: 'A-1',
-        }),
+  it.each([
+    ['A-1', '"A-1"'],
+    ['A'.repeat(100_000), `"${'A'.repeat(76)}...`],
+  ])(
+    'throws a plain Error for an answer about another order than the one sent',
+    async (remoteId, shown) => {
+      const client = await clientAnswering((_req, res) => {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        // A gateway's cached answer for the chain's first order, not the renewal asked for.
+        res.end(
+          JSON.stringify({
+            id: 'o-1',
+            customer: 'C',
+            instance: null,
+            product: 'suite-std',
+            licenses: 1,
+            duration: 'monthly',
+            count: 1,
+            createdAt: T0,
+            startsAt: T0,
+            expiresAt: T0 + 30 * DAY,
+            remoteId,
+          }),
+        );
+      });
+      const renewal = { customer: 'C', id: 'A-1.r2', product: 'suite-std', licenses: 1 };
+      const error = await client.createOrder(renewal).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(Error);
+      expect(error).not.toBeInstanceOf(TransientError);
+      // Quoted as other values are, cut short: a remote's id can be any length.
+      expect((error as Error).message).toBe(
+        `provisioning createOrder answered for ${shown}, not for the "A-1.r2" it was sent`,
       );
-    });
-    const renewal = { customer: 'C', id: 'A-1.r2', product: 'suite-std', licenses: 1 };
-    const error = await client.createOrder(renewal).catch((e: unknown) => e);
-    expect(error).toBeInstanceOf(Error);
-    expect(error).not.toBeInstanceOf(TransientError);
-    expect((error as Error).message).toBe(
-      'provisioning createOrder answered for "A-1", not for the "A-1.r2" it was sent',
-    );
-  });
+    },
+  );
 
   /** A server that streams `bytes` of `fill` after `head`, and counts what it got to write. */
   async function streaming(status: number, head: string, bytes: number, fill = ' ') {
