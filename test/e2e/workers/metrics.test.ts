@@ -120,28 +120,37 @@ describe('billing_renewals_total', () => {
   });
 });
 
+/**
+ * Holds the first save of a new chain until `hold` settles: an order.placed job in flight, to
+ * shut down under. `held.count` says once it is held.
+ */
+function holdingFirstChainSave(hold: () => Promise<unknown>) {
+  const save = ChainStore.prototype.save;
+  const held = { count: 0 };
+  const spy = vi.spyOn(ChainStore.prototype, 'save').mockImplementation(async function (
+    this: ChainStore,
+    input,
+  ) {
+    if (input.previous === null && held.count === 0) {
+      held.count += 1;
+      await hold();
+    }
+    return save.call(this, input);
+  });
+  return { held, restore: () => spy.mockRestore() };
+}
+
 describe('a shutdown with a job in flight', () => {
   it('lets that job finish and gives back one fetched during the drain, untouched', async () => {
     const draining = await startSystem({ env: { SHUTDOWN_TIMEOUT_SECONDS: '10' } });
-    const save = ChainStore.prototype.save;
-    let slowed = 0;
-    const spy = vi.spyOn(ChainStore.prototype, 'save').mockImplementation(async function (
-      this: ChainStore,
-      input,
-    ) {
-      // The first order's first save takes 2 s: a job in flight when the signal comes.
-      if (input.previous === null && slowed === 0) {
-        slowed += 1;
-        await delay(2_000);
-      }
-      return save.call(this, input);
-    });
+    // The first order's first save takes 2 s: a job in flight when the signal comes.
+    const { held, restore } = holdingFirstChainSave(() => delay(2_000));
     const orders = draining.queue('orders');
     try {
       expect((await draining.send('order.placed', orderPlaced({ order: 'MET-D1' }))).status).toBe(
         202,
       );
-      await vi.waitFor(() => expect(slowed).toBe(1), { timeout: 10_000 });
+      await vi.waitFor(() => expect(held.count).toBe(1), { timeout: 10_000 });
       const stopping = draining.started.stop();
       await delay(300);
       // Accepted while the workers drain (the HTTP server still serves).
@@ -163,7 +172,7 @@ describe('a shutdown with a job in flight', () => {
         await redis.quit();
       }
     } finally {
-      spy.mockRestore();
+      restore();
       await draining.close();
     }
   });
@@ -172,29 +181,18 @@ describe('a shutdown with a job in flight', () => {
 describe('/readyz while a shutdown waits for active jobs', () => {
   it('answers 503: the workers take no more jobs', async () => {
     const draining = await startSystem({ env: { SHUTDOWN_TIMEOUT_SECONDS: '2' } });
-    const save = ChainStore.prototype.save;
-    let hung = 0;
-    const spy = vi.spyOn(ChainStore.prototype, 'save').mockImplementation(async function (
-      this: ChainStore,
-      input,
-    ) {
-      // The order.placed job's first save never returns: an active job to wait for.
-      if (input.previous === null) {
-        hung += 1;
-        return new Promise(() => {});
-      }
-      return save.call(this, input);
-    });
+    // The order.placed job's first save never returns: an active job to wait for.
+    const { held, restore } = holdingFirstChainSave(() => new Promise(() => {}));
     try {
       await draining.send('order.placed', orderPlaced({ order: 'MET-S' }));
-      await vi.waitFor(() => expect(hung).toBe(1), { timeout: 10_000 });
+      await vi.waitFor(() => expect(held.count).toBe(1), { timeout: 10_000 });
       const stopping = draining.started.stop();
       const ready = await request(`${draining.baseUrl}/readyz`);
       expect(ready.statusCode).toBe(503);
       expect(await ready.body.json()).toMatchObject({ status: 'not ready', workers: false });
       await stopping;
     } finally {
-      spy.mockRestore();
+      restore();
       await draining.close();
     }
   });
