@@ -322,6 +322,18 @@ function acrossSettings(s: Partial<Parsed>, invalid: ReadonlySet<string> = new S
       `RENEWAL_LEAD_DAYS=${s.RENEWAL_LEAD_DAYS}: must be at most PARTNER_RENEWAL_WINDOW_DAYS (${s.PARTNER_RENEWAL_WINDOW_DAYS}), or renewals would fire before the window opens`,
     );
   }
+  // The default PUBLIC_URL is built from HOST: an address a URL cannot hold (an IPv6 zone,
+  // `fe80::1%eth0`) would stop the service after it started listening.
+  if (
+    s.HOST !== undefined &&
+    s.PUBLIC_URL === undefined &&
+    !invalid.has('PUBLIC_URL') &&
+    !URL.canParse(serverUrl(s.HOST, s.PORT ?? 0))
+  ) {
+    problems.push(
+      `HOST=${s.HOST}: a URL cannot name this address, so the default PUBLIC_URL (${serverUrl(s.HOST, s.PORT ?? 0)}) is none; set PUBLIC_URL to where clients reach this service`,
+    );
+  }
   if (s.SEAT_INCREASE === 'coterm' && s.PARTNER_VARIANT === 'external') {
     problems.push(
       'SEAT_INCREASE=coterm: the external variant has no partial orders; use addon (the default there)',

@@ -165,6 +165,15 @@ describe('loadSettings', () => {
     expect(loadSettings({ HOST: '::1', PORT: '3000' }).PUBLIC_URL).toBe('http://[::1]:3000');
   });
 
+  it('refuses an IPv6 HOST with a zone unless PUBLIC_URL says where clients reach it', () => {
+    // No URL can hold a zone (`fe80::1%eth0`): the default PUBLIC_URL would be none.
+    expect(() => loadSettings({ HOST: '::1%lo', PORT: '3000' })).toThrow(
+      'HOST=::1%lo: a URL cannot name this address, so the default PUBLIC_URL (http://[::1%lo]:3000) is none; set PUBLIC_URL to where clients reach this service',
+    );
+    const given = { HOST: '::1%lo', PUBLIC_URL: 'http://billing.example' };
+    expect(loadSettings(given).PUBLIC_URL).toBe('http://billing.example');
+  });
+
   it('refuses an OPS_TOKEN with spaces: no Authorization header could carry it', () => {
     expect(() => loadSettings({ OPS_TOKEN: 'my ops token is long' })).toThrow(
       /OPS_TOKEN=\(hidden, 20 characters\): must not contain spaces/,
