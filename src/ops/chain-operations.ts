@@ -247,7 +247,9 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
             await suspendAgain(chain.status);
             return chain;
           }
-          if (deps.variant === 'marketplace') {
+          // Being unsuspended at the provider is a marketplace payment's work, whatever variant
+          // this process read (a command run with another PARTNER_VARIANT than the service's).
+          if (deps.variant === 'marketplace' || chain.unsuspending) {
             throw new RefusalError(
               'not_external',
               `chain ${chain.order} is a marketplace chain: it is unsuspended at the provider when payment.received arrives, not reactivated by hand`,

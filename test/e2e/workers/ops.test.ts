@@ -549,4 +549,24 @@ describe('the CLI', () => {
       "(this command read PARTNER_VARIANT=marketplace, as no partner is named PARTNER_NAME=nobody-here here: run it with the service's settings)",
     );
   });
+
+  it('never reactivates by hand a chain a marketplace payment is unsuspending, whatever it read', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'OPS-U' }));
+    await system.waitForChain('OPS-U', () => true);
+    // A payment.received job began the unsuspension at the provider and is retrying it.
+    await leftByDeadJob(system, 'OPS-U', 'dead-payment-job', () => ({
+      status: 'suspended',
+      unsuspending: true,
+    }));
+    // With only its own setting to go by (no partner of its PARTNER_NAME here): external.
+    const refused = await run(process.execPath, [BIN, 'chains', 'reactivated', 'OPS-U'], {
+      env: { ...env(), PARTNER_NAME: 'nobody-here', PARTNER_VARIANT: 'external' },
+    }).catch((e) => e);
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toContain('chain OPS-U is a marketplace chain');
+    expect(refused.stderr).toContain('this command read PARTNER_VARIANT=external');
+    const chain = await system.chain('OPS-U');
+    expect(chain.status).toBe('suspended');
+    expect(chain.history.at(-1)?.event).not.toBe('chain.reactivated');
+  });
 });
