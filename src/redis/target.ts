@@ -207,10 +207,18 @@ function parseSentinelUrl(url: string): RedisTarget {
   const sentinels = parseHostList(hostList, 'sentinel');
   const params = queryParams(query ?? '');
   const tls = tlsFiles(params, scheme === 'rediss');
-  const unknown = [...params.keys()].filter((key) => key !== 'sentinelPassword');
-  if (unknown.length > 0) {
+  const keys = [...params.keys()];
+  const unknown = keys.find((key) => key !== 'sentinelPassword');
+  if (unknown !== undefined) {
     const known = tls ? `sentinelPassword, ${TLS_PARAM_LIST}` : 'only sentinelPassword';
-    throw new Error(`unknown parameter ${unknown[0]} (${known})`);
+    // After the password, an unknown "parameter" may be the rest of it, cut at a raw `&`.
+    const password = keys.indexOf('sentinelPassword');
+    if (password !== -1 && keys.indexOf(unknown) > password) {
+      throw new Error(
+        `an unknown parameter after sentinelPassword (${known}); a "&" in the password must be percent-encoded (%26)`,
+      );
+    }
+    throw new Error(`unknown parameter ${unknown} (${known})`);
   }
   const dbNumber = db === undefined ? 0 : Number(db);
   if (dbNumber > MAX_DB) throw new Error(`db ${db} must be at most ${MAX_DB}`);
@@ -310,11 +318,11 @@ export function describeRedisTarget(url: string): string {
 
 /**
  * Any URL-like text with its passwords hidden, valid or not: the user-info up to the last `@`
- * (a password may hold a raw `/` or `@`), and `password` or `sentinelPassword` parameters (ioredis
- * also takes the password as a parameter).
+ * (a password may hold a raw `/` or `@`, and a user name an `@`: `svc@billing:pw@host`), and
+ * `password` or `sentinelPassword` parameters (ioredis also takes the password as a parameter).
  */
 export function hideUrlPasswords(text: string): string {
   return text
-    .replace(/^([A-Za-z][\w+.-]*:\/\/[^:@/]*):.*@/, '$1:redacted@')
+    .replace(/^([A-Za-z][\w+.-]*:\/\/[^:/]*?):.*@/, '$1:redacted@')
     .replace(/([?&](?:sentinelPassword|password)=)[^&#]*/gi, '$1redacted');
 }

@@ -204,6 +204,13 @@ describe('parseRedisTarget', () => {
     expect(() => parseRedisTarget(url)).toThrow(message);
   });
 
+  it('quotes no part of a sentinelPassword whose raw "&" cut it short', () => {
+    const url = 'redis+sentinel://s1:26379/billing?sentinelPassword=ab&cdTAIL9f3kQ7';
+    expect(() => parseRedisTarget(url)).toThrow(
+      'an unknown parameter after sentinelPassword (only sentinelPassword); a "&" in the password must be percent-encoded (%26)',
+    );
+  });
+
   it('quotes no part of a password whose raw "/" ended the credentials early', () => {
     for (const url of ['redis://default:2024/Spring-Rain@h:6379', 'redis://u:12/Rain?x@h:6379']) {
       expect(() => parseRedisTarget(url)).toThrow(/^(?!.*Rain).*$/s);
@@ -222,6 +229,9 @@ describe('hideUrlPasswords', () => {
     ],
     ['redis://h:6379?password=x&db=1', 'redis://h:6379?password=redacted&db=1'],
     ['redis+cluster://:pw@n1:7000,n2:7000', 'redis+cluster://:redacted@n1:7000,n2:7000'],
+    // An ACL user whose name holds an "@".
+    ['redis://svc@billing:Pw-9f3k@h:6379', 'redis://svc@billing:redacted@h:6379'],
+    ['redis+cluster://svc@b:Pw-9f3k@n1:7000', 'redis+cluster://svc@b:redacted@n1:7000'],
   ])('hides the passwords in %s', (text, shown) => {
     expect(hideUrlPasswords(text)).toBe(shown);
   });
