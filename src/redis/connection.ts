@@ -229,7 +229,7 @@ export const REQUEST_COMMAND_TIMEOUT_MS = 5_000;
  * page saying "Loading...") is not taken for one.
  */
 const UNAVAILABLE =
-  /^(Connection is closed|Stream isn't writeable|(connect |read |write )?(ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE)\b|Reached the max retries per request|LOADING |READONLY |CLUSTERDOWN |TRYAGAIN |MASTERDOWN |Cluster isn't ready|Cluster is ended|Too many Cluster redirections|None of startup nodes|Failed to refresh slots|MISCONF |NOREPLICAS |OOM )/;
+  /^(Connection is closed|Stream isn't writeable|(connect |read |write )?(ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE)\b|Reached the max retries per request|LOADING |READONLY |CLUSTERDOWN |TRYAGAIN |MASTERDOWN |Cluster isn't ready|Cluster is ended|Too many Cluster redirections|None of startup nodes|Failed to refresh slots|MISCONF |NOREPLICAS |OOM |BUSY )/;
 /** A socket's own failure (a Node system error's code), whatever its message. */
 const UNAVAILABLE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE']);
 

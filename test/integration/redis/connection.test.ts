@@ -1,5 +1,6 @@
 // The workers' connections against a real redis-server: commands sent in one burst of callbacks
 // leave in one socket write, also after a reconnect; BullMQ's worker connections are left alone.
+import { setTimeout as delay } from 'node:timers/promises';
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -82,6 +83,26 @@ describe('connectRedis', () => {
     await admin.client('KILL', 'ID', String(id));
     await reconnected;
     expect(await writesForBurst(redis)).toBe(1);
+  });
+
+  it('takes a Redis busy in a long script for unavailable: retry later, not a bug', async () => {
+    const redis = await open('request');
+    const admin = await open('request');
+    const limit = await admin.config('GET', 'busy-reply-threshold');
+    await admin.config('SET', 'busy-reply-threshold', '100');
+    // A script that runs for a second: every other command meanwhile is answered BUSY.
+    const spin =
+      'local t = redis.call("TIME"); local s = t[1] * 1e6 + t[2]; repeat t = redis.call("TIME") until t[1] * 1e6 + t[2] - s > 1e6';
+    const running = admin.eval(spin, 0).catch(() => undefined);
+    try {
+      await delay(300);
+      const error = await redis.ping().catch((e: unknown) => e);
+      expect((error as Error).message).toMatch(/^BUSY /);
+      expect(isRedisUnavailable(error)).toBe(true);
+    } finally {
+      await running;
+      await admin.config('SET', 'busy-reply-threshold', String(limit[1]));
+    }
   });
 
   it('gives up on a request-path command after 5 seconds when Redis hangs, as unavailable', async () => {
