@@ -316,13 +316,21 @@ export function describeRedisTarget(url: string): string {
   return hideUrlPasswords(target.url);
 }
 
+/** A user with a password, the password up to the last `@` (it may hold a raw `/` or `@`). */
+const USER_AND_PASSWORD = /^([A-Za-z][\w+.-]*:\/\/[^:@/]*):.*@/;
+/** The same for a user name holding an `@` (`svc@billing:pw@host`), before any query. */
+const AT_USER_AND_PASSWORD = /^([A-Za-z][\w+.-]*:\/\/[^:/?#]*@[^:/?#]*):[^?#]*@/;
 /**
- * Any URL-like text with its passwords hidden, valid or not: the user-info up to the last `@`
- * (a password may hold a raw `/` or `@`, and a user name an `@`: `svc@billing:pw@host`), and
+ * A password parameter's value: up to the next parameter, so a raw `&` inside it (refused as
+ * an unknown parameter) hides the rest too.
+ */
+const PASSWORD_PARAM = /([?&](?:sentinelPassword|password)=)(?:[^&#]|&(?![\w.-]+=))*/gi;
+
+/**
+ * Any URL-like text with its passwords hidden, valid or not: the user-info's password, and
  * `password` or `sentinelPassword` parameters (ioredis also takes the password as a parameter).
  */
 export function hideUrlPasswords(text: string): string {
-  return text
-    .replace(/^([A-Za-z][\w+.-]*:\/\/[^:/]*?):.*@/, '$1:redacted@')
-    .replace(/([?&](?:sentinelPassword|password)=)[^&#]*/gi, '$1redacted');
+  const user = USER_AND_PASSWORD.test(text) ? USER_AND_PASSWORD : AT_USER_AND_PASSWORD;
+  return text.replace(user, '$1:redacted@').replace(PASSWORD_PARAM, '$1redacted');
 }

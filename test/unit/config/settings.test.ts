@@ -97,6 +97,11 @@ describe('loadSettings', () => {
     expect(() => loadSettings({ REDIS_URL: 'redis+sentinel://app:s3cret@host/m' })).toThrow(
       'REDIS_URL="redis+sentinel://app:redacted@host/m": sentinel "host" must be host:port',
     );
+    // A raw "&" cut the sentinels' password: no part of it is quoted, before or after the "&".
+    const cut = 'redis+sentinel://s1:26379/billing?sentinelPassword=ab&cdTAIL9f3kQ7';
+    expect(() => loadSettings({ REDIS_URL: cut })).toThrow(
+      'REDIS_URL="redis+sentinel://s1:26379/billing?sentinelPassword=redacted": an unknown parameter after sentinelPassword',
+    );
   });
 
   it('takes a Redis Sentinel URL', () => {

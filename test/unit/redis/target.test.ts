@@ -232,6 +232,13 @@ describe('hideUrlPasswords', () => {
     // An ACL user whose name holds an "@".
     ['redis://svc@billing:Pw-9f3k@h:6379', 'redis://svc@billing:redacted@h:6379'],
     ['redis+cluster://svc@b:Pw-9f3k@n1:7000', 'redis+cluster://svc@b:redacted@n1:7000'],
+    // A raw "&" in a sentinelPassword: its tail is hidden too, the parameters after it not.
+    [
+      'redis+sentinel://s1:26379/m?sentinelPassword=ab&cdTAIL9f3kQ7&ca=ca.pem',
+      'redis+sentinel://s1:26379/m?sentinelPassword=redacted&ca=ca.pem',
+    ],
+    // No password: a user before a later "@" in the query leaves the rest as it is.
+    ['https://ops@billing.example:8443/x?ref=a@b', 'https://ops@billing.example:8443/x?ref=a@b'],
   ])('hides the passwords in %s', (text, shown) => {
     expect(hideUrlPasswords(text)).toBe(shown);
   });
