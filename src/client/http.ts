@@ -116,8 +116,10 @@ function excerpt(text: string): string {
 
 /** A URL as messages show it: without its user part, query or fragment, which may carry a key. */
 function shownUrl(url: string): string {
+  // The user part runs to the last `@` (a password may hold a raw `/` or `@`), also in an
+  // address without its scheme (`//user:pw@host/`); a path's own `@` hides the host, no more.
   return excerpt(
-    url.replace(/[?#][\s\S]*$/, '').replace(/^([a-z][a-z0-9+.-]*:\/\/)[^/@]*@/i, '$1'),
+    url.replace(/[?#][\s\S]*$/, '').replace(/^((?:[a-z][a-z0-9+.-]*:)?\/\/)[\s\S]*@/i, '$1'),
   );
 }
 
