@@ -36,7 +36,10 @@ function describeIssue(issue: z.core.$ZodIssue, prefix: string): string {
     typeof issue.input === 'string' &&
     ['object', 'array', 'record', 'tuple', 'map', 'set'].includes(issue.expected);
   const given = textForContainer
-    ? ', got a string'
+    ? // zod's own message says it already ("expected object, received string").
+      /\breceived string\b/.test(issue.message)
+      ? ''
+      : ', got a string'
     : showValue
       ? `, got ${describeValue(issue.input)}`
       : '';
