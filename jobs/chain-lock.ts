@@ -47,8 +47,20 @@ export async function withChainLock<T>(
  * Puts the job back for a moment because another job holds its chain's lock: moved to the
  * delayed set, it tries again shortly without spending an attempt.
  */
-export async function waitForLock(job: Job, jobToken: string | undefined): Promise<never> {
-  await job.moveToDelayed(queueTimeMs() + lockedRetryDelayMs(), jobToken);
+export function waitForLock(job: Job, jobToken: string | undefined): Promise<never> {
+  return putBack(job, jobToken, queueTimeMs() + lockedRetryDelayMs());
+}
+
+/**
+ * Moves the job back to the delayed set until `firesAtMs` (queue time), without spending an
+ * attempt: BullMQ takes the DelayedError thrown for it as "moved", not as a failure.
+ */
+export async function putBack(
+  job: Job,
+  jobToken: string | undefined,
+  firesAtMs: number,
+): Promise<never> {
+  await job.moveToDelayed(firesAtMs, jobToken);
   throw new DelayedError();
 }
 
@@ -92,19 +104,17 @@ export async function waitForIntent(
   const soon = queueNow + OTHER_JOB_RETRY_SECONDS * 1000;
   // A second after the owner's attempt, to find its work done.
   const afterOwner = Math.min((ownerFiresAt ?? 0) + 1000, queueNow + OWNER_WAIT_MAX_MS);
-  await job.moveToDelayed(Math.max(soon, afterOwner), jobToken);
-  throw new DelayedError();
+  return putBack(job, jobToken, Math.max(soon, afterOwner));
 }
 
 /** Puts the job back in the delayed set until `until` (epoch seconds by the Clock). */
-export async function delayJobUntil(
+export function delayJobUntil(
   job: Job,
   jobToken: string | undefined,
   until: number,
   now: number,
 ): Promise<never> {
-  await job.moveToDelayed(queueTimeMs() + Math.max(0, until - now) * 1000, jobToken);
-  throw new DelayedError();
+  return putBack(job, jobToken, queueTimeMs() + Math.max(0, until - now) * 1000);
 }
 
 /**

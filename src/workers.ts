@@ -1,5 +1,6 @@
 // Starts the BullMQ workers of every queue that has a processor, with one shared hygiene.
-import { DelayedError, type Job, type Processor, Queue, UnrecoverableError, Worker } from 'bullmq';
+import { type Processor, Queue, UnrecoverableError, Worker } from 'bullmq';
+import { putBack } from '../jobs/chain-lock.js';
 import type { WorkerDeps } from '../jobs/deps.js';
 import {
   makeProcessor as makeMaintenanceProcessor,
@@ -94,12 +95,6 @@ export function classifyFailures(processor: Processor): Processor {
 /** How soon a job a draining process handed back is due again (ms): for another process to take. */
 const HANDED_BACK_DELAY_MS = 1_000;
 
-/** Gives a job back untouched, not counted as an attempt, for another process or the next start. */
-async function handBack(job: Job, token: string | undefined): Promise<never> {
-  await job.moveToDelayed(queueTimeMs() + HANDED_BACK_DELAY_MS, token);
-  throw new DelayedError();
-}
-
 export async function startWorkers(input: {
   deps: WorkerDeps;
   /** A connection with `maxRetriesPerRequest: null`, as BullMQ workers require. */
@@ -127,7 +122,7 @@ export async function startWorkers(input: {
   const tracked =
     (processor: Processor): Processor =>
     (job, token, signal) => {
-      if (draining) return handBack(job, token);
+      if (draining) return putBack(job, token, queueTimeMs() + HANDED_BACK_DELAY_MS);
       const run = processor(job, token, signal);
       running.add(run);
       run.then(
