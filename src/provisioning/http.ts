@@ -81,11 +81,13 @@ export async function answerAfterKeyCheck(
 export function provisioningRoutes(deps: { core: ProvisioningCore; partners: PartnerDirectory }) {
   return async function plugin(app: FastifyInstance) {
     app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
+      // Every refusal of the interface is logged the same way, with a stable code.
+      const refused = (code: string, status: number, message: string) => {
+        request.log.info({ code, refusal: message }, 'provisioning refused');
+        return sendError(reply, status, message);
+      };
       if (error instanceof Unauthorized) return sendError(reply, 401, error.message);
-      if (error instanceof RefusalError) {
-        request.log.info({ code: error.code, refusal: error.message }, 'provisioning refused');
-        return sendError(reply, 400, error.message);
-      }
+      if (error instanceof RefusalError) return refused(error.code, 400, error.message);
       if (error instanceof TransientError) {
         request.log.warn({ code: error.code, err: error }, 'provisioning busy');
         return sendError(reply, 503, `service unavailable: ${error.message}`);
@@ -104,11 +106,7 @@ export function provisioningRoutes(deps: { core: ProvisioningCore; partners: Par
       }
       const status = error.statusCode ?? 500;
       // Fastify's own refusals of the body (too large, not JSON by type or by syntax) are the
-      // interface's refusals too: logged as every other one, with a code of ours.
-      const refused = (code: string, answer: number, message: string) => {
-        request.log.info({ code, refusal: message }, 'provisioning refused');
-        return sendError(reply, answer, message);
-      };
+      // interface's refusals too, with a code of ours.
       if (status === 413) {
         return refused('body_too_large', 413, 'request body too large (limit: 1 MiB)');
       }
