@@ -324,14 +324,13 @@ function acrossSettings(s: Partial<Parsed>, invalid: ReadonlySet<string> = new S
   }
   // The default PUBLIC_URL is built from HOST: an address a URL cannot hold (an IPv6 zone,
   // `fe80::1%eth0`) would stop the service after it started listening.
-  if (
-    s.HOST !== undefined &&
-    s.PUBLIC_URL === undefined &&
-    !invalid.has('PUBLIC_URL') &&
-    !URL.canParse(serverUrl(s.HOST, s.PORT ?? 0))
-  ) {
+  const defaultPublicUrl =
+    s.HOST !== undefined && s.PUBLIC_URL === undefined && !invalid.has('PUBLIC_URL')
+      ? serverUrl(s.HOST, s.PORT ?? 0)
+      : null;
+  if (defaultPublicUrl !== null && !URL.canParse(defaultPublicUrl)) {
     problems.push(
-      `HOST=${s.HOST}: a URL cannot name this address, so the default PUBLIC_URL (${serverUrl(s.HOST, s.PORT ?? 0)}) is none; set PUBLIC_URL to where clients reach this service`,
+      `HOST=${s.HOST}: a URL cannot name this address, so the default PUBLIC_URL (${defaultPublicUrl}) is none; set PUBLIC_URL to where clients reach this service`,
     );
   }
   if (s.SEAT_INCREASE === 'coterm' && s.PARTNER_VARIANT === 'external') {

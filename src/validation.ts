@@ -19,6 +19,18 @@ function describeIssue(issue: z.core.$ZodIssue, prefix: string): string {
   const missing =
     (issue.code === 'invalid_type' || issue.code === 'invalid_value') && issue.input === undefined;
   if (missing) return `${path}: is required`;
+  return `${path}: ${issue.message}${givenValue(issue)}`;
+}
+
+/** What a refusal says of the value given: `, got <value>`, or less where it may hold a secret. */
+function givenValue(issue: z.core.$ZodIssue): string {
+  // Text where an object or array belongs may be one written out as JSON (a client that encoded
+  // `params` twice), secrets and all: only its type is named, unless zod's message names it.
+  const textForContainer =
+    issue.code === 'invalid_type' &&
+    typeof issue.input === 'string' &&
+    ['object', 'array', 'record', 'tuple', 'map', 'set'].includes(issue.expected);
+  if (textForContainer) return /\breceived string\b/.test(issue.message) ? '' : ', got a string';
   // Custom (cross-field) messages say what they need themselves; their input is the whole object.
   // Only a field's own scalar value is repeated: a whole body, an object or an array may hold a
   // secret field under another name.
@@ -29,21 +41,7 @@ function describeIssue(issue: z.core.$ZodIssue, prefix: string): string {
     'input' in issue &&
     issue.input !== undefined &&
     (issue.input === null || typeof issue.input !== 'object');
-  // Nor is text where an object or array belongs: it may be one written out as JSON (a client
-  // that encoded `params` twice), secrets and all.
-  const textForContainer =
-    issue.code === 'invalid_type' &&
-    typeof issue.input === 'string' &&
-    ['object', 'array', 'record', 'tuple', 'map', 'set'].includes(issue.expected);
-  const given = textForContainer
-    ? // zod's own message says it already ("expected object, received string").
-      /\breceived string\b/.test(issue.message)
-      ? ''
-      : ', got a string'
-    : showValue
-      ? `, got ${describeValue(issue.input)}`
-      : '';
-  return `${path}: ${issue.message}${given}`;
+  return showValue ? `, got ${describeValue(issue.input)}` : '';
 }
 
 /** `params.licenses: must be an integer, got 1.5; params.id: is required` */
