@@ -524,26 +524,33 @@ describe('the CLI', () => {
     expect(bad.stderr).toContain("value 'maybe' is invalid for argument 'state'");
   });
 
+  /** `order` placed, then left by a job that died as `left` says. */
+  async function placedAndLeft(order: string, left: Parameters<typeof leftByDeadJob>[3]) {
+    await system.send('order.placed', orderPlaced({ order }));
+    await system.waitForChain(order, () => true);
+    await leftByDeadJob(system, order, 'dead-job', left);
+  }
+
+  /** `billing chains reactivated ORDER` run with `settings` over the service's: its refusal. */
+  const reactivatedReading = (order: string, settings: Record<string, string>) =>
+    run(process.execPath, [BIN, 'chains', 'reactivated', order], {
+      env: { ...env(), ...settings },
+    }).catch((e) => e);
+
   it("acts on the service's variant, its partner's, whatever its own PARTNER_VARIANT says", async () => {
     // As an external service's chain awaiting its reactivation would look to this marketplace one.
-    await system.send('order.placed', orderPlaced({ order: 'OPS-X' }));
-    await system.waitForChain('OPS-X', () => true);
-    await leftByDeadJob(system, 'OPS-X', 'test', () => ({
-      status: 'suspended',
-      needsReactivation: true,
-    }));
-    const refused = await run(process.execPath, [BIN, 'chains', 'reactivated', 'OPS-X'], {
-      env: { ...env(), PARTNER_VARIANT: 'external' },
-    }).catch((e) => e);
+    await placedAndLeft('OPS-X', () => ({ status: 'suspended', needsReactivation: true }));
+    const refused = await reactivatedReading('OPS-X', { PARTNER_VARIANT: 'external' });
     expect(refused.code).toBe(2);
     expect(refused.stderr).toContain('chain OPS-X is a marketplace chain');
     expect(refused.stderr).not.toContain('PARTNER_VARIANT');
     expect((await system.chain('OPS-X')).needsReactivation).toBe(true);
 
     // Run with another PARTNER_NAME, it has only its setting to go by, and says so.
-    const elsewhere = await run(process.execPath, [BIN, 'chains', 'reactivated', 'OPS-X'], {
-      env: { ...env(), PARTNER_NAME: 'nobody-here', PARTNER_VARIANT: 'marketplace' },
-    }).catch((e) => e);
+    const elsewhere = await reactivatedReading('OPS-X', {
+      PARTNER_NAME: 'nobody-here',
+      PARTNER_VARIANT: 'marketplace',
+    });
     expect(elsewhere.code).toBe(2);
     expect(elsewhere.stderr).toContain(
       "(this command read PARTNER_VARIANT=marketplace, as no partner is named PARTNER_NAME=nobody-here here: run it with the service's settings)",
@@ -551,17 +558,13 @@ describe('the CLI', () => {
   });
 
   it('never reactivates by hand a chain a marketplace payment is unsuspending, whatever it read', async () => {
-    await system.send('order.placed', orderPlaced({ order: 'OPS-U' }));
-    await system.waitForChain('OPS-U', () => true);
     // A payment.received job began the unsuspension at the provider and is retrying it.
-    await leftByDeadJob(system, 'OPS-U', 'dead-payment-job', () => ({
-      status: 'suspended',
-      unsuspending: true,
-    }));
+    await placedAndLeft('OPS-U', () => ({ status: 'suspended', unsuspending: true }));
     // With only its own setting to go by (no partner of its PARTNER_NAME here): external.
-    const refused = await run(process.execPath, [BIN, 'chains', 'reactivated', 'OPS-U'], {
-      env: { ...env(), PARTNER_NAME: 'nobody-here', PARTNER_VARIANT: 'external' },
-    }).catch((e) => e);
+    const refused = await reactivatedReading('OPS-U', {
+      PARTNER_NAME: 'nobody-here',
+      PARTNER_VARIANT: 'external',
+    });
     expect(refused.code).toBe(2);
     expect(refused.stderr).toContain('chain OPS-U is a marketplace chain');
     expect(refused.stderr).toContain('this command read PARTNER_VARIANT=external');
