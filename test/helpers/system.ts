@@ -4,16 +4,19 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setTimeout as delay } from 'node:timers/promises';
 import { type Job, Queue } from 'bullmq';
 import { request } from 'undici';
 import { afterAll, beforeAll, expect, vi } from 'vitest';
 import { loadSettings, type Settings } from '../../config/settings.js';
 import { type WorkerDeps, workerSettingsFrom } from '../../jobs/deps.js';
 import { makeProcessor as makeMaintenanceProcessor } from '../../jobs/maintenance.js';
+import { renewalJobId } from '../../jobs/renewals.js';
 import { chainIdOf } from '../../src/chains/keys.js';
 import type { Chain, Intent } from '../../src/chains/records.js';
 import { ChainStore } from '../../src/chains/store.js';
 import type { ChainView } from '../../src/chains/view.js';
+import type { ProvisioningClient } from '../../src/client/provisioning-client.js';
 import type { Clock } from '../../src/clock.js';
 import { renewalOrderId } from '../../src/domain/ids.js';
 import { signWebhook } from '../../src/intake/sign.js';
@@ -21,7 +24,7 @@ import { createLogger, type Logger } from '../../src/logger.js';
 import { type Role, type Started, start } from '../../src/main.js';
 import { createMetrics } from '../../src/metrics.js';
 import type { OrderRecord, Partner } from '../../src/provisioning/records.js';
-import { QUEUE_PREFIX, type QueueName, queueNames } from '../../src/queues.js';
+import { delayedFireTime, QUEUE_PREFIX, type QueueName, queueNames } from '../../src/queues.js';
 import { connectRedis } from '../../src/redis/connection.js';
 import { startTestRedis, type TestRedis } from './redis-server.js';
 
@@ -337,4 +340,25 @@ export async function leftByDeadJob(
     release: true,
   });
   return lock.chain;
+}
+
+/** A client like `provisioning` whose `unsuspendOrder` answers `ms` late: a slow remote. */
+export function slowToUnsuspend(provisioning: ProvisioningClient, ms: number): ProvisioningClient {
+  const slow: ProvisioningClient = Object.create(provisioning);
+  slow.unsuspendOrder = async (params) => {
+    await delay(ms);
+    return provisioning.unsuspendOrder(params);
+  };
+  return slow;
+}
+
+/**
+ * How far from the chain's renewal time (`nextRenewalAt`) its next renewal job fires, in ms:
+ * under 1000 is on time (the clock counts whole seconds).
+ */
+export async function renewalJobOffMs(system: System, order: string): Promise<number> {
+  const chain = await system.chain(order);
+  const id = renewalJobId(chainIdOf(order), chain.term.count + 1);
+  const firesAt = await delayedFireTime(system.queue('renewals'), id);
+  return Math.abs((firesAt ?? 0) - (chain.nextRenewalAt as number) * 1000);
 }

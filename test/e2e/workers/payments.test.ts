@@ -1,5 +1,4 @@
 // Payment delays end to end: grace periods, suspension, payment, reactivation, waiting renewals.
-import { setTimeout as delay } from 'node:timers/promises';
 import type { Job, Queue } from 'bullmq';
 import { describe, expect, it } from 'vitest';
 import {
@@ -17,15 +16,16 @@ import { TransientError } from '../../../src/errors.js';
 import { formatInstant } from '../../../src/format.js';
 import { webhookDedupKey, webhookJobId } from '../../../src/intake/webhooks.js';
 import { makeChainOperations } from '../../../src/ops/chain-operations.js';
-import { delayedFireTime } from '../../../src/queues.js';
 import {
   DAY,
   lastEvent,
   leftByDeadJob,
   orderPlaced,
   renewalIntentOf,
+  renewalJobOffMs,
   runAgain,
   type System,
+  slowToUnsuspend,
   useSystem,
   workerDepsOf,
 } from '../../helpers/system.js';
@@ -868,32 +868,15 @@ describe('marketplace with no grace', () => {
 
   describe('finishing it with a provider that takes seconds per call', () => {
     /** Workers' deps whose provider answers unsuspendOrder after 3 s (the timeout allows 10). */
-    function slowToUnsuspend() {
-      const { provisioning } = system.started;
-      const slow = Object.create(provisioning) as typeof provisioning;
-      slow.unsuspendOrder = async (params) => {
-        await delay(3_000);
-        return provisioning.unsuspendOrder(params);
-      };
-      return workerDepsOf(system, { provisioning: slow });
-    }
-
-    /** How far from the chain's renewal time its renewal job fires, in ms. */
-    async function renewalJobOffMs(order: string): Promise<number> {
-      const chain = await system.chain(order);
-      const id = renewalJobId(chainIdOf(order), chain.term.count + 1);
-      const firesAt = await delayedFireTime(system.queue('renewals'), id);
-      return Math.abs((firesAt ?? 0) - (chain.nextRenewalAt as number) * 1000);
-    }
+    const slowDeps = () =>
+      workerDepsOf(system, { provisioning: slowToUnsuspend(system.started.provisioning, 3_000) });
 
     it("the job's retry leaves the renewal job at the chain's renewal time", async () => {
       const received = await halfUnsuspended('N-20');
-      expect(await makePaymentProcessor(slowToUnsuspend())(received)).toBe(
-        'already applied: wh-rcv-N-20',
-      );
+      expect(await makePaymentProcessor(slowDeps())(received)).toBe('already applied: wh-rcv-N-20');
       expect(lastEvent(await system.chain('N-20'))).toBe('chain.unsuspended');
       // Not moved by the calls' seconds (the clock's whole seconds leave less than one).
-      expect(await renewalJobOffMs('N-20')).toBeLessThan(1_000);
+      expect(await renewalJobOffMs(system, 'N-20')).toBeLessThan(1_000);
     });
 
     it('a newer payment that finishes it leaves the renewal job on time', async () => {
@@ -903,8 +886,8 @@ describe('marketplace with no grace', () => {
         id: 'rcv-N-21-b',
         data: { ...received.data, webhookId: 'wh-rcv-N-21-b', occurredAt: systemClock.now() - 5 },
       } as Job;
-      expect(await makePaymentProcessor(slowToUnsuspend())(newer)).toBe('paid');
-      expect(await renewalJobOffMs('N-21')).toBeLessThan(1_000);
+      expect(await makePaymentProcessor(slowDeps())(newer)).toBe('paid');
+      expect(await renewalJobOffMs(system, 'N-21')).toBeLessThan(1_000);
     });
   });
 
