@@ -5,7 +5,7 @@ import { mainChainIdOf } from '../src/chains/family.js';
 import { whileHeld } from '../src/chains/lease.js';
 import type { Chain, Intent } from '../src/chains/records.js';
 import type { ChainStore, ClaimResult } from '../src/chains/store.js';
-import { queueTimeMs } from '../src/clock.js';
+import { type Clock, delayUntil, queueTimeMs } from '../src/clock.js';
 import { TransientError } from '../src/errors.js';
 import { delayedFireTime, QUEUES, type QueueName } from '../src/queues.js';
 
@@ -68,12 +68,8 @@ export async function putBack(
 const OTHER_JOB_RETRY_SECONDS = 2;
 
 /** Puts the job back for a moment: another job (running now) is about to finish its work. */
-export function waitForOtherJob(
-  job: Job,
-  jobToken: string | undefined,
-  now: number,
-): Promise<never> {
-  return delayJobUntil(job, jobToken, now + OTHER_JOB_RETRY_SECONDS, now);
+export function waitForOtherJob(job: Job, jobToken: string | undefined): Promise<never> {
+  return putBack(job, jobToken, queueTimeMs() + OTHER_JOB_RETRY_SECONDS * 1000);
 }
 
 /**
@@ -107,14 +103,14 @@ export async function waitForIntent(
   return putBack(job, jobToken, Math.max(soon, afterOwner));
 }
 
-/** Puts the job back in the delayed set until `until` (epoch seconds by the Clock). */
+/** Puts the job back in the delayed set until `until` (epoch seconds by `clock`). */
 export function delayJobUntil(
   job: Job,
   jobToken: string | undefined,
   until: number,
-  now: number,
+  clock: Clock,
 ): Promise<never> {
-  return putBack(job, jobToken, queueTimeMs() + Math.max(0, until - now) * 1000);
+  return putBack(job, jobToken, queueTimeMs() + delayUntil(clock, until));
 }
 
 /**

@@ -164,7 +164,7 @@ async function settledChains(
     if (verdict === 'settled') settled.add(chain.id);
     else if (verdict !== 'look closer') schedules.push(verdict);
   }
-  const inPlace = await renewalJobsInPlace(deps.queues.renewals, schedules, now, queued);
+  const inPlace = await renewalJobsInPlace(deps.queues.renewals, schedules, deps.clock, queued);
   schedules.forEach((schedule, i) => {
     if (inPlace[i]) settled.add(schedule.id);
   });
@@ -390,20 +390,20 @@ function ensureJobs(deps: WorkerDeps, seen: Chain, job: Job): Promise<void> {
       chain = (await deps.chains.get(locked.id)) ?? chain;
       unfinished = { error };
     }
-    // Read after the provider calls above, which may take seconds: a job is delayed from now.
+    // Read after the provider calls above, which may take seconds: what is due is due by now.
     const now = deps.clock.now();
     if (schedulesRenewals(chain)) {
       chain = await withCurrentLead(deps, { chain, token }, now, jobId);
       // A job still active is left as it is: it schedules the next term itself, and the next
       // round finds it finished.
       await withGovernedSchedule(deps, chain, jobId, undefined, (schedule) =>
-        ensureRenewalJob(deps.queues.renewals, schedule, now, { waitForActive: false }),
+        ensureRenewalJob(deps.queues.renewals, schedule, deps.clock, { waitForActive: false }),
       );
     }
-    if (await ensureAddOnJob(deps, chain, now)) {
+    if (await ensureAddOnJob(deps, chain)) {
       deps.log.warn({ chainId: chain.id }, 'reconcile restored a waiting add-on job');
     }
-    if (await ensureEpisodeSuspension(deps, chain, now, { replaceFailed: false })) {
+    if (await ensureEpisodeSuspension(deps, chain, { replaceFailed: false })) {
       deps.log.warn({ chainId: chain.id }, 'reconcile restored a suspension job');
     }
     if (unfinished !== null) throw unfinished.error;

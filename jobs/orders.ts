@@ -135,7 +135,7 @@ async function placeOrder(
       // schedule may be missing.
       await deps.chains.markCustomerKnown(ev.customer.id);
       if (schedulesRenewals(chain)) {
-        await ensureRenewalJob(deps.queues.renewals, chain, deps.clock.now());
+        await ensureRenewalJob(deps.queues.renewals, chain, deps.clock);
       }
       return `already placed: ${ev.order.id}`;
     }
@@ -174,7 +174,7 @@ async function placeOrder(
     // Counted once the order is recorded: a retry finds the chain and counts nothing.
     deps.metrics.orders.inc({ kind: 'first' });
     if (customerEntries.length > 0) await deps.chains.markCustomerKnown(ev.customer.id);
-    await ensureRenewalJob(deps.queues.renewals, saved, now, {
+    await ensureRenewalJob(deps.queues.renewals, saved, deps.clock, {
       prepared: prepareRenewal(deps, saved, { stored: true }),
     });
     return `placed: ${ev.order.id}`;
@@ -195,7 +195,7 @@ async function cancelOrder(
     if (chain.status === 'cancelled') {
       // This job's earlier attempt may have saved the cancel and failed before the jobs went:
       // its retry removes them (reconcile leaves cancelled chains alone).
-      await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, chain, now);
+      await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, chain, deps.clock);
       return `already cancelled: ${chain.order}`;
     }
     const saved = await cancelChain({
@@ -206,7 +206,7 @@ async function cancelOrder(
       cause: causeOf(job, data, ev.order),
       reason: `order.cancelled for ${ev.order}`,
     });
-    await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, saved, now);
+    await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, saved, deps.clock);
     return `cancelled: ${chain.order}`;
   });
 }

@@ -11,6 +11,7 @@ import {
 } from '../src/chains/event-marks.js';
 import { familyHasOrdersInForce, familyOrdersInForce } from '../src/chains/orders-in-force.js';
 import type { Chain, HistoryEntry } from '../src/chains/records.js';
+import { type Clock, delayUntil } from '../src/clock.js';
 import {
   eventOrderOf,
   isStaleEvent,
@@ -83,7 +84,7 @@ export async function ensureSuspensionJob(
   chain: Pick<Chain, 'id' | 'order' | 'customer'>,
   episode: number,
   suspendAt: number,
-  now: number,
+  clock: Clock,
   { replaceFailed = true }: { replaceFailed?: boolean } = {},
 ): Promise<boolean> {
   const id = suspensionJobId(chain.id, episode);
@@ -96,7 +97,7 @@ export async function ensureSuspensionJob(
   await queue.add(
     `${SUSPEND} ${chain.order} episode ${episode}`,
     { chainId: chain.id, order: chain.order, customer: chain.customer, episode, dueAt: suspendAt },
-    { ...defaultJobOptions, jobId: id, delay: Math.max(0, suspendAt - now) * 1000 },
+    { ...defaultJobOptions, jobId: id, delay: delayUntil(clock, suspendAt) },
   );
   return true;
 }
@@ -153,13 +154,12 @@ export function pendingSuspensionAt(
 export async function ensureEpisodeSuspension(
   deps: WorkerDeps,
   chain: Chain,
-  now: number,
   options: { replaceFailed?: boolean } = {},
 ): Promise<boolean> {
   const dueAt = pendingSuspensionAt(chain);
   if (dueAt === null) return false;
   const queue = deps.queues['payment-signals'];
-  return ensureSuspensionJob(queue, chain, chain.overdueEpisode, dueAt, now, options);
+  return ensureSuspensionJob(queue, chain, chain.overdueEpisode, dueAt, deps.clock, options);
 }
 
 /**
@@ -179,7 +179,7 @@ async function markOverdue(deps: WorkerDeps, job: Job, held: Held, payment: Appl
   const cause = { webhookId: data.webhookId, jobId: job.id ?? '' };
   if (chain.payment === 'overdue') {
     // A repeated event restores a suspension job that was lost.
-    await ensureEpisodeSuspension(deps, chain, now);
+    await ensureEpisodeSuspension(deps, chain);
     await deps.chains.save({
       chainId: chain.id,
       token,
@@ -207,7 +207,7 @@ async function markOverdue(deps: WorkerDeps, job: Job, held: Held, payment: Appl
   // Scheduled before the chain says overdue: a crash in between leaves a job that finds the
   // chain paid (and skips), never an overdue chain without its suspension; the retry then
   // schedules it again.
-  await ensureSuspensionJob(queue, chain, episode, suspendAt, now);
+  await ensureSuspensionJob(queue, chain, episode, suspendAt, deps.clock);
   await deps.chains.save({
     chainId: chain.id,
     token,
@@ -280,7 +280,7 @@ async function markPaid(deps: WorkerDeps, job: Job, held: Held, payment: Applied
       ],
       release: false,
     });
-    await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, saved, now, {
+    await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, saved, deps.clock, {
       overrideDeferral: true,
     });
     return 'paid';
@@ -395,8 +395,7 @@ export async function finishUnsuspension(
   await deps.chains.eachOrderUnderLock(chain.id, token, ids, (order) =>
     callNotingRefusal(deps, 'unsuspend', order, refused),
   );
-  // After the calls, which may take seconds: the term may have ended meanwhile, and the renewal
-  // jobs are delayed from now.
+  // After the calls, which may take seconds: the term may have ended meanwhile.
   const at = deps.clock.now();
   const unsuspended = ids.filter((id) => !refused.has(id));
   const saved = await deps.chains.save({
@@ -421,7 +420,7 @@ export async function finishUnsuspension(
     release: false,
   });
   deps.metrics.suspensions.inc({ action: 'unsuspend' });
-  await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, saved, at, {
+  await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, saved, deps.clock, {
     overrideDeferral: true,
   });
   return { chain: saved, orders: unsuspended.length };
@@ -432,9 +431,9 @@ export async function finishUnsuspension(
  * chain says what it did, so it only makes sure of the jobs that follow from the chain as it
  * is now, which it may not have reached, and writes no second history entry.
  */
-async function replayed(deps: WorkerDeps, chain: Chain, data: EventJobData, now: number) {
+async function replayed(deps: WorkerDeps, chain: Chain, data: EventJobData) {
   if (data.type === 'payment.overdue') {
-    await ensureEpisodeSuspension(deps, chain, now);
+    await ensureEpisodeSuspension(deps, chain);
   } else if (chain.payment === 'ok' && chain.needsReactivation) {
     // Its worker died after asking for the manual reactivation and before the job failed: it
     // fails now with the reason it saved, so Bull Board lists it under Failed all the same. Only
@@ -447,7 +446,7 @@ async function replayed(deps: WorkerDeps, chain: Chain, data: EventJobData, now:
       throw new UnrecoverableError(latest.detail);
     }
   } else if (chain.payment === 'ok') {
-    await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, chain, now, {
+    await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, chain, deps.clock, {
       overrideDeferral: true,
     });
   }
@@ -505,10 +504,10 @@ async function applyPaymentEvent(
       { chain: afterPurchase, token },
       deps.clock.now(),
     );
-    // Read after the provider's calls above, which may take seconds: jobs are delayed from now.
+    // Read after the provider's calls above, which may take seconds: the event applies now.
     const now = deps.clock.now();
     const verdict = paymentVerdict(chain, data);
-    if (verdict.kind === 'replayed') return replayed(deps, chain, data, now);
+    if (verdict.kind === 'replayed') return replayed(deps, chain, data);
     const cause = { webhookId: data.webhookId, jobId: job.id ?? '' };
     // The producer's invoice, named in the history it writes (the event acts on the account).
     const aboutInvoice = ev.invoice === undefined ? '' : `invoice ${ev.invoice}: `;
@@ -592,7 +591,7 @@ async function suspendChain(deps: WorkerDeps, job: Job, jobToken: string | undef
     // The chain's own time rules: a job left by an attempt that died before its save may carry
     // an earlier one than the episode recorded since.
     const dueAt = chain.suspendAt ?? data.dueAt;
-    if (now < dueAt) return delayJobUntil(job, jobToken, dueAt, now);
+    if (now < dueAt) return delayJobUntil(job, jobToken, dueAt, deps.clock);
     const addOns = await deps.chains.getMany(chain.addOns);
     const ids = familyOrdersInForce(chain, addOns, deps.provisioning.variant, now);
     // A chain whose term ended, with nothing in force, has nothing to suspend: it is not

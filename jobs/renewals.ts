@@ -9,7 +9,7 @@ import { orderToChange } from '../src/chains/orders-in-force.js';
 import { type Chain, chainRecord, type Intent, intentRecord } from '../src/chains/records.js';
 import type { ChainStore, SaveInput } from '../src/chains/store.js';
 import { type OrderResponse, renewalCountCanChange } from '../src/client/provisioning-client.js';
-import { queueTimeMs } from '../src/clock.js';
+import { type Clock, delayUntil, queueTimeMs } from '../src/clock.js';
 import { renewalOrderId } from '../src/domain/ids.js';
 import {
   decideRenewal,
@@ -169,7 +169,7 @@ const WINDOW_RETRY_SECONDS = 60 * 60;
 export async function ensureRenewalJob(
   queue: Queue,
   chain: Chain,
-  now: number,
+  clock: Clock,
   options: {
     overrideDeferral?: boolean;
     prepared?: PreparedRenewal | undefined;
@@ -185,6 +185,7 @@ export async function ensureRenewalJob(
   // A renewal in flight (its order may be made already) keeps its job whatever the schedule
   // says now (auto-renew off, a cancelled main chain), due at once: only that job replays the
   // intent and records what the provider made, which a cancelled family then cancels.
+  let now = clock.now();
   const inFlight = chain.intent?.kind === 'renewal' && chain.nextRenewalAt === null;
   const schedule = inFlight ? { ...chain, nextRenewalAt: now } : chain;
   const { id, name, data } = renewalJob(schedule, options.prepared);
@@ -196,11 +197,12 @@ export async function ensureRenewalJob(
     }
     return;
   }
-  const delayMs = Math.max(0, schedule.nextRenewalAt - now) * 1000;
+  const { nextRenewalAt } = schedule;
   if (existing) {
     let state = await existing.getState();
     if (state === 'active' && options.waitForActive !== false) {
       state = await stateOnceInactive(existing);
+      now = clock.now();
     }
     if (state === 'delayed') {
       // A job that put itself off (overdue payment, provider window) keeps its time unless the
@@ -209,10 +211,9 @@ export async function ensureRenewalJob(
       if (deferredUntil !== undefined && deferredUntil > now && !options.overrideDeferral) return;
       const firesAt = await delayedFireTime(queue, id);
       const keepsBackoff =
-        !options.overrideDeferral &&
-        backingOff(existing.attemptsMade, firesAt, schedule.nextRenewalAt, now);
-      if (!keepsBackoff && !firesAsScheduled(firesAt, schedule.nextRenewalAt, now)) {
-        await existing.changeDelay(delayMs);
+        !options.overrideDeferral && backingOff(existing.attemptsMade, firesAt, nextRenewalAt, now);
+      if (!keepsBackoff && !firesAsScheduled(firesAt, nextRenewalAt, clock)) {
+        await existing.changeDelay(delayUntil(clock, nextRenewalAt));
       }
       const preparedChanged =
         options.prepared !== undefined &&
@@ -230,7 +231,11 @@ export async function ensureRenewalJob(
       return;
     }
   }
-  await queue.add(name, data, { ...defaultJobOptions, jobId: id, delay: delayMs });
+  await queue.add(name, data, {
+    ...defaultJobOptions,
+    jobId: id,
+    delay: delayUntil(clock, nextRenewalAt),
+  });
 }
 
 /**
@@ -302,7 +307,7 @@ export function queuedJobIds(queue: Queue): () => Promise<ReadonlySet<string>> {
 export async function renewalJobsInPlace(
   queue: Queue,
   schedules: readonly Schedulable[],
-  now: number,
+  clock: Clock,
   queued?: () => Promise<ReadonlySet<string>>,
 ): Promise<boolean[]> {
   if (schedules.length === 0) return [];
@@ -325,6 +330,7 @@ export async function renewalJobsInPlace(
     if (error) throw error;
     return value as string | number | null;
   });
+  const now = clock.now();
   let next = 0;
   const verdicts = schedules.map((schedule): boolean | 'if queued' => {
     const firesAt = fireTimeOfScore(values[next] as string | null);
@@ -336,7 +342,7 @@ export async function renewalJobsInPlace(
       // Not delayed: waiting or running is in place, finished or in no list is not.
       if (firesAt === null) return queued ? 'if queued' : false;
       if (backingOff(attemptsMade, firesAt, schedule.nextRenewalAt, now)) return true;
-      return firesAsScheduled(firesAt, schedule.nextRenewalAt, now);
+      return firesAsScheduled(firesAt, schedule.nextRenewalAt, clock);
     }
     const [completedScore, failedScore] = values.slice(next + 2, next + 4);
     next += 4;
@@ -374,8 +380,8 @@ function backingOff(
  * Whether a delayed job firing at `firesAt` (queue time, ms; null: not delayed) fires when a
  * chain renewing at `nextRenewalAt` wants it, within a second.
  */
-export function firesAsScheduled(firesAt: number | null, nextRenewalAt: number, now: number) {
-  const wanted = queueTimeMs() + Math.max(0, nextRenewalAt - now) * 1000;
+export function firesAsScheduled(firesAt: number | null, nextRenewalAt: number, clock: Clock) {
+  const wanted = queueTimeMs() + delayUntil(clock, nextRenewalAt);
   return firesAt !== null && Math.abs(firesAt - wanted) <= 1000;
 }
 
@@ -389,13 +395,13 @@ export async function ensureFamilyRenewalJobs(
   queue: Queue,
   chains: ChainStore,
   main: Chain,
-  now: number,
+  clock: Clock,
   options: { overrideDeferral?: boolean; restoreFlagged?: boolean } = {},
 ): Promise<void> {
   if (schedulesRenewals(main) || options.restoreFlagged || (await restoredByAPerson(queue, main))) {
-    await ensureRenewalJob(queue, main, now, options);
+    await ensureRenewalJob(queue, main, clock, options);
   }
-  await ensureAddOnRenewalJobs(queue, chains, main, now, options);
+  await ensureAddOnRenewalJobs(queue, chains, main, clock, options);
 }
 
 /**
@@ -414,7 +420,7 @@ async function ensureAddOnRenewalJobs(
   queue: Queue,
   chains: ChainStore,
   main: Chain,
-  now: number,
+  clock: Clock,
   options: { overrideDeferral?: boolean } = {},
 ): Promise<void> {
   for (const addOn of await chains.getMany(main.addOns)) {
@@ -424,7 +430,7 @@ async function ensureAddOnRenewalJobs(
     await ensureRenewalJob(
       queue,
       { ...addOn, nextRenewalAt: governedNextRenewalAt(main, addOn) },
-      now,
+      clock,
       options,
     );
   }
@@ -434,7 +440,7 @@ async function ensureAddOnRenewalJobs(
 export async function addNextRenewalJob(
   queue: Queue,
   chain: Schedulable,
-  now: number,
+  clock: Clock,
   prepared?: PreparedRenewal,
 ): Promise<void> {
   if (chain.nextRenewalAt === null) return;
@@ -442,7 +448,7 @@ export async function addNextRenewalJob(
   await queue.add(name, data, {
     ...defaultJobOptions,
     jobId: id,
-    delay: Math.max(0, chain.nextRenewalAt - now) * 1000,
+    delay: delayUntil(clock, chain.nextRenewalAt),
   });
 }
 
@@ -542,7 +548,6 @@ type RenewedOrder = Pick<OrderResponse, 'product' | 'licenses' | 'startsAt' | 'e
 
 /** A renewal's record: the chain after it, and the save that writes it (releasing the lock). */
 interface Renewal {
-  at: number;
   next: Chain;
   save: SaveInput;
 }
@@ -605,7 +610,6 @@ function renewalRecord(
     joinsSuspension && renewed.mainChain === null ? { ...renewed, status: 'suspended' } : renewed;
   const suspended = suspendedOnArrival(joinsSuspension);
   return {
-    at,
     next,
     save: {
       chainId: held.chain.id,
@@ -639,7 +643,7 @@ async function finishRenewal(
   intent: Intent,
   { renewal, recorded }: Sent,
 ): Promise<string> {
-  const { next, at, save } = renewal;
+  const { next, save } = renewal;
   const version = (save.previous?.version ?? -1) + 1;
   // A flagged chain's add-ons stopped renewing with it: its renewal gives them their jobs back
   // (its own next job is added just below).
@@ -650,7 +654,7 @@ async function finishRenewal(
   const prepared = prepareRenewal(deps, { ...next, version }, { stored: recorded });
   const [record, add] = await Promise.allSettled([
     recorded ? undefined : deps.chains.save(save),
-    addNextRenewalJob(deps.queues.renewals, next, at, prepared),
+    addNextRenewalJob(deps.queues.renewals, next, deps.clock, prepared),
   ]);
   if (record.status === 'rejected') throw record.reason;
   // Counted once recorded, even if the next job's add failed: its retry finds the term recorded
@@ -658,7 +662,9 @@ async function finishRenewal(
   deps.metrics.renewals.inc({ variant: deps.provisioning.variant });
   deps.metrics.orders.inc({ kind: 'renewal' });
   if (add.status === 'rejected') throw add.reason;
-  if (addOnsResume) await ensureAddOnRenewalJobs(deps.queues.renewals, deps.chains, next, at);
+  if (addOnsResume) {
+    await ensureAddOnRenewalJobs(deps.queues.renewals, deps.chains, next, deps.clock);
+  }
   log.info({ ...about, order: intent.orderId, expiresAt: next.term.expiresAt }, 'renewal ordered');
   return `renewed: ${intent.orderId}`;
 }
@@ -1049,17 +1055,17 @@ async function notRenewing(
   if (decision.kind === 'wait') {
     if (decision.reason === 'payment_overdue') await expireWhileUnpaid(deps, job, held, now);
     if (decision.reason !== 'not_due') await job.updateData(deferredJobData(data, decision.until));
-    return delayJobUntil(job, jobToken, decision.until, now);
+    return delayJobUntil(job, jobToken, decision.until, deps.clock);
   }
   const { chain } = held;
   if (chain.term.count === data.count) {
     await settleRecordedTerm(deps, job, jobToken, held, decision.reason === 'cancelled');
     if (decision.reason === 'already_renewed') {
-      await ensureRenewalJob(deps.queues.renewals, chain, now, {
+      await ensureRenewalJob(deps.queues.renewals, chain, deps.clock, {
         prepared: prepareRenewal(deps, chain, { stored: true }),
       });
       // An attempt that died after the record may not have given them back (finishRenewal).
-      await ensureAddOnRenewalJobs(deps.queues.renewals, deps.chains, chain, now);
+      await ensureAddOnRenewalJobs(deps.queues.renewals, deps.chains, chain, deps.clock);
     }
   }
   return `skipped: ${decision.reason}`;
@@ -1255,7 +1261,7 @@ async function handleRefusal(
     });
     const retryAt = Math.min(now + WINDOW_RETRY_SECONDS, chain.term.expiresAt);
     await job.updateData(deferredJobData(renewalJobData.parse(job.data), retryAt));
-    return delayJobUntil(job, jobToken, retryAt, now);
+    return delayJobUntil(job, jobToken, retryAt, deps.clock);
   }
   return flagChain(deps, job, held, `the provider refused ${intent.orderId}: ${error.message}`);
 }

@@ -60,11 +60,10 @@ async function applySeatEvent(
     if (remembersEvent(finished.appliedSeatEvents, event.mark)) {
       // A retry after a crash right after the save: the waiting add-on's job may be missing,
       // or the renewal jobs of what it bought.
-      const now = deps.clock.now();
       if (finished.pendingAddOn) {
-        await scheduleAddOnJob(deps, finished, finished.pendingAddOn.startsAt, now, job);
+        await scheduleAddOnJob(deps, finished, finished.pendingAddOn.startsAt, job);
       }
-      await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, finished, now);
+      await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, finished, deps.clock);
       return `already applied: ${data.webhookId}`;
     }
     const now = deps.clock.now();
@@ -261,7 +260,7 @@ async function keepWaitingWithRest(
   const now = deps.clock.now();
   // A late one (its job held up, or failed and waiting for a person) is bought now, so the rest
   // is not parked behind it.
-  if (earlier.startsAt <= now) await scheduleAddOnJob(deps, chain, now, now, job);
+  if (earlier.startsAt <= now) await scheduleAddOnJob(deps, chain, now, job);
   // What is bought after the add-on (its rest, the queued totals), when needed before this
   // one's day, is still bought first, and this one waits after it (laterTotalsAfter); otherwise
   // this event becomes the add-on's rest.
@@ -404,7 +403,7 @@ async function buyDueAddOn(deps: WorkerDeps, job: Job, jobToken: string | undefi
     const pending = chain.pendingAddOn;
     if (!pending) return 'skipped: no add-on waiting';
     const now = deps.clock.now();
-    if (now < pending.startsAt) return delayJobUntil(job, jobToken, pending.startsAt, now);
+    if (now < pending.startsAt) return delayJobUntil(job, jobToken, pending.startsAt, deps.clock);
     if (chain.status === 'cancelled') return 'skipped: chain cancelled';
     const addOns = await deps.chains.getMany(chain.addOns);
     const renewing = addOnRenewal(addOns);
@@ -452,7 +451,7 @@ async function buyDueAddOn(deps: WorkerDeps, job: Job, jobToken: string | undefi
     const next = done.pendingAddOn;
     if (next) {
       await job.updateData({ ...data, startsAt: next.startsAt });
-      return delayJobUntil(job, jobToken, next.startsAt, deps.clock.now());
+      return delayJobUntil(job, jobToken, next.startsAt, deps.clock);
     }
     return `add-on: ${intent.orderId}`;
   });

@@ -829,7 +829,7 @@ export async function buyPlanned(
     decision.startsAt > now
   ) {
     // The job comes first: one that fires without a waiting add-on on the chain does nothing.
-    await scheduleAddOnJob(deps, chain, decision.startsAt, now, job);
+    await scheduleAddOnJob(deps, chain, decision.startsAt, job);
     // The rest of an event (or a later total) keeps the later totals after it; a new event
     // replaces them, as it replaces the waiting add-on they followed.
     const later = rest ? chain.laterSeatTotals : [];
@@ -1055,7 +1055,7 @@ export async function finishSeatIntent(
   await ensureRenewalJob(
     deps.queues.renewals,
     { ...addOn, nextRenewalAt: governedNextRenewalAt(chain, addOn) },
-    now,
+    deps.clock,
   );
   const saved = await recordPurchase(deps, held, {
     event,

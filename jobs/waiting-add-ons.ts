@@ -5,6 +5,7 @@ import { z } from 'zod';
 import { renewsNoMore } from '../src/chains/expiry.js';
 import { newAddOnRecord } from '../src/chains/family.js';
 import type { Chain } from '../src/chains/records.js';
+import { delayUntil } from '../src/clock.js';
 import { addTerms } from '../src/domain/periods.js';
 import { TransientError } from '../src/errors.js';
 import { defaultJobOptions, removedUnlessRunning } from '../src/queues.js';
@@ -60,7 +61,6 @@ export async function scheduleAddOnJob(
   deps: WorkerDeps,
   chain: Chain,
   startsAt: number,
-  now: number,
   current: Job,
 ): Promise<void> {
   if (current.id === addOnJobId(chain.id)) return;
@@ -73,9 +73,9 @@ export async function scheduleAddOnJob(
     if (current.queueName === deps.queues.maintenance.name) {
       throw new TransientError('add_on_job_running', `the add-on job of ${chain.order} is running`);
     }
-    await waitForOtherJob(current, current.token, now);
+    await waitForOtherJob(current, current.token);
   }
-  await addAddOnJob(deps, chain, startsAt, now);
+  await addAddOnJob(deps, chain, startsAt);
 }
 
 /** The chain's waiting add-on job, if there is one (in any state). */
@@ -88,7 +88,7 @@ function waitingAddOnJob(deps: WorkerDeps, chain: Chain): Promise<Job | undefine
  * it) or finished with the add-on still waiting. One that failed waits for a person, as a
  * renewal's does (Bull Board shows why). Answers whether it added one.
  */
-export async function ensureAddOnJob(deps: WorkerDeps, chain: Chain, now: number) {
+export async function ensureAddOnJob(deps: WorkerDeps, chain: Chain) {
   const pending = chain.pendingAddOn;
   if (!pending || renewsNoMore(chain)) return false;
   const existing = await waitingAddOnJob(deps, chain);
@@ -96,11 +96,11 @@ export async function ensureAddOnJob(deps: WorkerDeps, chain: Chain, now: number
     if ((await existing.getState()) !== 'completed') return false;
     await existing.remove();
   }
-  await addAddOnJob(deps, chain, pending.startsAt, now);
+  await addAddOnJob(deps, chain, pending.startsAt);
   return true;
 }
 
-async function addAddOnJob(deps: WorkerDeps, chain: Chain, startsAt: number, now: number) {
+async function addAddOnJob(deps: WorkerDeps, chain: Chain, startsAt: number) {
   const data: AddOnDueData = {
     chainId: chain.id,
     order: chain.order,
@@ -110,7 +110,7 @@ async function addAddOnJob(deps: WorkerDeps, chain: Chain, startsAt: number, now
   await deps.queues['seat-changes'].add(`${ADD_ON_DUE} ${chain.order}`, data, {
     ...defaultJobOptions,
     jobId: addOnJobId(chain.id),
-    delay: Math.max(0, startsAt - now) * 1000,
+    delay: delayUntil(deps.clock, startsAt),
   });
 }
 

@@ -49,3 +49,13 @@ export function manualClock(start: EpochSeconds): ManualClock {
 export function queueTimeMs(): number {
   return Date.now();
 }
+
+/**
+ * How long BullMQ waits until `at` by `clock` (ms; none once it has passed). The clock is read
+ * here, at the queue call, rather than taken as a `now` from the caller: a `now` read before
+ * provider calls or a wait for another job is seconds old by then, and a delay counted from it
+ * fires that much late.
+ */
+export function delayUntil(clock: Clock, at: EpochSeconds): number {
+  return Math.max(0, at - clock.now()) * 1000;
+}

@@ -142,7 +142,7 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
       // so a renewal backing off from a provider that asked for a wait spends no attempt.
       // Switching auto-renew on also gives a flagged chain's failed renewal its job back (the
       // cause fixed, README).
-      await ensureFamilyRenewalJobs(deps.renewals, chains, changed, clock.now(), {
+      await ensureFamilyRenewalJobs(deps.renewals, chains, changed, clock, {
         overrideDeferral: changed !== held.chain || repeatFinishes,
         restoreFlagged: !held.chain.autoRenew && changed.autoRenew,
       });
@@ -239,7 +239,7 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
               chain,
               chain.overdueEpisode,
               overdueFrom,
-              now,
+              clock,
             );
           };
           if (chain.status !== 'suspended' && !chain.needsReactivation) {

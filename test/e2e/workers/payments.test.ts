@@ -512,13 +512,7 @@ describe('marketplace, 3 days of grace', () => {
     const chainId = chainIdOf('P-9');
     const queue = system.queue('payment-signals');
     // An attempt that died after scheduling the suspension (3 days from now), before its save.
-    await ensureSuspensionJob(
-      queue,
-      { ...placed, id: chainId },
-      1,
-      clock.now() + 3 * DAY,
-      clock.now(),
-    );
+    await ensureSuspensionJob(queue, { ...placed, id: chainId }, 1, clock.now() + 3 * DAY, clock);
     clock.advance(2 * DAY);
     await system.send('payment.overdue', { order: 'P-9' });
     const overdue = await system.waitForChain('P-9', (c) => c.payment === 'overdue');
@@ -936,8 +930,8 @@ describe('marketplace with no grace', () => {
     // job runs at once (no grace), finds the chain paid and skips.
     const chainId = chainIdOf('N-2');
     const queue = system.queue('payment-signals');
-    const now = system.started.runtime.clock.now();
-    await ensureSuspensionJob(queue, { ...placed, id: chainId }, 1, now, now);
+    const { clock } = system.started.runtime;
+    await ensureSuspensionJob(queue, { ...placed, id: chainId }, 1, clock.now(), clock);
     const dead = await queue.getJob(suspensionJobId(chainId, 1));
     await expect.poll(async () => dead?.getState(), { timeout: 10_000 }).toBe('completed');
 

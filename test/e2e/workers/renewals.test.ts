@@ -290,7 +290,13 @@ describe('order.cancelled', () => {
     const chain = (await new ChainStore(system.started.runtime.redis).get(
       chainIdOf('CAN-2'),
     )) as Chain;
-    await ensureRenewalJob(renewals, { ...chain, nextRenewalAt: now() + 10 * DAY }, now());
+    await ensureRenewalJob(
+      renewals,
+      { ...chain, nextRenewalAt: now() + 10 * DAY },
+      {
+        now,
+      },
+    );
     expect(await (await renewalJob('CAN-2', 2))?.getState()).toBe('delayed');
 
     await system.send('order.cancelled', { order: 'CAN-2' });

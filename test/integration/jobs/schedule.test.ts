@@ -11,12 +11,14 @@ import {
 } from '../../../jobs/renewals.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
 import { type Chain, chainRecord } from '../../../src/chains/records.js';
+import { manualClock, systemClock } from '../../../src/clock.js';
 import { delayedFireTime, QUEUES, removedUnlessRunning } from '../../../src/queues.js';
 import { chainFor as chainAt } from '../../helpers/chains.js';
 import { useTestRedisConnection } from '../../helpers/redis-server.js';
 
 /** The fixed clock of every test: delays are relative to it, never to the system time. */
 const NOW = Date.UTC(2025, 2, 1) / 1000;
+const AT_NOW = manualClock(NOW);
 const DAY = 86_400;
 const HOUR = 3_600;
 
@@ -76,7 +78,7 @@ describe('ensureRenewalJob', () => {
     it('adds a delayed job for the next term, named and described for people', async () => {
       const chain = chainFor('ord-1');
       const before = Date.now();
-      await ensureRenewalJob(queue, chain, NOW);
+      await ensureRenewalJob(queue, chain, AT_NOW);
       const after = Date.now();
 
       const job = await jobOf(chain);
@@ -98,7 +100,7 @@ describe('ensureRenewalJob', () => {
 
     it('adds a due chain as a waiting job with no delay', async () => {
       const chain = chainFor('ord-1', { nextRenewalAt: NOW });
-      await ensureRenewalJob(queue, chain, NOW);
+      await ensureRenewalJob(queue, chain, AT_NOW);
       const job = await jobOf(chain);
       expect(await job.getState()).toBe('waiting');
       expect(job.delay).toBe(0);
@@ -106,7 +108,7 @@ describe('ensureRenewalJob', () => {
 
     it('clamps a renewal time in the past to no delay', async () => {
       const chain = chainFor('ord-1', { nextRenewalAt: NOW - 2 * DAY });
-      await ensureRenewalJob(queue, chain, NOW);
+      await ensureRenewalJob(queue, chain, AT_NOW);
       const job = await jobOf(chain);
       expect(await job.getState()).toBe('waiting');
       expect(job.delay).toBe(0);
@@ -114,7 +116,7 @@ describe('ensureRenewalJob', () => {
 
     it('adds nothing for a chain that will not renew', async () => {
       const chain = chainFor('ord-1', { autoRenew: false, nextRenewalAt: null });
-      await ensureRenewalJob(queue, chain, NOW);
+      await ensureRenewalJob(queue, chain, AT_NOW);
       expect(await queue.getJob(renewalJobId(chain.id, 2))).toBeUndefined();
     });
   });
@@ -122,9 +124,9 @@ describe('ensureRenewalJob', () => {
   describe('when the job already exists', () => {
     it('keeps one job, untouched, when called twice with the same chain', async () => {
       const chain = chainFor('ord-1');
-      await ensureRenewalJob(queue, chain, NOW);
+      await ensureRenewalJob(queue, chain, AT_NOW);
       const first = await jobOf(chain);
-      await ensureRenewalJob(queue, chain, NOW);
+      await ensureRenewalJob(queue, chain, AT_NOW);
       const second = await jobOf(chain);
       expect(await queue.getJobCounts('delayed', 'waiting')).toEqual({ delayed: 1, waiting: 0 });
       expect([second.timestamp, second.delay]).toEqual([first.timestamp, first.delay]);
@@ -133,10 +135,10 @@ describe('ensureRenewalJob', () => {
 
     it("moves a delayed job to the chain's new renewal time", async () => {
       const chain = chainFor('ord-1');
-      await ensureRenewalJob(queue, chain, NOW);
+      await ensureRenewalJob(queue, chain, AT_NOW);
       const moved = { ...chain, nextRenewalAt: NOW + 10 * DAY };
       const before = Date.now();
-      await ensureRenewalJob(queue, moved, NOW);
+      await ensureRenewalJob(queue, moved, AT_NOW);
       const after = Date.now();
 
       const job = await jobOf(moved);
@@ -150,8 +152,8 @@ describe('ensureRenewalJob', () => {
 
     it("shows the new due time in a moved job's data", async () => {
       const chain = chainFor('ord-1');
-      await ensureRenewalJob(queue, chain, NOW);
-      await ensureRenewalJob(queue, { ...chain, nextRenewalAt: NOW + 10 * DAY }, NOW);
+      await ensureRenewalJob(queue, chain, AT_NOW);
+      await ensureRenewalJob(queue, { ...chain, nextRenewalAt: NOW + 10 * DAY }, AT_NOW);
       expect((await jobOf(chain)).data).toMatchObject({ dueAt: NOW + 10 * DAY });
     });
 
@@ -161,23 +163,27 @@ describe('ensureRenewalJob', () => {
       const added = Date.UTC(2025, 2, 1);
       vi.setSystemTime(added);
       const chain = chainFor('ord-1', { nextRenewalAt: NOW + 20 * DAY });
-      await ensureRenewalJob(queue, chain, NOW);
+      await ensureRenewalJob(queue, chain, AT_NOW);
 
       // An hour later the chain moves to day 10: the job is moved (delay now 10 days - 1 hour).
       vi.setSystemTime(added + HOUR * 1000);
-      const now = NOW + HOUR;
-      await ensureRenewalJob(queue, { ...chain, nextRenewalAt: NOW + 10 * DAY }, now);
+      const anHourLater = manualClock(NOW + HOUR);
+      await ensureRenewalJob(queue, { ...chain, nextRenewalAt: NOW + 10 * DAY }, anHourLater);
       expect(await firesAt(renewalJobId(chain.id, 2))).toBe(added + 10 * DAY * 1000);
 
       // Then it moves one hour earlier: the job must follow.
-      await ensureRenewalJob(queue, { ...chain, nextRenewalAt: NOW + 10 * DAY - HOUR }, now);
+      await ensureRenewalJob(
+        queue,
+        { ...chain, nextRenewalAt: NOW + 10 * DAY - HOUR },
+        anHourLater,
+      );
       expect(await firesAt(renewalJobId(chain.id, 2))).toBe(added + (10 * DAY - HOUR) * 1000);
     });
 
     it('leaves a waiting job alone', async () => {
       const chain = chainFor('ord-1', { nextRenewalAt: NOW });
-      await ensureRenewalJob(queue, chain, NOW);
-      await ensureRenewalJob(queue, chain, NOW);
+      await ensureRenewalJob(queue, chain, AT_NOW);
+      await ensureRenewalJob(queue, chain, AT_NOW);
       expect(await queue.getJobCounts('delayed', 'waiting')).toEqual({ delayed: 0, waiting: 1 });
     });
   });
@@ -185,16 +191,16 @@ describe('ensureRenewalJob', () => {
   describe('when the chain will no longer renew', () => {
     it('removes its delayed job', async () => {
       const chain = chainFor('ord-1');
-      await ensureRenewalJob(queue, chain, NOW);
-      await ensureRenewalJob(queue, { ...chain, autoRenew: false, nextRenewalAt: null }, NOW);
+      await ensureRenewalJob(queue, chain, AT_NOW);
+      await ensureRenewalJob(queue, { ...chain, autoRenew: false, nextRenewalAt: null }, AT_NOW);
       expect(await queue.getJob(renewalJobId(chain.id, 2))).toBeUndefined();
       expect(await queue.getJobCounts('delayed')).toEqual({ delayed: 0 });
     });
 
     it('removes its waiting job', async () => {
       const chain = chainFor('ord-1', { nextRenewalAt: NOW });
-      await ensureRenewalJob(queue, chain, NOW);
-      await ensureRenewalJob(queue, { ...chain, status: 'cancelled', nextRenewalAt: null }, NOW);
+      await ensureRenewalJob(queue, chain, AT_NOW);
+      await ensureRenewalJob(queue, { ...chain, status: 'cancelled', nextRenewalAt: null }, AT_NOW);
       expect(await queue.getJob(renewalJobId(chain.id, 2))).toBeUndefined();
     });
   });
@@ -202,13 +208,13 @@ describe('ensureRenewalJob', () => {
   describe('when the job for the next term already finished', () => {
     it('replaces a completed job that the chain still needs with a new delayed one', async () => {
       const chain = chainFor('ord-1', { nextRenewalAt: NOW });
-      await ensureRenewalJob(queue, chain, NOW);
+      await ensureRenewalJob(queue, chain, AT_NOW);
       const id = renewalJobId(chain.id, 2);
       await runJob(id, async () => 'skipped: auto_renew_off', 'completed');
       expect(await (await jobOf(chain)).getState()).toBe('completed');
 
       const needed = { ...chain, nextRenewalAt: NOW + 3 * DAY };
-      await ensureRenewalJob(queue, needed, NOW);
+      await ensureRenewalJob(queue, needed, AT_NOW);
       const job = await jobOf(needed);
       expect(await job.getState()).toBe('delayed');
       expect(job.delay).toBe(3 * DAY * 1000);
@@ -222,7 +228,7 @@ describe('ensureRenewalJob', () => {
 
     it('replaces a failed job that the chain still needs with a new delayed one', async () => {
       const chain = chainFor('ord-1', { nextRenewalAt: NOW });
-      await ensureRenewalJob(queue, chain, NOW);
+      await ensureRenewalJob(queue, chain, AT_NOW);
       const id = renewalJobId(chain.id, 2);
       await runJob(
         id,
@@ -233,7 +239,7 @@ describe('ensureRenewalJob', () => {
       );
       expect(await (await jobOf(chain)).getState()).toBe('failed');
 
-      await ensureRenewalJob(queue, { ...chain, nextRenewalAt: NOW + DAY }, NOW);
+      await ensureRenewalJob(queue, { ...chain, nextRenewalAt: NOW + DAY }, AT_NOW);
       const job = await jobOf(chain);
       expect(await job.getState()).toBe('delayed');
       expect(job.failedReason).toBeFalsy();
@@ -248,7 +254,7 @@ describe('ensureRenewalJob while the job is active', () => {
    * the moment a job has decided from the chain as it was and not yet left the active state.
    */
   async function heldActive(chain: Chain, finish: (job: Job, token?: string) => Promise<string>) {
-    await ensureRenewalJob(queue, chain, NOW);
+    await ensureRenewalJob(queue, chain, AT_NOW);
     let release = () => {};
     const released = new Promise<void>((resolve) => {
       release = resolve;
@@ -272,7 +278,7 @@ describe('ensureRenewalJob while the job is active', () => {
   it('waits for one that decided not to renew, then replaces it', async () => {
     const chain = chainFor('ord-1', { nextRenewalAt: NOW });
     const release = await heldActive(chain, async () => 'skipped: auto_renew_off');
-    const ensuring = ensureRenewalJob(queue, { ...chain, nextRenewalAt: NOW + 3 * DAY }, NOW);
+    const ensuring = ensureRenewalJob(queue, { ...chain, nextRenewalAt: NOW + 3 * DAY }, AT_NOW);
     await new Promise((resolve) => setTimeout(resolve, 100));
     release();
     await ensuring;
@@ -287,7 +293,7 @@ describe('ensureRenewalJob while the job is active', () => {
       await job.moveToDelayed(Date.now() + 6 * HOUR * 1000, token);
       throw new DelayedError();
     });
-    const ensuring = ensureRenewalJob(queue, { ...chain, nextRenewalAt: NOW + DAY }, NOW);
+    const ensuring = ensureRenewalJob(queue, { ...chain, nextRenewalAt: NOW + DAY }, AT_NOW);
     await new Promise((resolve) => setTimeout(resolve, 100));
     release();
     await ensuring;
@@ -295,6 +301,36 @@ describe('ensureRenewalJob while the job is active', () => {
     expect(
       Math.abs(((await firesAt(renewalJobId(chain.id, 2))) ?? 0) - (Date.now() + DAY * 1000)),
     ).toBeLessThan(5_000);
+  });
+});
+
+describe('ensureRenewalJob counts the delay from when it is set', () => {
+  it('after waiting for an active job, delays from the clock then, not from the call', async () => {
+    // The system clock: the wait for the active job takes real seconds.
+    const start = systemClock.now();
+    const chain = chainFor('ord-1', { nextRenewalAt: start });
+    await ensureRenewalJob(queue, chain, systemClock);
+    const started = new Promise<void>((resolve) => {
+      const worker = new Worker(
+        QUEUES.renewals,
+        async (job, token) => {
+          resolve();
+          // Decides, then puts itself off 1.5 s later (a payment wait, say).
+          await new Promise((done) => setTimeout(done, 1_500));
+          await job.moveToDelayed(Date.now() + 6 * HOUR * 1000, token);
+          throw new DelayedError();
+        },
+        { connection: db.redis, prefix },
+      );
+      workers.push(worker);
+    });
+    await started;
+    const nextRenewalAt = start + DAY;
+    await ensureRenewalJob(queue, { ...chain, nextRenewalAt }, systemClock);
+    // Whole seconds by the clock: at most a second past the time, never 1.5 s more.
+    const late = ((await firesAt(renewalJobId(chain.id, 2))) ?? 0) - nextRenewalAt * 1000;
+    expect(late).toBeGreaterThanOrEqual(0);
+    expect(late).toBeLessThan(1_000);
   });
 });
 
@@ -335,7 +371,7 @@ describe('addNextRenewalJob', () => {
       term: { orderId: 'ord-1.r2', count: 2, startsAt: NOW, expiresAt: NOW + 31 * DAY },
       nextRenewalAt: NOW + 24 * DAY,
     });
-    await addNextRenewalJob(queue, chain, NOW);
+    await addNextRenewalJob(queue, chain, AT_NOW);
     const job = await jobOf(chain);
     expect(job.id).toBe(`renew-${chain.id}-3`);
     expect(job.data).toMatchObject({ count: 3, dueAt: NOW + 24 * DAY });
@@ -345,7 +381,7 @@ describe('addNextRenewalJob', () => {
 
   it('adds nothing for a chain that will not renew', async () => {
     const chain = chainFor('ord-1', { autoRenew: false, nextRenewalAt: null });
-    await addNextRenewalJob(queue, chain, NOW);
+    await addNextRenewalJob(queue, chain, AT_NOW);
     expect(await queue.getJobCounts('delayed', 'waiting')).toEqual({ delayed: 0, waiting: 0 });
   });
 });
@@ -354,7 +390,7 @@ describe('renewal job ids', () => {
   it('are accepted by BullMQ for order ids that are all digits or hold a colon', async () => {
     for (const order of ['12345', 'a:b', '::', '0']) {
       const chain = chainFor(order);
-      await ensureRenewalJob(queue, chain, NOW);
+      await ensureRenewalJob(queue, chain, AT_NOW);
       expect((await jobOf(chain)).data).toMatchObject({ order });
     }
     expect(await queue.getJobCounts('delayed')).toEqual({ delayed: 4 });
