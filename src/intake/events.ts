@@ -24,9 +24,19 @@ const text = z
 /** Order ids that the workers derive for renewals, partials and add-ons; producers may not use them. */
 export const RESERVED_ORDER_SUFFIX = /\.(r|p|a)\d+$/;
 
+/**
+ * The ops API names chains and customers in its paths (`/ops/chains/:order`), and HTTP clients
+ * resolve a path segment "." or ".." (even percent-encoded) before sending it: an order or a
+ * customer so named could never be looked at or switched.
+ */
+const DOT_SEGMENT = /^\.{1,2}$/;
+const notADotSegment = {
+  message: 'must not be "." or ".." (the ops API names it in a URL path, which cannot hold them)',
+};
+
 const orderPlaced = z.object({
   customer: z.object({
-    id: callerId,
+    id: callerId.refine((id) => !DOT_SEGMENT.test(id), notADotSegment),
     name: text,
     admin: z.object({
       email,
@@ -46,7 +56,8 @@ const orderPlaced = z.object({
       )
       .refine((id) => !RESERVED_ORDER_SUFFIX.test(id), {
         message: 'must not end in .r<n>, .p<n> or .a<n> (reserved for orders the workers create)',
-      }),
+      })
+      .refine((id) => !DOT_SEGMENT.test(id), notADotSegment),
     product: z
       .string()
       .min(1, 'must not be empty')

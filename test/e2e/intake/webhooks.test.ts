@@ -577,6 +577,23 @@ describe('a signed request with a bad body', () => {
     await expectInvalid(answer, 'invalid_event', 'data.order.id: must not end in .r<n>');
   });
 
+  it.each([
+    ['order.id', '..'],
+    ['customer.id', '.'],
+  ])(
+    'is refused 400 when order.placed names its %s %j, a path no URL can hold',
+    async (field, id) => {
+      const data = structuredClone(samples['order.placed']) as Record<
+        string,
+        Record<string, unknown>
+      >;
+      const [object, key] = field.split('.') as [string, string];
+      (data[object] as Record<string, unknown>)[key] = id;
+      const answer = await deliver({ type: 'order.placed', data });
+      await expectInvalid(answer, 'invalid_event', `data.${field}: must not be "." or ".."`);
+    },
+  );
+
   it('is refused 400 when order.placed uses an order id too long for its renewals', async () => {
     const data = structuredClone(samples['order.placed']) as { order: Record<string, unknown> };
     // 105 characters: its renewal ids (`.r2`, ...) would fit, an add-on's renewals might not.
