@@ -1,27 +1,37 @@
 // What the workers need from a provisioning service, whether embedded (in-process) or remote (HTTP).
 import { z } from 'zod';
 import type { Companion } from '../provisioning/order-operations.js';
-import type { Variant } from '../provisioning/schemas.js';
+import { epochSeconds, type Variant } from '../provisioning/schemas.js';
 
 /**
  * An order as the provisioning interface answers it (both variants). Where the spec leaves room,
  * the check does too, for fields the workers do not record: `customer` is the customer's internal
  * id, an integer in the external variant's Customer, and the answer to a partial order is not
- * shown (it may carry no `duration`, as it was sent none).
+ * shown (it may carry no `duration`, as it was sent none). Its dates are the interface's epoch
+ * seconds and its term is not empty: an answer in milliseconds, say, would otherwise be recorded
+ * and put the next renewal in the year 58,000, where the chain would never renew again.
  */
-export const orderResponse = z.looseObject({
-  id: z.string(),
-  customer: z.union([z.string(), z.int()]),
-  instance: z.union([z.string(), z.int()]).nullable(),
-  product: z.string(),
-  licenses: z.int(),
-  duration: z.enum(['monthly', 'yearly']).nullish(),
-  count: z.int(),
-  createdAt: z.int(),
-  startsAt: z.int(),
-  expiresAt: z.int(),
-  remoteId: z.string(),
-});
+export const orderResponse = z
+  .looseObject({
+    id: z.string(),
+    customer: z.union([z.string(), z.int()]),
+    instance: z.union([z.string(), z.int()]).nullable(),
+    product: z.string(),
+    licenses: z.int().min(0),
+    duration: z.enum(['monthly', 'yearly']).nullish(),
+    count: z.int(),
+    createdAt: epochSeconds,
+    startsAt: epochSeconds,
+    expiresAt: epochSeconds,
+    remoteId: z.string(),
+  })
+  .refine((order) => order.expiresAt > order.startsAt, {
+    path: ['expiresAt'],
+    error: (issue) => {
+      const order = issue.input as { startsAt: number; expiresAt: number };
+      return `must be after startsAt (${order.startsAt}), got ${order.expiresAt}`;
+    },
+  });
 export type OrderResponse = z.infer<typeof orderResponse>;
 
 export const customerResponse = z.looseObject({

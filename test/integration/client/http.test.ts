@@ -273,6 +273,27 @@ describe('the HTTP client when the service fails', () => {
     }
   });
 
+  it('never takes an order answered in milliseconds or with an empty term', async () => {
+    const bodies = [
+      { ...orderOf(), startsAt: T0 * 1000, expiresAt: (T0 + DAY) * 1000 },
+      { ...orderOf(), expiresAt: T0 },
+      { ...orderOf(), licenses: -1 },
+    ];
+    const client = await clientAnswering((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(bodies.shift()));
+    });
+    for (const expected of [
+      /answer\.startsAt: must be at most 253402300799/,
+      new RegExp(`answer\\.expiresAt: must be after startsAt \\(${T0}\\), got ${T0}`),
+      /answer\.licenses/,
+    ]) {
+      const error = await client.createOrder(anOrder).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(MalformedAnswerError);
+      expect((error as Error).message).toMatch(expected);
+    }
+  });
+
   it('takes an order whose customer is an integer, or a partial order answered without duration', async () => {
     // The external variant's internal customer id is an integer; the spec does not show the
     // answer to a partial order, which was sent no duration.
