@@ -22,6 +22,7 @@ import {
 import { chainOfEvent, withChainLock } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
 import { describeTerm, sendIntent } from './intents.js';
+import { checkLateOrder, LATE_ORDER_CHECK, scheduleLateOrderCheck } from './late-orders.js';
 import {
   ensureFamilyRenewalJobs,
   ensureRenewalJob,
@@ -29,7 +30,10 @@ import {
   schedulesRenewals,
 } from './renewals.js';
 
-/** Jobs of this queue are webhook events (data: `eventJobData`, name: `eventJobName`). */
+/**
+ * Jobs of this queue are webhook events (data: `eventJobData`, name: `eventJobName`), and the
+ * checks for orders made after their chain was cancelled (late-orders.ts).
+ */
 export const schema = eventJobData;
 
 function causeOf(job: Job, data: EventJobData, orderId?: string) {
@@ -205,6 +209,8 @@ async function cancelOrder(
       now,
       cause: causeOf(job, data, ev.order),
       reason: `order.cancelled for ${ev.order}`,
+      lateCheck: (orderId) =>
+        scheduleLateOrderCheck(deps.queues.orders, deps.clock, { chainId, orderId }),
     });
     await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, saved, deps.clock);
     return `cancelled: ${chain.order}`;
@@ -213,6 +219,7 @@ async function cancelOrder(
 
 export function makeProcessor(deps: WorkerDeps) {
   return async function processOrderEvent(job: Job, jobToken?: string): Promise<string> {
+    if (job.name.startsWith(LATE_ORDER_CHECK)) return checkLateOrder(deps, job, jobToken);
     const data = eventJobData.parse(job.data);
     switch (data.type) {
       case 'order.placed':

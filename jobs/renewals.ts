@@ -31,6 +31,7 @@ import { MAX_RETRY_DELAY_MS } from '../src/retry-policy.js';
 import { delayJobUntil, waitForLock, withChainLock } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
 import { describeTerm, sendIntent } from './intents.js';
+import { scheduleLateOrderCheck } from './late-orders.js';
 import { finishPendingSeatPurchase } from './seat-purchases.js';
 
 /**
@@ -1163,10 +1164,15 @@ async function dropCancelledRenewal(
   // What the intent may have made is cancelled: external renewals through the add-on's first
   // order, which cancels its whole chain (the family's cancel leaves out an add-on whose term
   // had ended). Null: the provider never made it.
-  const cancelled = await cancelIfMade(
-    deps.provisioning,
-    orderToChange(chain, intent.orderId, deps.provisioning.variant),
-  );
+  const asked = orderToChange(chain, intent.orderId, deps.provisioning.variant);
+  const cancelled = await cancelIfMade(deps.provisioning, asked);
+  if (cancelled === null) {
+    // A request of it that timed out may yet be made.
+    await scheduleLateOrderCheck(deps.queues.orders, deps.clock, {
+      chainId: chain.id,
+      orderId: asked,
+    });
+  }
   const now = deps.clock.now();
   const cause = { jobId: job.id ?? '', orderId: intent.orderId };
   const saved = await deps.chains.save({

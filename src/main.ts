@@ -204,6 +204,7 @@ export async function start(
               chains,
               renewals: api.renewals,
               paymentSignals: api['payment-signals'],
+              orders: api.orders,
               provisioning,
               clock,
               token: secrets.opsToken.value,

@@ -8,16 +8,18 @@ import type { ChainStore } from './store.js';
 
 /**
  * An order a crashed job may have made but not recorded (its intent is still on the chain) is
- * cancelled too; if the provider never made it, its "not found" answer is the expected outcome.
+ * cancelled too; if the provider never made it, its "not found" answer is the expected outcome
+ * (`made: false`), though a request of it that timed out may still be made (lateCheck).
  * External renewals belong to the first order's chain, which is cancelled already.
  */
 async function cancelPendingIntent(
   provisioning: ProvisioningClient,
   chain: Chain,
-): Promise<string | null> {
+): Promise<{ orderId: string; made: boolean } | null> {
   const intent = chain.intent;
   if (!intent || (provisioning.variant === 'external' && intent.kind === 'renewal')) return null;
-  return cancelIfMade(provisioning, intent.orderId);
+  const made = (await cancelIfMade(provisioning, intent.orderId)) !== null;
+  return { orderId: intent.orderId, made };
 }
 
 /** How a provider says it has no such order: the embedded core's words, or a remote's. */
@@ -51,6 +53,11 @@ export async function cancelChain(input: {
   now: number;
   cause: Cause;
   reason: string;
+  /**
+   * Schedules a later look for an intent's order the provider did not know (jobs/late-orders):
+   * called before the cancel is saved.
+   */
+  lateCheck: (orderId: string) => Promise<void>;
 }): Promise<Chain> {
   const { chain, token } = input.held;
   const addOns = await input.chains.getMany(chain.addOns);
@@ -59,7 +66,8 @@ export async function cancelChain(input: {
     input.provisioning.cancelOrder(order),
   );
   const pending = await cancelPendingIntent(input.provisioning, chain);
-  if (pending) ids.push(pending);
+  if (pending?.made) ids.push(pending.orderId);
+  else if (pending) await input.lateCheck(pending.orderId);
   const saved = await input.chains.save({
     chainId: chain.id,
     token,

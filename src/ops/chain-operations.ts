@@ -1,5 +1,6 @@
 // What an operator can do to chains, shared by the ops API and the CLI.
 import type { Queue } from 'bullmq';
+import { scheduleLateOrderCheck } from '../../jobs/late-orders.js';
 import { ensureSuspensionJob } from '../../jobs/payment-signals.js';
 import { ensureFamilyRenewalJobs } from '../../jobs/renewals.js';
 import { cancelChain } from '../chains/cancel.js';
@@ -26,6 +27,8 @@ export interface ChainOperationsDeps {
   variant: 'marketplace' | 'external';
   /** Needed only to cancel. */
   provisioning?: ProvisioningClient;
+  /** Needed only to cancel: where a cancel leaves its check for a late order (late-orders). */
+  orders?: Queue;
 }
 
 export interface UpcomingRenewal {
@@ -204,14 +207,19 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
     cancel: (order: string, cause: Cause) =>
       change(order, async ({ chain, token }) => {
         if (chain.status === 'cancelled') return chain;
-        if (!deps.provisioning) throw new Error('cancelling a chain needs a provisioning client');
+        const { provisioning, orders } = deps;
+        if (!provisioning || !orders) {
+          throw new Error('cancelling a chain needs a provisioning client and the orders queue');
+        }
         return cancelChain({
           chains,
-          provisioning: deps.provisioning,
+          provisioning,
           held: { chain, token },
           now: clock.now(),
           cause,
           reason: 'cancelled by an operator',
+          lateCheck: (orderId) =>
+            scheduleLateOrderCheck(orders, clock, { chainId: chain.id, orderId }),
         });
       }),
 

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Job, Worker } from 'bullmq';
 import { describe, expect, it, vi } from 'vitest';
+import { lateOrderCheckJobId } from '../../../jobs/late-orders.js';
 import { makeProcessor as makeMaintenanceProcessor } from '../../../jobs/maintenance.js';
 import { renewalJobId } from '../../../jobs/renewals.js';
 import { makeProcessor as makeSeatProcessor } from '../../../jobs/seat-changes.js';
@@ -1143,6 +1144,10 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     const chain = await addOnRenewalInFlightAtCancel('A-13', { made: false });
     expect(await system.providerOrder('A-13.a1.r2')).toBeNull();
     expect(chain.addOns[0]?.history.at(-1)?.detail).toContain('not sent');
+    // Its request may still be made (an answer lost to a timeout): a check looks again later.
+    const check = await system.queue('orders').getJob(lateOrderCheckJobId('A-13.a1.r2'));
+    expect(check?.data).toMatchObject({ chainId: chainIdOf('A-13.a1'), orderId: 'A-13.a1.r2' });
+    expect(await check?.getState()).toBe('delayed');
     expect(chain.addOns[0]).toMatchObject({ status: 'cancelled', term: { count: 1 } });
   });
 
