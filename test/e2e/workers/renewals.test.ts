@@ -466,6 +466,7 @@ describe('an order.placed job retried after its first order failed', () => {
     const placeOrders = makeOrdersProcessor(workerDepsOf(system, { provisioning: losing }));
     const job = {
       id: 'place-CUST-R',
+      name: 'order.placed CUST-R',
       data: {
         webhookId: 'wh-cust-r',
         type: 'order.placed',
