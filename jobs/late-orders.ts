@@ -7,7 +7,7 @@ import { z } from 'zod';
 import { cancelIfMade } from '../src/chains/cancel.js';
 import { digest } from '../src/chains/keys.js';
 import { type Clock, delayUntil } from '../src/clock.js';
-import { defaultJobOptions } from '../src/queues.js';
+import { defaultJobOptions, removedUnlessRunning } from '../src/queues.js';
 import { delayJobUntil, withChainLock } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
 
@@ -40,20 +40,32 @@ export function lateOrderCheckJobId(orderId: string): string {
 }
 
 /**
- * Schedules the checks for `orderId`, which the provider did not know when the chain's cancel
- * asked for it. Added before the cancel is saved: a cancel that dies in between leaves a check
- * that finds the chain not cancelled and does nothing, never a cancel without its check.
+ * What a cancel that asked the provider for an intent's order leaves behind. Not `made` (the
+ * provider did not know it): the checks for it, from now. Made (cancelled by the cancel itself):
+ * no check, and one left by an earlier attempt goes, so it never reports as late an order the
+ * cancel dealt with. Called before the cancel is saved: a cancel that dies in between leaves a
+ * check that finds the chain not cancelled and does nothing, and its retry (however much later)
+ * schedules the checks again, so a recorded cancel never stands without them.
  */
-export async function scheduleLateOrderCheck(
+export async function settleLateOrderCheck(
   queue: Queue,
   clock: Clock,
-  target: { chainId: string; orderId: string },
+  target: { chainId: string; orderId: string; made: boolean },
 ): Promise<void> {
+  const { chainId, orderId, made } = target;
+  const jobId = lateOrderCheckJobId(orderId);
+  const existing = await queue.getJob(jobId);
+  if (existing && !(await removedUnlessRunning(existing))) {
+    // Running: it waits for the chain's lock, which this cancel holds, and then finds the chain
+    // cancelled and looks for the order itself.
+    return;
+  }
+  if (made) return;
   const since = clock.now();
-  const data: LateOrderCheckData = { ...target, since, check: 0 };
-  await queue.add(`${LATE_ORDER_CHECK} ${target.orderId}`, data, {
+  const data: LateOrderCheckData = { chainId, orderId, since, check: 0 };
+  await queue.add(`${LATE_ORDER_CHECK} ${orderId}`, data, {
     ...defaultJobOptions,
-    jobId: lateOrderCheckJobId(target.orderId),
+    jobId,
     delay: delayUntil(clock, since + LATE_ORDER_CHECK_AFTER[0]),
   });
 }

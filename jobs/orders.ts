@@ -22,7 +22,7 @@ import {
 import { chainOfEvent, withChainLock } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
 import { describeTerm, sendIntent } from './intents.js';
-import { checkLateOrder, LATE_ORDER_CHECK, scheduleLateOrderCheck } from './late-orders.js';
+import { checkLateOrder, LATE_ORDER_CHECK, settleLateOrderCheck } from './late-orders.js';
 import {
   ensureFamilyRenewalJobs,
   ensureRenewalJob,
@@ -209,8 +209,8 @@ async function cancelOrder(
       now,
       cause: causeOf(job, data, ev.order),
       reason: `order.cancelled for ${ev.order}`,
-      lateCheck: (orderId) =>
-        scheduleLateOrderCheck(deps.queues.orders, deps.clock, { chainId, orderId }),
+      lateCheck: (orderId, made) =>
+        settleLateOrderCheck(deps.queues.orders, deps.clock, { chainId, orderId, made }),
     });
     await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, saved, deps.clock);
     return `cancelled: ${chain.order}`;

@@ -31,7 +31,7 @@ import { MAX_RETRY_DELAY_MS } from '../src/retry-policy.js';
 import { delayJobUntil, waitForLock, withChainLock } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
 import { describeTerm, sendIntent } from './intents.js';
-import { scheduleLateOrderCheck } from './late-orders.js';
+import { settleLateOrderCheck } from './late-orders.js';
 import { finishPendingSeatPurchase } from './seat-purchases.js';
 
 /**
@@ -1166,13 +1166,12 @@ async function dropCancelledRenewal(
   // had ended). Null: the provider never made it.
   const asked = orderToChange(chain, intent.orderId, deps.provisioning.variant);
   const cancelled = await cancelIfMade(deps.provisioning, asked);
-  if (cancelled === null) {
-    // A request of it that timed out may yet be made.
-    await scheduleLateOrderCheck(deps.queues.orders, deps.clock, {
-      chainId: chain.id,
-      orderId: asked,
-    });
-  }
+  // Not known: a request of it that timed out may yet be made.
+  await settleLateOrderCheck(deps.queues.orders, deps.clock, {
+    chainId: chain.id,
+    orderId: asked,
+    made: cancelled !== null,
+  });
   const now = deps.clock.now();
   const cause = { jobId: job.id ?? '', orderId: intent.orderId };
   const saved = await deps.chains.save({

@@ -54,10 +54,10 @@ export async function cancelChain(input: {
   cause: Cause;
   reason: string;
   /**
-   * Schedules a later look for an intent's order the provider did not know (jobs/late-orders):
-   * called before the cancel is saved.
+   * Settles the later look for the intent's order (jobs/late-orders): scheduled when the
+   * provider did not know it (`made: false`), dropped when it did. Called before the save.
    */
-  lateCheck: (orderId: string) => Promise<void>;
+  lateCheck: (orderId: string, made: boolean) => Promise<void>;
 }): Promise<Chain> {
   const { chain, token } = input.held;
   const addOns = await input.chains.getMany(chain.addOns);
@@ -66,8 +66,8 @@ export async function cancelChain(input: {
     input.provisioning.cancelOrder(order),
   );
   const pending = await cancelPendingIntent(input.provisioning, chain);
+  if (pending) await input.lateCheck(pending.orderId, pending.made);
   if (pending?.made) ids.push(pending.orderId);
-  else if (pending) await input.lateCheck(pending.orderId);
   const saved = await input.chains.save({
     chainId: chain.id,
     token,

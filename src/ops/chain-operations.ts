@@ -1,6 +1,6 @@
 // What an operator can do to chains, shared by the ops API and the CLI.
 import type { Queue } from 'bullmq';
-import { scheduleLateOrderCheck } from '../../jobs/late-orders.js';
+import { settleLateOrderCheck } from '../../jobs/late-orders.js';
 import { ensureSuspensionJob } from '../../jobs/payment-signals.js';
 import { ensureFamilyRenewalJobs } from '../../jobs/renewals.js';
 import { cancelChain } from '../chains/cancel.js';
@@ -218,8 +218,8 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
           now: clock.now(),
           cause,
           reason: 'cancelled by an operator',
-          lateCheck: (orderId) =>
-            scheduleLateOrderCheck(orders, clock, { chainId: chain.id, orderId }),
+          lateCheck: (orderId, made) =>
+            settleLateOrderCheck(orders, clock, { chainId: chain.id, orderId, made }),
         });
       }),
 

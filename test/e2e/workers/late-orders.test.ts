@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import {
   LATE_ORDER_CHECK_AFTER,
   lateOrderCheckJobId,
-  scheduleLateOrderCheck,
+  settleLateOrderCheck,
 } from '../../../jobs/late-orders.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
 import type { CreateOrderInput } from '../../../src/client/provisioning-client.js';
@@ -99,14 +99,47 @@ describe('a cancel that found an in-flight order missing', () => {
     const params = await purchaseTimedOut(system, 'LATE-3');
     await system.started.provisioning.createOrder(params);
     // What the dead cancel left: its check, the chain not cancelled.
-    await scheduleLateOrderCheck(system.queue('orders'), systemClock, {
+    await settleLateOrderCheck(system.queue('orders'), systemClock, {
       chainId: chainIdOf('LATE-3'),
       orderId: 'LATE-3.p1',
+      made: false,
     });
     await system.promote('orders', lateOrderCheckJobId('LATE-3.p1'));
     await expect.poll(() => checkState(system, 'LATE-3.p1')).toBe('completed');
     const job = await system.queue('orders').getJob(lateOrderCheckJobId('LATE-3.p1'));
     expect(job?.returnvalue).toBe('skipped: chain not cancelled');
     expect((await system.providerOrder('LATE-3.p1'))?.status).not.toBe('cancelled');
+
+    // The cancel's retry finds the order made and cancels it itself: no check is left to
+    // report it late.
+    await settleLateOrderCheck(system.queue('orders'), systemClock, {
+      chainId: chainIdOf('LATE-3'),
+      orderId: 'LATE-3.p1',
+      made: false,
+    });
+    await system.send('order.cancelled', { order: 'LATE-3' });
+    const chain = await system.waitForChain('LATE-3', (c) => c.status === 'cancelled');
+    expect(chain.history.at(-1)?.detail).toContain('LATE-3.p1');
+    expect((await system.providerOrder('LATE-3.p1'))?.status).toBe('cancelled');
+    expect(await checkState(system, 'LATE-3.p1')).toBeUndefined();
+  });
+
+  it('checks again for a cancel retried after its dead attempt’s check had run', async () => {
+    const params = await purchaseTimedOut(system, 'LATE-4');
+    await settleLateOrderCheck(system.queue('orders'), systemClock, {
+      chainId: chainIdOf('LATE-4'),
+      orderId: 'LATE-4.p1',
+      made: false,
+    });
+    await system.promote('orders', lateOrderCheckJobId('LATE-4.p1'));
+    await expect.poll(() => checkState(system, 'LATE-4.p1')).toBe('completed');
+
+    await system.send('order.cancelled', { order: 'LATE-4' });
+    await system.waitForChain('LATE-4', (c) => c.status === 'cancelled');
+    expect(await checkState(system, 'LATE-4.p1')).toBe('delayed');
+    await system.started.provisioning.createOrder(params);
+    await system.promote('orders', lateOrderCheckJobId('LATE-4.p1'));
+    await system.waitForChain('LATE-4', (c) => c.history.at(-1)?.event === 'order.late');
+    expect((await system.providerOrder('LATE-4.p1'))?.status).toBe('cancelled');
   });
 });
