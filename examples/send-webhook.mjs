@@ -8,7 +8,7 @@
 //                 ($DATA_DIR defaults to ./data, as for the service)
 // Webhook id:     --id, else a fresh random one (send the same id again to see deduplication)
 //
-// Prints the HTTP status and the response body. Exits 0 on 2xx, 1 otherwise.
+// Prints the HTTP status and the response body. Exits 0 on 2xx, 1 otherwise, 2 on bad arguments.
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -52,14 +52,44 @@ function webhookSecret() {
   }
 }
 
-const base = (args.values.url || process.env.BILLING_URL || 'http://127.0.0.1:3000').replace(
-  /\/+$/,
-  '',
-);
-const id = args.values.id || `evt-${randomUUID()}`;
+function serviceUrl() {
+  const given = args.values.url ?? process.env.BILLING_URL ?? 'http://127.0.0.1:3000';
+  const from = args.values.url !== undefined ? '--url' : 'BILLING_URL';
+  let url;
+  try {
+    url = new URL(given);
+  } catch {
+    fail(`${from} must be an http(s) URL, got ${JSON.stringify(given)}`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    fail(`${from} must be an http(s) URL, got ${JSON.stringify(given)}`);
+  }
+  return given.replace(/\/+$/, '');
+}
+
+function webhookId() {
+  const given = args.values.id;
+  if (given === undefined) return `evt-${randomUUID()}`;
+  if (given === '') fail('--id must not be empty');
+  // A header loses them on the way, and the service checks the signature of what arrives.
+  if (given.trim() !== given) fail('--id must not start or end with whitespace');
+  return given;
+}
+
+function signer() {
+  try {
+    return new Webhook(webhookSecret());
+  } catch (error) {
+    // Never the secret itself: the library's reason is enough.
+    fail(`WEBHOOK_SECRET is not a webhook secret (whsec_<base64>): ${error.message}`);
+  }
+}
+
+const base = serviceUrl();
+const id = webhookId();
 const body = JSON.stringify({ type, data });
 const timestamp = new Date();
-const signature = new Webhook(webhookSecret()).sign(id, timestamp, body);
+const signature = signer().sign(id, timestamp, body);
 
 let response;
 try {

@@ -63,4 +63,24 @@ describe('examples/send-webhook.mjs', () => {
     expect(forged.code).toBe(1);
     expect(forged.stdout).toMatch(/^401 .*invalid_signature/);
   });
+
+  it.each([
+    ['a --url that is not a URL', ['--url', 'notaurl'], {}, '--url must be an http(s) URL'],
+    ['a --url of another scheme', ['--url', 'ftp://x'], {}, '--url must be an http(s) URL'],
+    ['an empty --id', ['--id', ''], {}, '--id must not be empty'],
+    ['an --id with a space at its end', ['--id', 'evt-1 '], {}, '--id must not start or end'],
+    [
+      'a WEBHOOK_SECRET that is not whsec_<base64>',
+      [],
+      { WEBHOOK_SECRET: 'not base64!!' },
+      'WEBHOOK_SECRET is not a webhook secret',
+    ],
+  ])('exits 2 with the usage for %s, sending nothing', async (_case, args, env, reason) => {
+    const sent = await send(['seats.changed', '{"order":"EX-9","licenses":8}', ...args], env);
+    expect({ code: sent.code, stdout: sent.stdout }).toEqual({ code: 2, stdout: '' });
+    expect(sent.stderr).toContain(reason);
+    expect(sent.stderr).toContain('usage:');
+    expect(sent.stderr).not.toMatch(/\n\s+at /);
+    expect(sent.stderr).not.toContain('not base64!!');
+  });
 });
