@@ -86,7 +86,7 @@ export const settingDefinitions = {
     // Onboarding links are this address followed by a path: a query or a fragment would end
     // up before it, and credentials in every link.
     schema: z
-      .url({ protocol: /^https?$/ })
+      .url({ protocol: /^https?$/, error: 'must be an http(s) URL' })
       .refine((url) => {
         if (!URL.canParse(url)) return true; // refused above, as not a URL
         // As written: an empty query or fragment (`/?`, `/#`) or credentials (`:@`) parse empty.
@@ -158,7 +158,7 @@ export const settingDefinitions = {
   },
   PROVISIONING_URL: {
     schema: z
-      .url({ protocol: /^https?$/, abort: true })
+      .url({ protocol: /^https?$/, abort: true, error: 'must be an http(s) URL' })
       // The client would drop them unsaid, and the service's 401 would blame the API key.
       .refine((url) => {
         const { username, password } = new URL(url);

@@ -217,6 +217,16 @@ describe('loadSettings', () => {
     },
   );
 
+  it.each([
+    ['PROVISIONING_URL', 'ftp://remote/provisioning'],
+    ['PROVISIONING_URL', 'http//remote'],
+    ['PUBLIC_URL', 'ftp://billing.example'],
+  ])('says a %s of %j must be an http(s) URL (the table says which schemes)', (name, url) => {
+    expect(() => loadSettings({ [name]: url, PROVISIONING_API_KEY: 'k' })).toThrow(
+      `${name}=${JSON.stringify(url)}: must be an http(s) URL`,
+    );
+  });
+
   it('refuses a PROVISIONING_URL with a user or password, hiding the password', () => {
     expect(() =>
       loadSettings({
