@@ -3,6 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { link, mkdir, readFile, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { z } from 'zod';
+import { inDataDir } from './data-dir.js';
 import { ConfigError } from './errors.js';
 
 /**
@@ -21,6 +22,15 @@ export async function loadOrCreateSecret(
   generate: () => string = () => randomBytes(32).toString('base64url'),
 ): Promise<{ value: string; generated: boolean }> {
   if (configured) return { value: configured, generated: false };
+  return inDataDir(dataDir, () => keptOrCreated(dataDir, name, schema, generate));
+}
+
+async function keptOrCreated(
+  dataDir: string,
+  name: string,
+  schema: z.ZodType<string | undefined>,
+  generate: () => string,
+): Promise<{ value: string; generated: boolean }> {
   const folder = join(dataDir, 'secrets');
   const file = join(folder, name);
   const kept = await keptSecret(file, schema);
@@ -52,7 +62,7 @@ export function keptSecretIn(
   name: string,
   schema: z.ZodType<string | undefined>,
 ): Promise<string | null> {
-  return keptSecret(join(dataDir, 'secrets', name), schema);
+  return inDataDir(dataDir, () => keptSecret(join(dataDir, 'secrets', name), schema));
 }
 
 /** The secret kept in `file`, or null when there is none yet. */

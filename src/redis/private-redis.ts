@@ -10,6 +10,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { z } from 'zod';
+import { inDataDir } from '../data-dir.js';
 import { ConfigError, TransientError } from '../errors.js';
 
 const READY_LINE = 'Ready to accept connections';
@@ -87,7 +88,11 @@ export async function findRunningPrivateRedis(dataDir: string): Promise<string |
  * Reuses the private Redis recorded under `<dataDir>/redis`, or starts one with append-only
  * persistence there. Only a server started here is stopped by the returned stop().
  */
-export async function ensurePrivateRedis(opts: PrivateRedisOptions): Promise<PrivateRedis> {
+export function ensurePrivateRedis(opts: PrivateRedisOptions): Promise<PrivateRedis> {
+  return inDataDir(opts.dataDir, () => privateRedisOf(opts));
+}
+
+async function privateRedisOf(opts: PrivateRedisOptions): Promise<PrivateRedis> {
   const dir = redisDir(opts.dataDir);
   const running = await readLiveRecord(dir, opts.patienceMs);
   if (running !== null) return reuse(running, dir, opts.log);

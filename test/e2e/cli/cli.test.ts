@@ -452,6 +452,27 @@ describe('billing start with an unusable kept secret', () => {
   });
 });
 
+describe('billing with a DATA_DIR that is a file', () => {
+  it.each([
+    [['start'], { PORT: '0' }],
+    [['partners', 'list'], {}],
+  ])('%j stops with status 2 naming DATA_DIR, no stack trace', async (args, extra) => {
+    const scratch = await mkdtemp(join(tmpdir(), 'billing-cli-datadir-'));
+    try {
+      const file = join(scratch, 'not-a-folder');
+      await writeFile(file, '');
+      const out = await runScript(BIN, args, cleanEnv({ DATA_DIR: file, ...extra }));
+      expect(out.code).toBe(2);
+      expect(out.stderr).toMatch(
+        new RegExp(`^billing: DATA_DIR=${file}: not a folder this process can use \\(ENOTDIR`, 'm'),
+      );
+      expect(out.stderr).not.toMatch(/^\s+at /m);
+    } finally {
+      await rm(scratch, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('billing start when Redis goes away', () => {
   let server: ChildProcess | undefined;
   let own: TestRedis;
