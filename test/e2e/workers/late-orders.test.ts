@@ -37,6 +37,15 @@ async function purchaseTimedOut(system: System, order: string): Promise<CreateOr
   return params;
 }
 
+/** What a cancel of `order` that died before its save left: the check of its `.p1`. */
+function checkLeftByDeadCancel(system: System, order: string): Promise<void> {
+  return settleLateOrderCheck(system.queue('orders'), systemClock, {
+    chainId: chainIdOf(order),
+    orderId: `${order}.p1`,
+    made: false,
+  });
+}
+
 async function checkState(system: System, orderId: string) {
   const job = await system.queue('orders').getJob(lateOrderCheckJobId(orderId));
   return job?.getState();
@@ -99,11 +108,7 @@ describe('a cancel that found an in-flight order missing', () => {
     const params = await purchaseTimedOut(system, 'LATE-3');
     await system.started.provisioning.createOrder(params);
     // What the dead cancel left: its check, the chain not cancelled.
-    await settleLateOrderCheck(system.queue('orders'), systemClock, {
-      chainId: chainIdOf('LATE-3'),
-      orderId: 'LATE-3.p1',
-      made: false,
-    });
+    await checkLeftByDeadCancel(system, 'LATE-3');
     await system.promote('orders', lateOrderCheckJobId('LATE-3.p1'));
     await expect.poll(() => checkState(system, 'LATE-3.p1')).toBe('completed');
     const job = await system.queue('orders').getJob(lateOrderCheckJobId('LATE-3.p1'));
@@ -112,11 +117,7 @@ describe('a cancel that found an in-flight order missing', () => {
 
     // The cancel's retry finds the order made and cancels it itself: no check is left to
     // report it late.
-    await settleLateOrderCheck(system.queue('orders'), systemClock, {
-      chainId: chainIdOf('LATE-3'),
-      orderId: 'LATE-3.p1',
-      made: false,
-    });
+    await checkLeftByDeadCancel(system, 'LATE-3');
     await system.send('order.cancelled', { order: 'LATE-3' });
     const chain = await system.waitForChain('LATE-3', (c) => c.status === 'cancelled');
     expect(chain.history.at(-1)?.detail).toContain('LATE-3.p1');
@@ -126,11 +127,7 @@ describe('a cancel that found an in-flight order missing', () => {
 
   it('checks again for a cancel retried after its dead attempt’s check had run', async () => {
     const params = await purchaseTimedOut(system, 'LATE-4');
-    await settleLateOrderCheck(system.queue('orders'), systemClock, {
-      chainId: chainIdOf('LATE-4'),
-      orderId: 'LATE-4.p1',
-      made: false,
-    });
+    await checkLeftByDeadCancel(system, 'LATE-4');
     await system.promote('orders', lateOrderCheckJobId('LATE-4.p1'));
     await expect.poll(() => checkState(system, 'LATE-4.p1')).toBe('completed');
 
