@@ -5,6 +5,7 @@ import { inProcessClient } from './client/in-process.js';
 import type { ProvisioningClient } from './client/provisioning-client.js';
 import { type Clock, partnerClock } from './clock.js';
 import type { Runtime } from './embedded.js';
+import { ConfigError, RefusalError } from './errors.js';
 
 /**
  * Embedded mode acts for one partner account, created at boot when missing, and its `clock` is
@@ -26,12 +27,16 @@ export async function makeProvisioningClient(
     });
     return { client, clock: runtime.clock };
   }
-  const partner = await runtime.partners.ensure({
-    name: settings.PARTNER_NAME,
-    variant: settings.PARTNER_VARIANT,
-    renewalWindowDays: settings.PARTNER_RENEWAL_WINDOW_DAYS,
-    now: runtime.clock.now(),
-  });
+  const partner = await runtime.partners
+    .ensure({
+      name: settings.PARTNER_NAME,
+      variant: settings.PARTNER_VARIANT,
+      renewalWindowDays: settings.PARTNER_RENEWAL_WINDOW_DAYS,
+      now: runtime.clock.now(),
+    })
+    .catch((error: unknown) => {
+      throw variantSettingError(error, settings);
+    });
   const client = inProcessClient({
     core: runtime.core,
     partner,
@@ -62,4 +67,17 @@ export async function workersSide(
     variant: partner.variant,
     fromSetting: false,
   };
+}
+
+/**
+ * A partner's variant is fixed when it is created: a start with another PARTNER_VARIANT is a
+ * setting to change (or another PARTNER_NAME to use), said in those settings' names.
+ */
+function variantSettingError(error: unknown, settings: Settings): unknown {
+  if (!(error instanceof RefusalError) || error.code !== 'partner_variant_mismatch') return error;
+  return new ConfigError(
+    'partner_variant_mismatch',
+    `PARTNER_VARIANT=${settings.PARTNER_VARIANT}: the partner PARTNER_NAME=${settings.PARTNER_NAME} exists here with variant ${error.details.existing}, which cannot change; set PARTNER_VARIANT=${error.details.existing}, or another PARTNER_NAME for a new partner`,
+    { setting: 'PARTNER_VARIANT' },
+  );
 }

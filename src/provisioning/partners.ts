@@ -76,7 +76,7 @@ export function makePartnerDirectory(
           throw new RefusalError(
             'partner_variant_mismatch',
             `partner ${input.name} exists with variant ${existing.variant}, not ${input.variant}`,
-            { name: input.name },
+            { name: input.name, existing: existing.variant },
           );
         }
         if (existing.renewalWindowDays === input.renewalWindowDays) return existing;

@@ -71,6 +71,24 @@ it('refuses to serve the provisioning API with another key-hash secret, and lets
   }
 });
 
+it('names PARTNER_VARIANT when its partner exists with the other variant', async () => {
+  const log = createLogger('silent');
+  const on = (variant: string) =>
+    settingsOn(dataDir, {
+      PARTNER_NAME: 'variant-fixed',
+      PARTNER_VARIANT: variant,
+      RECONCILE_INTERVAL_SECONDS: '3600',
+    });
+  const first = await start(on('marketplace'), log, 'worker');
+  await first.stop();
+  await expect(start(on('external'), log, 'worker')).rejects.toMatchObject({
+    name: 'ConfigError',
+    message: expect.stringMatching(
+      /^PARTNER_VARIANT=external: the partner PARTNER_NAME=variant-fixed exists here with variant marketplace.*set PARTNER_VARIANT=marketplace/,
+    ),
+  });
+});
+
 it('warns when HOST binds every address and PUBLIC_URL is left to follow it', async () => {
   const lines = async (extra: Record<string, string>) => {
     const { log, captured } = capturingLogger();
