@@ -1,8 +1,16 @@
 // Turns zod issues into one message that names each bad field and the value it had.
 import type { z } from 'zod';
 
-/** A value as refusals quote it: its JSON, cut short (it may be any length). */
+/**
+ * A value as refusals quote it: its JSON, cut short (it may be any length). A number JSON
+ * cannot carry exactly (1e400 parses as Infinity, which JSON writes as null; digits past 2^53
+ * round) is not quoted as what it became.
+ */
 export function describeValue(value: unknown): string {
+  const inexact =
+    typeof value === 'number' &&
+    (!Number.isFinite(value) || (Number.isInteger(value) && !Number.isSafeInteger(value)));
+  if (inexact) return 'a number out of range';
   const text = JSON.stringify(value) ?? String(value);
   return text.length > 80 ? `${text.slice(0, 77)}...` : text;
 }

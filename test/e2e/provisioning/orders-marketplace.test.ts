@@ -581,6 +581,22 @@ describe('createOrder validation', () => {
     expect(refusal(res)).toBe('customer not found: NOBODY');
   });
 
+  it.each([
+    ['1e400', 'a number out of range'],
+    ['-1e400', 'a number out of range'],
+    ['9007199254740993', 'a number out of range'],
+  ])(
+    'quotes a licenses of %s, which no JSON number holds, as out of range',
+    async (raw, quoted) => {
+      const body = `{"method":"createOrder","params":{"customer":"C-1","id":"O-1","product":"suite-std","licenses":${raw},"duration":"monthly"}}`;
+      const text = refusal(
+        await app.call(client.apiKey, 'createOrder', undefined, { rawBody: body }),
+      );
+      expect(text).toMatch(new RegExp(`^params\\.licenses: .*, got ${quoted}$`));
+      await expect(placeOrder({ ...simple, id: 'O-1' })).resolves.toMatchObject({ licenses: 5 });
+    },
+  );
+
   it('refuses every refused order without storing it', async () => {
     refusal(await createOrder({ ...simple, id: 'O-1', licenses: 0 }));
     const order = await placeOrder({ ...simple, id: 'O-1', licenses: 4 });
