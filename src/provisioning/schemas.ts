@@ -32,10 +32,12 @@ export const email = z
   .max(254, 'must be at most 254 characters')
   .regex(/^[^\p{Cc}]*$/u, 'must not contain control characters')
   .regex(...WELL_FORMED);
+/** Hashed as UTF-8, where every lone surrogate is U+FFFD: two such passwords would match. */
 const password = z
   .string()
   .min(8, 'must be at least 8 characters')
-  .max(128, 'must be at most 128 characters');
+  .max(128, 'must be at most 128 characters')
+  .regex(...WELL_FORMED);
 /** 9999-12-31T23:59:59Z: terms after it would leave the calendar a Date can hold. */
 export const MAX_EPOCH_SECONDS = 253_402_300_799;
 export const epochSeconds = z

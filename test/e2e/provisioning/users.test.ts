@@ -424,6 +424,12 @@ describe.each<Variant>(['marketplace', 'external'])('users in the %s variant', (
       expect(text).toContain('params.password');
     });
 
+    it('refuses a password with a lone surrogate, which would hash as any other one', async () => {
+      // Hashed as UTF-8, every lone surrogate becomes U+FFFD: two such passwords would match.
+      const text = refusal(await createUser({ email: freshEmail(), password: 'secret-\ud800-pw' }));
+      expect(text).toBe('params.password: must be well-formed Unicode (no lone surrogates)');
+    });
+
     it('refuses a displayName of 201 characters, naming params.displayName', async () => {
       const text = refusal(await createUser({ email: freshEmail(), displayName: 'd'.repeat(201) }));
       expect(text).toContain('params.displayName');
