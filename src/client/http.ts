@@ -68,27 +68,35 @@ const MIN_MASKED_KEY_CHARS = 8;
  */
 export const MAX_ANSWER_BYTES = 1024 * 1024;
 
-/** The ways an encoder may write character `c`: as is, escaped in JSON, as an HTML entity. */
+/** `text` matched in any letter case, as a regular expression (`&AMP;` is `&amp;` in HTML). */
+const anyCase = (text: string) =>
+  [...text]
+    .map((c) => (/[a-z]/i.test(c) ? `[${c.toLowerCase()}${c.toUpperCase()}]` : escapeRegExp(c)))
+    .join('');
+
+/**
+ * The ways an encoder may write character `c`, as regular expressions: as is, escaped in JSON,
+ * as an HTML character reference (decimal or hexadecimal, zero-padded or not, hex digits in
+ * either case: PHP writes `&#039;`, WordPress `&#038;`), or by its HTML name.
+ */
 function encodings(c: string): string[] {
+  const forms = [escapeRegExp(c)];
+  if (/[A-Za-z0-9]/.test(c)) return forms;
   const code = c.charCodeAt(0);
   const hex = code.toString(16);
-  const forms = [c];
-  if (!/[A-Za-z0-9]/.test(c)) {
-    // JSON: \u0026 in either case (Go escapes & < >), and the short escapes.
-    forms.push(`\\u${hex.padStart(4, '0')}`, `\\u${hex.toUpperCase().padStart(4, '0')}`);
-    if (c === '"' || c === '\\' || c === '/') forms.push(`\\${c}`);
-    // HTML: decimal and hexadecimal references, and the named ones.
-    forms.push(`&#${code};`, `&#x${hex};`, `&#X${hex.toUpperCase()};`, `&#x${hex.toUpperCase()};`);
-    const named: Record<string, string> = {
-      '&': '&amp;',
-      '<': '&lt;',
-      '>': '&gt;',
-      '"': '&quot;',
-      "'": '&apos;',
-    };
-    if (named[c]) forms.push(named[c]);
-  }
-  return [...new Set(forms)];
+  // JSON: \u0026 with hex digits in either case (Go escapes & < >), and the short escapes.
+  forms.push(`\\\\u${anyCase(hex.padStart(4, '0'))}`);
+  if (c === '"' || c === '\\' || c === '/') forms.push(escapeRegExp(`\\${c}`));
+  forms.push(`&#0*${code};`, `&#[xX]0*${anyCase(hex)};`);
+  const named: Record<string, string> = {
+    '&': '&amp;',
+    '<': '&lt;',
+    '>': '&gt;',
+    '"': '&quot;',
+    "'": '&apos;',
+  };
+  if (named[c]) forms.push(anyCase(named[c]));
+  return forms;
 }
 
 const escapeRegExp = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
@@ -102,9 +110,7 @@ const escapeRegExp = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&
  */
 export function keyMask(apiKey: string): (text: string) => string {
   if (apiKey.length < MIN_MASKED_KEY_CHARS) return (text) => text;
-  const pattern = [...apiKey]
-    .map((c) => `(?:${encodings(c).map(escapeRegExp).join('|')})`)
-    .join('');
+  const pattern = [...apiKey].map((c) => `(?:${encodings(c).join('|')})`).join('');
   const key = new RegExp(pattern, 'g');
   return (text) => text.replace(key, '[redacted]');
 }
@@ -142,8 +148,15 @@ function interfaceError(body: string): string | null {
   }
 }
 
-/** A body read up to MAX_ANSWER_BYTES; `whole` is false when the rest was dropped unread. */
+/**
+ * A body read up to MAX_ANSWER_BYTES; `whole` is false when the rest was dropped unread. A UTF-8
+ * byte order mark (some frameworks write one before JSON) is not part of the text.
+ */
 async function readAnswer(body: AsyncIterable<Buffer> & { destroy(): unknown }) {
+  const text = (chunks: Buffer[]) =>
+    Buffer.concat(chunks)
+      .toString('utf8')
+      .replace(/^\uFEFF/, '');
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of body) {
@@ -152,12 +165,12 @@ async function readAnswer(body: AsyncIterable<Buffer> & { destroy(): unknown }) 
       chunks.push(chunk.subarray(0, room));
       // The socket is closed with the body: the rest never reaches this process.
       body.destroy();
-      return { text: Buffer.concat(chunks).toString('utf8'), whole: false };
+      return { text: text(chunks), whole: false };
     }
     chunks.push(chunk);
     size += chunk.length;
   }
-  return { text: Buffer.concat(chunks).toString('utf8'), whole: true };
+  return { text: text(chunks), whole: true };
 }
 
 /** RFC 9110's three forms of an HTTP-date; the third, asctime, names no zone but means GMT. */

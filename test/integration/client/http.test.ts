@@ -175,6 +175,25 @@ describe('the HTTP client when the service fails', () => {
       (key: string) =>
         `<p>${key.replaceAll('&', '&#38;').replaceAll('"', '&#34;').replaceAll("'", '&#x27;')}</p>`,
     ],
+    [
+      // PHP's htmlspecialchars (ENT_QUOTES) writes ' as &#039;, WordPress & as &#038;.
+      'in an HTML page by zero-padded number',
+      (key: string) =>
+        `<p>${key.replaceAll('&', '&#038;').replaceAll('"', '&#034;').replaceAll("'", '&#039;')}</p>`,
+    ],
+    [
+      'in an HTML page by hex number in mixed case',
+      (key: string) =>
+        `<p>${key.replaceAll('&', '&#X26;').replaceAll('"', '&#x0022;').replaceAll('/', '&#X2f;').replaceAll("'", '&#x27;')}</p>`,
+    ],
+    [
+      'in an HTML page by upper-case names',
+      (key: string) => `<p>${key.replaceAll('&', '&AMP;').replaceAll('"', '&QUOT;')}</p>`,
+    ],
+    [
+      'escaped in JSON with upper-case hex',
+      (key: string) => JSON.stringify(`key ${key}`).replaceAll('/', '\\u002F'),
+    ],
   ])('never quotes a key with quotes and ampersands %s', async (_what, page) => {
     const apiKey = 'k"e&y/2b4d\'6f8a0c1e3a5c';
     const server = await listen((_req, res) => {
@@ -314,6 +333,22 @@ describe('the HTTP client when the service fails', () => {
     });
     expect(await client.createOrder(anOrder)).toMatchObject({ customer: 42, remoteId: 'A-1' });
     expect(await client.createOrder(partial)).toMatchObject({ remoteId: 'A-1.p1', startsAt: T0 });
+  });
+
+  it('reads an answer and a refusal sent after a UTF-8 byte order mark', async () => {
+    const answers: [number, unknown][] = [
+      [200, { ...orderOf(), remoteId: 'A-1', startsAt: T0, expiresAt: T0 + 31 * DAY }],
+      [400, 'no such product'],
+    ];
+    const client = await clientAnswering((_req, res) => {
+      const [status, body] = answers.shift() ?? [500, 'none left'];
+      res.writeHead(status, { 'content-type': 'application/json; charset=utf-8' });
+      res.end(`\uFEFF${JSON.stringify(body)}`);
+    });
+    expect(await client.createOrder(anOrder)).toMatchObject({ remoteId: 'A-1', startsAt: T0 });
+    const refused = await client.createOrder(anOrder).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(RefusalError);
+    expect((refused as Error).message).toContain('no such product');
   });
 
   it('takes a 200 with any JSON or none to a cancel, suspend or unsuspend for done: the spec shows no body', async () => {
