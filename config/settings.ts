@@ -164,6 +164,13 @@ export const settingDefinitions = {
         const { username, password } = new URL(url);
         return username === '' && password === '';
       }, 'must not carry a user or password: the service takes PROVISIONING_API_KEY')
+      // URL parsing forgives a missing host (`http:///provisioning` reads as the host
+      // `provisioning`) and takes port 0, which no connection reaches: every call would then
+      // fail as an outage for months instead of the start stopping here.
+      .refine(
+        (url) => /^https?:\/\/[^/?#\\]/i.test(url) && new URL(url).port !== '0',
+        'must name the host (and a port other than 0): http(s)://host[:port]/path',
+      )
       .optional(),
     describe: 'remote mode: {base_url} of a remote provisioning service (unset: embedded core)',
   },

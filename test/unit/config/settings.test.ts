@@ -227,6 +227,15 @@ describe('loadSettings', () => {
     );
   });
 
+  it.each(['http:///provisioning', 'https://remote:0/provisioning'])(
+    'refuses a PROVISIONING_URL of %j, which names no host or port to reach',
+    (url) => {
+      expect(() => loadSettings({ PROVISIONING_URL: url, PROVISIONING_API_KEY: 'k' })).toThrow(
+        `PROVISIONING_URL=${JSON.stringify(url)}: must name the host (and a port other than 0)`,
+      );
+    },
+  );
+
   it('refuses a PROVISIONING_URL with a user or password, hiding the password', () => {
     expect(() =>
       loadSettings({
