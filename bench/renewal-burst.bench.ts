@@ -15,6 +15,7 @@ import { makeRenewalProcessor, type RenewalJobData } from '../jobs/renewals.js';
 import { chainIdOf } from '../src/chains/keys.js';
 import { ChainStore } from '../src/chains/store.js';
 import { inProcessClient } from '../src/client/in-process.js';
+import { instrumentClient } from '../src/client/instrumented.js';
 import { systemClock } from '../src/clock.js';
 import { SECONDS_PER_DAY } from '../src/domain/periods.js';
 import type { EventJobData } from '../src/intake/events.js';
@@ -60,12 +61,28 @@ interface Options {
   cpuProfile: string | undefined;
 }
 
-function positiveInt(flag: string, value: string): number {
+/** A whole number from 1 to `max` (beyond it a run would not fit in memory or in time). */
+function positiveInt(flag: string, value: string, max: number): number {
   const n = Number(value);
-  if (!Number.isInteger(n) || n < 1) {
-    throw new Error(`${flag} must be a positive integer, got '${value}'`);
+  if (!Number.isInteger(n) || n < 1 || n > max) {
+    throw new Error(`${flag} must be an integer from 1 to ${max}, got '${value}'`);
   }
   return n;
+}
+
+/** A Redis URL the product takes, of one server (DBSIZE, FLUSHDB and INFO answer for one node). */
+function redisUrl(value: string | undefined): string | undefined {
+  if (value === undefined) return undefined;
+  let kind: string;
+  try {
+    kind = parseRedisTarget(value).kind;
+  } catch (error) {
+    throw new Error(`--redis-url: ${(error as Error).message}`);
+  }
+  if (kind === 'cluster') {
+    throw new Error('--redis-url: the benchmark runs on one Redis server, not a cluster');
+  }
+  return value;
 }
 
 function parseOptions(argv: string[]): Options {
@@ -82,11 +99,11 @@ function parseOptions(argv: string[]): Options {
     },
   });
   return {
-    chains: positiveInt('--chains', values.chains),
-    concurrency: positiveInt('--concurrency', values.concurrency),
-    rounds: positiveInt('--rounds', values.rounds),
+    chains: positiveInt('--chains', values.chains, 1_000_000),
+    concurrency: positiveInt('--concurrency', values.concurrency, 10_000),
+    rounds: positiveInt('--rounds', values.rounds, 100),
     json: values.json,
-    redisUrl: values['redis-url'],
+    redisUrl: redisUrl(values['redis-url']),
     cpuProfile: values['cpu-profile'],
   };
 }
@@ -135,10 +152,6 @@ interface Bench {
 async function openBench(url: string): Promise<Bench> {
   // The product's defaults, not this shell's environment, so runs compare across machines.
   const settings = loadSettings({});
-  if (parseRedisTarget(url).kind === 'cluster') {
-    // DBSIZE, FLUSHDB and INFO answer for one node of a cluster, not for the data.
-    throw new Error('--redis-url: the benchmark runs on one Redis server, not a cluster');
-  }
   const admin = (await connectRedis(url, 'request')) as Redis;
   const workerRedis = (await connectRedis(url, 'worker')) as Redis;
   const storeRedis = (await connectRedis(url, 'store')) as Redis;
@@ -183,7 +196,11 @@ async function freshDeps(bench: Bench): Promise<{ deps: WorkerDeps; partner: Par
     renewalWindowDays: bench.settings.PARTNER_RENEWAL_WINDOW_DAYS,
     now: systemClock.now(),
   });
-  const provisioning = inProcessClient({ core: bench.core, partner });
+  // Counted per call, as main.ts wraps the workers' client.
+  const provisioning = instrumentClient(
+    inProcessClient({ core: bench.core, partner }),
+    bench.deps.metrics,
+  );
   return { deps: { ...bench.deps, provisioning }, partner };
 }
 
@@ -494,7 +511,10 @@ async function profiled(file: string, run: () => Promise<void>): Promise<void> {
   }
 }
 
-/** Every chain must be at term 2 with no intent left, and the core must hold exactly 2N orders. */
+/**
+ * Every chain must be at term 2 with no intent left, the core must hold exactly 2N orders, and
+ * the renewals queue one delayed job per chain (the next term's) and nothing else to run.
+ */
 async function verifyRenewed(bench: Bench, deps: WorkerDeps, partner: Partner, orderIds: string[]) {
   const problems: string[] = [];
   for (let i = 0; i < orderIds.length; i += ADD_CHUNK) {
@@ -512,6 +532,13 @@ async function verifyRenewed(bench: Bench, deps: WorkerDeps, partner: Partner, o
   const orders = await bench.admin.hlen(partnerKeys(partner.id).orders);
   if (orders !== 2 * orderIds.length) {
     problems.push(`the core holds ${orders} orders, expected ${2 * orderIds.length}`);
+  }
+  const jobs = await deps.queues.renewals.getJobCounts('delayed', 'waiting', 'active', 'failed');
+  const expected = { delayed: orderIds.length, waiting: 0, active: 0, failed: 0 };
+  if (Object.entries(expected).some(([state, count]) => jobs[state] !== count)) {
+    problems.push(
+      `the renewals queue holds ${JSON.stringify(jobs)}, expected ${JSON.stringify(expected)}`,
+    );
   }
   if (problems.length > 0) {
     throw new Error(
@@ -709,23 +736,25 @@ async function benchmark(options: Options, url: string, log: (line: string) => v
 const USAGE =
   'usage: npm run bench -- [--chains N] [--concurrency C] [--rounds R] [--json] [--redis-url URL] [--cpu-profile DIR]';
 
+const STOP_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
+
 async function main(options: Options): Promise<void> {
   countRoundTrips();
   const redis = await openRedis(options.redisUrl);
-  // A Ctrl-C or kill must not leave our redis-server running.
+  // A Ctrl-C, a kill or a closed terminal must not leave our redis-server running (it ignores
+  // a hangup itself, so it would outlive us).
   const onSignal = () => void redis.stop().finally(() => process.exit(130));
-  process.once('SIGINT', onSignal);
-  process.once('SIGTERM', onSignal);
+  for (const signal of STOP_SIGNALS) process.once(signal, onSignal);
   try {
-    // With --json, stdout carries the result lines and nothing else.
-    const log = options.json ? () => {} : (line: string) => process.stdout.write(`${line}\n`);
+    // With --json, stdout carries the result lines and nothing else; progress goes to stderr.
+    const out = options.json ? process.stderr : process.stdout;
+    const log = (line: string) => out.write(`${line}\n`);
     const rounds = await benchmark(options, redis.url, log);
     if (options.json) printJson(rounds);
     else printHuman(rounds);
   } finally {
     await redis.stop();
-    process.off('SIGINT', onSignal);
-    process.off('SIGTERM', onSignal);
+    for (const signal of STOP_SIGNALS) process.off(signal, onSignal);
   }
 }
 
