@@ -10,7 +10,11 @@ import { ConfigError, RefusalError, TransientError } from './errors.js';
 import { formatInstant } from './format.js';
 import { createLogger, type Logger } from './logger.js';
 import { type Role, start, stopOnSignals } from './main.js';
-import { type ChainOperations, makeChainOperations } from './ops/chain-operations.js';
+import {
+  type ChainOperations,
+  makeChainOperations,
+  UPCOMING_LIMIT,
+} from './ops/chain-operations.js';
 import { variants } from './provisioning/schemas.js';
 import { workersSide } from './provisioning-client-factory.js';
 import { QUEUE_PREFIX, QUEUES } from './queues.js';
@@ -293,7 +297,11 @@ function laterCounts(chain: Pick<ChainView, 'laterLicenses'>): string {
   return chain.laterLicenses.map((l) => `, ${l.licenses} from ${iso(l.from)}`).join('');
 }
 
-function printChain(chain: ChainView): void {
+/**
+ * `chain` as a person reads it; `mainOrder` is the order that governs it (its main chain's, for
+ * an add-on shown by its own order), which a command the output advises must name.
+ */
+function printChain(chain: ChainView, mainOrder: string): void {
   const lines = [
     `chain     ${chain.order} (customer ${chain.customer})`,
     `product   ${chain.product}, ${chain.duration}`,
@@ -306,8 +314,8 @@ function printChain(chain: ChainView): void {
   if (chain.needsReactivation) {
     lines.push(
       chain.payment === 'overdue'
-        ? `action    payment overdue again: reactivate it once paid (billing chains reactivated ${chain.order})`
-        : `action    reactivate it at the provider, then: billing chains reactivated ${chain.order}`,
+        ? `action    payment overdue again: confirm the reactivation before its grace period ends, or once paid: billing chains reactivated ${mainOrder}`
+        : `action    reactivate it at the provider, then: billing chains reactivated ${mainOrder}`,
     );
   }
   if (chain.flagged) lines.push(`flagged   ${chain.flagged}`);
@@ -369,9 +377,9 @@ function addChainCommands(program: Command): void {
     .argument('<order>', 'an order id of the chain')
     .option('--json', 'print JSON')
     .action(async (order: string, opts: { json?: boolean }) => {
-      const chain = await withChainOperations((ops) => ops.show(order));
-      if (opts.json) process.stdout.write(`${JSON.stringify(chain)}\n`);
-      else printChain(chain);
+      const { view, mainOrder } = await withChainOperations((ops) => ops.showWithMainOrder(order));
+      if (opts.json) process.stdout.write(`${JSON.stringify(view)}\n`);
+      else printChain(view, mainOrder);
     });
   chains
     .command('auto-renew')
@@ -384,7 +392,7 @@ function addChainCommands(program: Command): void {
         ops.setAutoRenew(order, state === 'on', operator()),
       );
       if (opts.json) process.stdout.write(`${JSON.stringify(chain)}\n`);
-      else printChain(chain);
+      else printChain(chain, chain.order); // an add-on's order is refused: a main chain
     });
   chains
     .command('reactivated')
@@ -394,7 +402,7 @@ function addChainCommands(program: Command): void {
     .action(async (order: string, opts: { json?: boolean }) => {
       const chain = await withChainOperations((ops) => ops.reactivated(order, operator()));
       if (opts.json) process.stdout.write(`${JSON.stringify(chain)}\n`);
-      else printChain(chain);
+      else printChain(chain, chain.order); // an add-on's order is refused: a main chain
     });
 
   program
@@ -406,6 +414,11 @@ function addChainCommands(program: Command): void {
     .option('--json', 'print JSON')
     .action(async (opts: { within: number; json?: boolean }) => {
       const renewals = await withChainOperations((ops) => ops.upcoming(opts.within));
+      if (renewals.length === UPCOMING_LIMIT) {
+        process.stderr.write(
+          `billing: the first ${UPCOMING_LIMIT} renewals are listed, and more may be due within ${opts.within} day${opts.within === 1 ? '' : 's'}: give a smaller --within\n`,
+        );
+      }
       if (opts.json) {
         process.stdout.write(`${JSON.stringify({ renewals })}\n`);
         return;

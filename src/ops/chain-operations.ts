@@ -76,7 +76,7 @@ function governedView(main: Chain, addOn: ChainWithHistory): ShownChain {
 }
 
 /** `GET /ops/renewals` answers at most this many. */
-const UPCOMING_LIMIT = 1000;
+export const UPCOMING_LIMIT = 1000;
 
 function upcomingRenewal(chain: Chain): UpcomingRenewal {
   return {
@@ -106,17 +106,23 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
    * The chain as it is now, with its add-ons, each read together with its history. An add-on
    * shown alone (by its own order) renews, pays and stands as its main chain governs it, as it
    * shows in its main chain's view: its own record keeps the values its main chain overrides.
+   * `mainOrder` is the order that governs it: its main chain's for an add-on, else its own.
    */
-  async function view(chain: Chain): Promise<ChainView> {
+  async function governedRead(chain: Chain): Promise<{ view: ChainView; mainOrder: string }> {
     const [read = { chain, history: [] }] = await chains.getManyWithHistory([chain.id]);
     const governing = read.chain.mainChain === null ? null : await chains.get(read.chain.mainChain);
     const main = governing ? governedView(governing, read) : read;
     const addOns = await chains.getManyWithHistory(main.chain.addOns);
-    return chainView(
+    const view = chainView(
       main,
       addOns.map((a) => governedView(main.chain, a)),
       clock.now(),
     );
+    return { view, mainOrder: governing?.order ?? read.chain.order };
+  }
+
+  async function view(chain: Chain): Promise<ChainView> {
+    return (await governedRead(chain)).view;
   }
 
   async function find(order: string): Promise<Chain> {
@@ -170,6 +176,9 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
 
   return {
     show: async (order: string) => view(await find(order)),
+
+    /** The chain as `show` answers it, and the order that governs it (commands name that one). */
+    showWithMainOrder: async (order: string) => governedRead(await find(order)),
 
     setAutoRenew: (order: string, enabled: boolean, cause: Cause) =>
       change(order, async ({ chain, token }) => {

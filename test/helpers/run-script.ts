@@ -1,5 +1,5 @@
 // Runs a Node script as a user would, in a process of its own, and keeps how it ended.
-import { execFile } from 'node:child_process';
+import { type ExecFileOptions, execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 
 const run = promisify(execFile);
@@ -10,17 +10,26 @@ export interface ScriptOutcome {
   stderr: string;
 }
 
-/** Runs `script` with `args` under this Node; a non-zero exit is an outcome, not a throw. */
-export async function runScript(
-  script: string,
+/** Runs the program `file` with `args`; a non-zero exit is an outcome, not a throw. */
+export async function runCommand(
+  file: string,
   args: readonly string[],
-  env: NodeJS.ProcessEnv,
+  options: ExecFileOptions,
 ): Promise<ScriptOutcome> {
   try {
-    const { stdout, stderr } = await run(process.execPath, [script, ...args], { env });
+    const { stdout, stderr } = await run(file, args, { ...options, encoding: 'utf8' });
     return { code: 0, stdout, stderr };
   } catch (error) {
     const e = error as ScriptOutcome;
     return { code: e.code, stdout: e.stdout, stderr: e.stderr };
   }
+}
+
+/** Runs `script` with `args` under this Node; a non-zero exit is an outcome, not a throw. */
+export function runScript(
+  script: string,
+  args: readonly string[],
+  env: NodeJS.ProcessEnv,
+): Promise<ScriptOutcome> {
+  return runCommand(process.execPath, [script, ...args], { env });
 }

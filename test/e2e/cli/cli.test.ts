@@ -10,8 +10,11 @@ import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { ChainStore } from '../../../src/chains/store.js';
 import { signWebhook } from '../../../src/intake/sign.js';
+import { UPCOMING_LIMIT } from '../../../src/ops/chain-operations.js';
 import { QUEUE_PREFIX } from '../../../src/queues.js';
+import { chainFor } from '../../helpers/chains.js';
 import { commandLine, descendants, isRunning } from '../../helpers/processes.js';
 import { listen } from '../../helpers/proxy.js';
 import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
@@ -433,6 +436,35 @@ describe('billing commands that hash no partner key', () => {
       await rm(ownDataDir, { recursive: true, force: true });
     }
   });
+});
+
+describe('billing renewals upcoming', () => {
+  it('says on stderr when more renewals may be due than the 1000 it lists', async () => {
+    const db = new Redis(`${redis.url}/3`);
+    try {
+      const store = new ChainStore(db);
+      const now = Math.floor(Date.now() / 1000);
+      for (let i = 0; i <= UPCOMING_LIMIT; i += 1) {
+        const next = chainFor(`UP-${i}`, now - 20 * 86_400, { nextRenewalAt: now + 3600 + i });
+        await store.lock(next.id, 't');
+        await store.save({ chainId: next.id, token: 't', previous: null, next, release: true });
+      }
+      const env = { REDIS_URL: `${redis.url}/3` };
+      const listed = await billing(['renewals', 'upcoming', '--within', '1', '--json'], env);
+      expect(listed.code).toBe(0);
+      expect((JSON.parse(listed.stdout) as { renewals: unknown[] }).renewals).toHaveLength(
+        UPCOMING_LIMIT,
+      );
+      expect(listed.stderr).toContain(
+        'billing: the first 1000 renewals are listed, and more may be due within 1 day: give a smaller --within',
+      );
+      const fewer = await billing(['renewals', 'upcoming', '--within', '0'], env);
+      expect(fewer).toMatchObject({ code: 0, stderr: '' });
+    } finally {
+      await db.flushdb();
+      db.disconnect();
+    }
+  }, 60_000);
 });
 
 describe('billing start with an unusable kept secret', () => {
