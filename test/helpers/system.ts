@@ -23,6 +23,7 @@ import { signWebhook } from '../../src/intake/sign.js';
 import { createLogger, type Logger } from '../../src/logger.js';
 import { type Role, type Started, start } from '../../src/main.js';
 import { createMetrics } from '../../src/metrics.js';
+import { partnerKeys } from '../../src/provisioning/keys.js';
 import type { OrderRecord, Partner } from '../../src/provisioning/records.js';
 import { delayedFireTime, QUEUE_PREFIX, type QueueName, queueNames } from '../../src/queues.js';
 import { connectRedis } from '../../src/redis/connection.js';
@@ -208,7 +209,14 @@ export async function startSystem(
     async promote(name, jobId) {
       const job = await system.queue(name).getJob(jobId);
       if (!job) throw new Error(`no job ${jobId} in ${name}`);
-      if ((await job.getState()) === 'delayed') await job.promote();
+      // A job that wrote why it waits may not have moved itself to the delayed set yet.
+      const state = await stateOnceSettled(job);
+      if (state !== 'delayed') return;
+      // Something else (a reconcile round after the clock moved, a payment) may promote it
+      // between the two calls: then it runs now already, which is all this asks.
+      await job.promote().catch(async (error: unknown) => {
+        if ((await job.getState()) === 'delayed') throw error;
+      });
     },
     async close() {
       for (const queue of queues.values()) await queue.close();
@@ -219,6 +227,23 @@ export async function startSystem(
     },
   };
   return system;
+}
+
+/** How long `promote` waits for an active job to put itself off (ms). */
+const SETTLE_WAIT_MS = 2_000;
+
+/**
+ * The job's state once it is not active, or 'active' after SETTLE_WAIT_MS: a job that decided to
+ * wait records why (its data) a moment before it moves itself to the delayed set.
+ */
+async function stateOnceSettled(job: Job): Promise<string> {
+  const deadline = Date.now() + SETTLE_WAIT_MS;
+  let state = await job.getState();
+  while (state === 'active' && Date.now() < deadline) {
+    await delay(20);
+    state = await job.getState();
+  }
+  return state;
 }
 
 /**
@@ -252,6 +277,15 @@ export function workerDepsOf(system: System, overrides: Partial<WorkerDeps> = {}
 }
 
 /** The event of a chain's latest history entry. */
+/** The orders of `parent`'s family as the embedded provider keeps them, in no set order. */
+export async function familyOrdersAtProvider(system: System, parent: string) {
+  const partner = await system.partner();
+  const all = await system.started.runtime.store.redis.hgetall(partnerKeys(partner.id).orders);
+  return Object.entries(all)
+    .filter(([id]) => id === parent || id.startsWith(`${parent}.`))
+    .map(([, v]) => JSON.parse(v) as OrderRecord);
+}
+
 export const lastEvent = (chain: ChainView) => chain.history.at(-1)?.event;
 
 /** One round of reconcile run by the test itself, as job `id`, with `overrides` in its deps. */

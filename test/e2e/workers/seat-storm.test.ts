@@ -24,10 +24,15 @@ import { type ManualClock, manualClock, systemClock } from '../../../src/clock.j
 import { addTerms } from '../../../src/domain/periods.js';
 import { formatInstant } from '../../../src/format.js';
 import { webhookJobId } from '../../../src/intake/webhooks.js';
-import { partnerKeys } from '../../../src/provisioning/keys.js';
 import type { OrderRecord } from '../../../src/provisioning/records.js';
 import { delayedFireTime, type QueueName } from '../../../src/queues.js';
-import { DAY, orderPlaced, type System, useSystem } from '../../helpers/system.js';
+import {
+  DAY,
+  familyOrdersAtProvider,
+  orderPlaced,
+  type System,
+  useSystem,
+} from '../../helpers/system.js';
 
 const RUNS = Number(process.env.STORM_RUNS ?? 10);
 /**
@@ -139,12 +144,7 @@ function roleOf(parent: string, id: string): Role['kind'] {
 const seqOf = (o: OrderRecord) => Number(o.id.replace('ord-', ''));
 
 async function familyOrders(system: System, parent: string): Promise<OrderRecord[]> {
-  const partner = await system.partner();
-  const all = await system.started.runtime.store.redis.hgetall(partnerKeys(partner.id).orders);
-  return Object.entries(all)
-    .filter(([k]) => k === parent || k.startsWith(`${parent}.`))
-    .map(([, v]) => JSON.parse(v) as OrderRecord)
-    .sort((a, b) => seqOf(a) - seqOf(b));
+  return (await familyOrdersAtProvider(system, parent)).sort((a, b) => seqOf(a) - seqOf(b));
 }
 
 // --- driving the system --------------------------------------------------------------------------
