@@ -51,6 +51,18 @@ const brand = z
     'must be 1..16 lowercase letters or digits, starting with a letter',
   );
 
+/**
+ * Whether an http(s) URL names its host as written, and a port other than 0. URL parsing
+ * forgives a missing host (`http:///provisioning` reads as the host `provisioning`) and takes
+ * port 0, which no connection reaches.
+ */
+function namesHostAndPort(url: string): boolean {
+  if (!URL.canParse(url)) return true; // refused as not a URL
+  return /^https?:\/\/[^/?#\\]/i.test(url) && new URL(url).port !== '0';
+}
+const NAMES_HOST_AND_PORT =
+  'must name the host (and a port other than 0): http(s)://host[:port]/path';
+
 /** Each setting: its schema (with default) and the one-line description `billing --help` prints. */
 export const settingDefinitions = {
   REDIS_URL: {
@@ -93,6 +105,8 @@ export const settingDefinitions = {
         const authority = url.slice(url.indexOf('//') + 2).split('/')[0] ?? '';
         return !/[?#]/.test(url) && !authority.includes('@');
       }, 'must be an http(s) address with no query, fragment or credentials')
+      // Every onboarding link would point nowhere.
+      .refine(namesHostAndPort, NAMES_HOST_AND_PORT)
       .optional(),
     describe:
       'address clients reach this server at (default http://HOST:PORT); used in onboarding links',
@@ -164,13 +178,8 @@ export const settingDefinitions = {
         const { username, password } = new URL(url);
         return username === '' && password === '';
       }, 'must not carry a user or password: the service takes PROVISIONING_API_KEY')
-      // URL parsing forgives a missing host (`http:///provisioning` reads as the host
-      // `provisioning`) and takes port 0, which no connection reaches: every call would then
-      // fail as an outage for months instead of the start stopping here.
-      .refine(
-        (url) => /^https?:\/\/[^/?#\\]/i.test(url) && new URL(url).port !== '0',
-        'must name the host (and a port other than 0): http(s)://host[:port]/path',
-      )
+      // Every call would fail as an outage for months instead of the start stopping here.
+      .refine(namesHostAndPort, NAMES_HOST_AND_PORT)
       .optional(),
     describe: 'remote mode: {base_url} of a remote provisioning service (unset: embedded core)',
   },

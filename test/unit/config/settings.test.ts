@@ -236,6 +236,15 @@ describe('loadSettings', () => {
     },
   );
 
+  it.each(['http:///billing', 'https://billing.example:0'])(
+    'refuses a PUBLIC_URL of %j, which names no host or port to reach',
+    (url) => {
+      expect(() => loadSettings({ PUBLIC_URL: url })).toThrow(
+        `PUBLIC_URL=${JSON.stringify(url)}: must name the host (and a port other than 0)`,
+      );
+    },
+  );
+
   it('refuses a PROVISIONING_URL with a user or password, hiding the password', () => {
     expect(() =>
       loadSettings({
