@@ -272,10 +272,19 @@ const SECRET_SETTINGS = new Set([
   'PROVISIONING_API_KEY',
 ]);
 
+/**
+ * URL settings that take no user info: one there is a credential put in the wrong place (a
+ * token as the user, `https://ghp_...@host`), hidden whole, user part included.
+ */
+const NO_USER_INFO_SETTINGS = new Set(['PROVISIONING_URL', 'PUBLIC_URL']);
+/** Everything from `//` up to the last `@` (a password may hold a raw `/` or `@`). */
+const USER_INFO = /^([A-Za-z][\w+.-]*:\/\/).*@/s;
+
 /** A value as an error may show it: secrets hidden, and a URL's passwords too. */
 function shownValue(name: string, value: string): string {
   if (SECRET_SETTINGS.has(name)) return `(hidden, ${value.length} characters)`;
-  return JSON.stringify(hideUrlPasswords(value));
+  const shown = NO_USER_INFO_SETTINGS.has(name) ? value.replace(USER_INFO, '$1redacted@') : value;
+  return JSON.stringify(hideUrlPasswords(shown));
 }
 
 /**

@@ -83,8 +83,18 @@ export function serializeRequest(req: LoggedRequest): unknown {
 /** Query parameter names that may carry a credential (a part of the name, in any case). */
 const SECRET_PARAM = /token|key|pass|pwd|secret|sig|auth|bearer|credential|session|jwt/i;
 
-/** `url` with the value of each query parameter whose name looks like a credential's hidden. */
-export function hideQuerySecrets(url: string): string {
+/**
+ * The user info of an absolute-form request target (`GET http://user:pw@host/path`), which HTTP
+ * allows and Node passes on as written: up to the last `@` before the query.
+ */
+const TARGET_USER_INFO = /^([A-Za-z][\w+.-]*:\/\/)[^?#]*@/;
+
+/**
+ * `url` with any user info hidden, and the value of each query parameter whose name looks like
+ * a credential's.
+ */
+export function hideQuerySecrets(target: string): string {
+  const url = target.replace(TARGET_USER_INFO, `$1${CENSOR}@`);
   const queryAt = url.indexOf('?');
   if (queryAt === -1) return url;
   const pairs = url.slice(queryAt + 1).split('&');

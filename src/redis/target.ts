@@ -320,11 +320,24 @@ export function describeRedisTarget(url: string): string {
 const USER_AND_PASSWORD = /^([A-Za-z][\w+.-]*:\/\/[^:@/]*):.*@/;
 /** The same for a user name holding an `@` (`svc@billing:pw@host`), before any query. */
 const AT_USER_AND_PASSWORD = /^([A-Za-z][\w+.-]*:\/\/[^:/?#]*@[^:/?#]*):[^?#]*@/;
+/** `name` as a pattern matching any spelling of it a URL may hold: each character may be %XX. */
+function anyEncoding(name: string): string {
+  return [...name]
+    .map((char) => `(?:${char.replace(/[.-]/g, '\\$&')}|%${char.charCodeAt(0).toString(16)})`)
+    .join('');
+}
+/** The parameters our URL forms know: the one a password's value runs up to. */
+const KNOWN_PARAM = ['sentinelPassword', 'password', 'db', ...TLS_FILE_PARAMS]
+  .map(anyEncoding)
+  .join('|');
 /**
- * A password parameter's value: up to the next parameter, so a raw `&` inside it (refused as
- * an unknown parameter) hides the rest too.
+ * A password parameter's value: up to the next parameter we know, so a raw `&` or `#` inside
+ * it (`Tr0ub&dor=...`, refused as an unknown parameter) hides the rest too.
  */
-const PASSWORD_PARAM = /([?&](?:sentinelPassword|password)=)(?:[^&#]|&(?![\w.-]+=))*/gi;
+const PASSWORD_PARAM = new RegExp(
+  `([?&](?:${anyEncoding('sentinelPassword')}|${anyEncoding('password')})=)(?:[^&]|&(?!(?:${KNOWN_PARAM})=))*`,
+  'gi',
+);
 
 /**
  * Any URL-like text with its passwords hidden, valid or not: the user-info's password, and

@@ -1,4 +1,5 @@
 // Logs are JSON lines, and API keys, passwords and tokens never appear in them.
+import { connect } from 'node:net';
 import { Writable } from 'node:stream';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -131,6 +132,29 @@ describe('request logs', () => {
       url: '/healthz?access_token=[redacted]&x=1&api%5Fkey=[redacted]&Signature=[redacted]&pwd=[redacted]&bearer=[redacted]',
       remoteAddress: expect.any(String),
     });
+  });
+
+  it('hide the user info of an absolute-form request target', async () => {
+    lines.length = 0;
+    const { port } = new URL(app.baseUrl);
+    const password = 'AbsoluteForm-Passw0rd-123';
+    const answer = await new Promise<string>((resolve) => {
+      const socket = connect(Number(port), '127.0.0.1', () =>
+        socket.write(
+          `GET http://ops:${password}@127.0.0.1:${port}/healthz?x=1 HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`,
+        ),
+      );
+      let text = '';
+      socket.on('data', (chunk) => {
+        text += chunk;
+      });
+      socket.on('close', () => resolve(text));
+    });
+    expect(answer).toMatch(/^HTTP\/1\.1 200/);
+    await vi.waitFor(() => expect(lines.join('\n')).toContain('request completed'));
+    expect(lines.join('\n')).not.toContain(password);
+    const incoming = lines.map((l) => JSON.parse(l)).find((l) => l.msg === 'incoming request');
+    expect(incoming.req.url).toBe(`http://[redacted]@127.0.0.1:${port}/healthz?x=1`);
   });
 
   it('redact secrets that a caller passes to the logger by mistake', () => {

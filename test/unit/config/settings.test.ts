@@ -42,7 +42,6 @@ describe('loadSettings', () => {
     ['PUBLIC_URL', 'not a url'],
     ['PUBLIC_URL', 'https://billing.example/?a=1'],
     ['PUBLIC_URL', 'https://billing.example/#top'],
-    ['PUBLIC_URL', 'https://user@billing.example'],
     ['PUBLIC_URL', 'https://billing.example/?'],
     ['PUBLIC_URL', 'https://billing.example/#'],
     ['PARTNER_NAME', '   '],
@@ -102,6 +101,16 @@ describe('loadSettings', () => {
     expect(() => loadSettings({ REDIS_URL: cut })).toThrow(
       'REDIS_URL="redis+sentinel://s1:26379/billing?sentinelPassword=redacted": an unknown parameter after sentinelPassword',
     );
+  });
+
+  it.each([
+    // A "#" the parser takes as part of it, and a raw "&" whose tail reads as a parameter.
+    'redis+sentinel://10.0.0.1:99999/mymaster?sentinelPassword=S3nt1nel#Tail-Secret-Part',
+    'redis+sentinel://10.0.0.1:26379/mymaster?sentinelPassword=Tr0ub&dor=Tail-Secret-Part',
+    'redis+sentinel://10.0.0.1:99999/mymaster?sentinel%50assword=Tail-Secret-Part',
+  ])('shows no part of the sentinel password in the refusal of %s', (url) => {
+    expect(() => loadSettings({ REDIS_URL: url })).toThrow(/^invalid settings:\n {2}REDIS_URL=/);
+    expect(() => loadSettings({ REDIS_URL: url })).not.toThrow(/Tail-Secret-Part/);
   });
 
   it('takes a Redis Sentinel URL', () => {
@@ -236,6 +245,12 @@ describe('loadSettings', () => {
     },
   );
 
+  it('refuses a PUBLIC_URL with user info, without showing it', () => {
+    expect(() => loadSettings({ PUBLIC_URL: 'https://tok3n@billing.example' })).toThrow(
+      'PUBLIC_URL="https://redacted@billing.example": must be an http(s) address with no query, fragment or credentials',
+    );
+  });
+
   it.each(['http:///billing', 'https://billing.example:0'])(
     'refuses a PUBLIC_URL of %j, which names no host or port to reach',
     (url) => {
@@ -245,14 +260,14 @@ describe('loadSettings', () => {
     },
   );
 
-  it('refuses a PROVISIONING_URL with a user or password, hiding the password', () => {
-    expect(() =>
-      loadSettings({
-        PROVISIONING_URL: 'https://app:s3cret@remote/provisioning',
-        PROVISIONING_API_KEY: 'k',
-      }),
-    ).toThrow(
-      'PROVISIONING_URL="https://app:redacted@remote/provisioning": must not carry a user or password: the service takes PROVISIONING_API_KEY',
+  it.each([
+    'https://app:s3cret@remote/provisioning',
+    // A token put where the user goes: the user part is the secret.
+    'https://ghp_UserPartToken0123456789abcdef@remote/provisioning',
+    'https://sk_live_UserPartKey0123456789:@remote/provisioning',
+  ])('refuses a PROVISIONING_URL of %j, hiding its whole user info', (url) => {
+    expect(() => loadSettings({ PROVISIONING_URL: url, PROVISIONING_API_KEY: 'k' })).toThrow(
+      'PROVISIONING_URL="https://redacted@remote/provisioning": must not carry a user or password: the service takes PROVISIONING_API_KEY',
     );
   });
 
