@@ -46,7 +46,7 @@ export interface TestApp {
 
 export async function startTestApp(
   redisUrl: string,
-  options: { brand?: string; start?: number; log?: Logger } = {},
+  options: { brand?: string; start?: number; log?: Logger; requestTimeoutMs?: number } = {},
 ): Promise<TestApp> {
   const clock = manualClock(options.start ?? T0);
   const redis = await connectRedis(redisUrl, 'request');
@@ -63,6 +63,9 @@ export async function startTestApp(
   const app: FastifyInstance = await buildApp({
     log,
     provisioning: { core, partners },
+    ...(options.requestTimeoutMs !== undefined
+      ? { requestTimeoutMs: options.requestTimeoutMs }
+      : {}),
   });
   await app.listen({ host: '127.0.0.1', port: 0 });
   const { port } = app.server.address() as AddressInfo;

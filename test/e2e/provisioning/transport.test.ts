@@ -517,6 +517,50 @@ describe('GET /healthz', () => {
   });
 });
 
+describe('a request that stops arriving', () => {
+  let redis: TestRedis;
+  let slowApp: TestApp;
+
+  beforeAll(async () => {
+    redis = await startTestRedis();
+    slowApp = await startTestApp(redis.url, { requestTimeoutMs: 500 });
+  });
+
+  afterAll(async () => {
+    await slowApp?.close();
+    await redis?.stop();
+  });
+
+  /** Sends a request's head and part of its body, then nothing: the answer, once closed. */
+  async function halfSent(path: string, apiKey: string): Promise<string> {
+    const url = new URL(slowApp.baseUrl);
+    const socket = connect(Number(url.port), url.hostname);
+    socket.on('error', () => {});
+    await once(socket, 'connect');
+    let answer = '';
+    socket.on('data', (data: Buffer) => {
+      answer += data.toString('latin1');
+    });
+    const closed = once(socket, 'close');
+    socket.write(
+      `POST ${path} HTTP/1.1\r\nHost: x\r\nx-api-key: ${apiKey}\r\nContent-Type: application/json\r\nContent-Length: 62\r\n\r\n{"method":`,
+    );
+    await closed;
+    return answer;
+  }
+
+  it.each(['/provisioning', '/webhooks'])(
+    'is answered 408 on %s and its connection closed, not held forever',
+    async (path) => {
+      const { apiKey } = await slowApp.addPartner('marketplace');
+      const answer = await halfSent(path, apiKey);
+      expect(answer).toMatch(/^HTTP\/1\.1 408 Request Timeout\r\n/);
+      // Node times the request out after its request line was read: the JSON string shape.
+      expect(answer.endsWith('\r\n\r\n"the request did not arrive in time"')).toBe(true);
+    },
+  );
+});
+
 describe('when Redis is unreachable', () => {
   let lostRedis: TestRedis;
   let lostApp: TestApp;
