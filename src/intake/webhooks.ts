@@ -456,7 +456,7 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
         await release().catch((delError: unknown) => {
           log.error(
             { err: delError, key },
-            'webhook id stays claimed after a failed enqueue: delete the key so retries get in',
+            `webhook id stays claimed after a failed enqueue: retries get in once the claim lapses (${PENDING_CLAIM_SECONDS} s)`,
           );
         });
         if (error instanceof WebhookIdInUse) {
