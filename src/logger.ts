@@ -115,18 +115,12 @@ function decodedName(name: string): string {
   }
 }
 
-/** Field names whose values are secrets wherever they appear (compared in lower case). */
-const SECRET_NAMES = new Set([
-  'apikey',
-  'x-api-key',
-  'password',
-  'token',
-  'secret',
-  'signature',
-  'webhook-signature',
-  'authorization',
-  'passphrase',
-]);
+/**
+ * Field names whose values are secrets wherever they appear: by how the name ends, in any case,
+ * so the secret of a setting or a connection (`sentinelPassword`, `OPS_TOKEN`,
+ * `KEY_HASH_SECRET`, `PROVISIONING_API_KEY`, `webhook-signature`) is hidden as `password` is.
+ */
+const SECRET_NAME = /(?:password|passphrase|secret|token|api[-_]?key|signature|authorization)$/i;
 
 /** How deep scrubSecrets looks: log fields and errors nest a few levels at most. */
 const MAX_DEPTH = 8;
@@ -169,7 +163,7 @@ function walksInto(value: object, walk: Walk): boolean {
 }
 
 function scrubField(key: string, item: unknown, depth: number, walk: Walk): unknown {
-  if (SECRET_NAMES.has(key.toLowerCase())) return item === undefined ? item : CENSOR;
+  if (SECRET_NAME.test(key)) return item === undefined ? item : CENSOR;
   if (key === 'command' && isRedisCommand(item)) return { ...item, args: CENSOR };
   return scrubSecrets(item, depth + 1, walk);
 }

@@ -181,6 +181,14 @@ describe('request logs', () => {
       params: { admin: { Password: 'p-2' } },
     });
     log.info({ call, users: [{ id: 'u1', apiKey: 'k-3' }], deep: { a: { b: { token: 't-4' } } } });
+    const settings = {
+      redis: { sentinelPassword: 's-7' },
+      OPS_TOKEN: 'o-8',
+      KEY_HASH_SECRET: 'h-9',
+      PROVISIONING_API_KEY: 'a-10',
+      PORT: 3000,
+    };
+    log.info({ at: { settings } }, 'settings');
     log.error({ err: refusal }, 'refused');
     // Errors an error holds: ioredis's EXECABORT keeps the commands' own errors, and a cause may
     // sit in the details.
@@ -197,8 +205,15 @@ describe('request logs', () => {
       },
       'aborted',
     );
-    const [first, second, third] = captured.map((line) => JSON.parse(line));
-    for (const secret of ['r-5', 'p-6']) expect(captured[2]).not.toContain(secret);
+    const [first, withSettings, second, third] = captured.map((line) => JSON.parse(line));
+    expect(withSettings.at.settings).toEqual({
+      redis: { sentinelPassword: '[redacted]' },
+      OPS_TOKEN: '[redacted]',
+      KEY_HASH_SECRET: '[redacted]',
+      PROVISIONING_API_KEY: '[redacted]',
+      PORT: 3000,
+    });
+    for (const secret of ['r-5', 'p-6']) expect(captured[3]).not.toContain(secret);
     expect(third.err.previousErrors[0].command).toEqual({ name: 'auth', args: '[redacted]' });
     expect(first.call).toEqual({
       method: 'createUser',
