@@ -264,14 +264,13 @@ function isWildcardAddress(hostname: string): boolean {
 }
 
 /**
- * Stops on SIGINT/SIGTERM, and on SIGHUP (its terminal closed: Node's default would end it at
- * once, leaving the private Redis running), with a hard limit in case shutdown itself hangs. A
- * second signal of any of them exits at once (status 1): active jobs are retried after a
- * restart, and a private Redis left running is reused by the next start.
+ * Stops on SIGINT/SIGTERM, with a hard limit in case shutdown itself hangs. A second signal of
+ * either kind exits at once (status 1): active jobs are retried after a restart, and a private
+ * Redis left running is reused by the next start.
  */
 export function stopOnSignals(started: Started, log: Logger, limitSeconds: number): void {
   let shuttingDown = false;
-  for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     process.on(signal, () => {
       if (shuttingDown) {
         log.warn({ signal }, 'second signal: exiting now, without waiting for the shutdown');

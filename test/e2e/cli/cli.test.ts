@@ -288,19 +288,6 @@ describe('billing start', () => {
     server.kill('SIGTERM');
     expect(await exit).toBe(0);
   });
-
-  it('stops cleanly, not at once, when its terminal closes (SIGHUP)', async () => {
-    server = spawnBilling(redis.url);
-    let output = '';
-    server.stdout?.on('data', (chunk: Buffer) => {
-      output += chunk.toString();
-    });
-    await serviceStarted(server);
-    const exit = once(server, 'exit') as Promise<[number | null, string | null]>;
-    server.kill('SIGHUP');
-    expect(await exit).toEqual([0, null]);
-    expect(output).toContain('"signal":"SIGHUP","msg":"shutting down"');
-  });
 });
 
 describe('npm start', () => {
