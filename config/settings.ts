@@ -284,7 +284,7 @@ const USER_INFO = /^([A-Za-z][\w+.-]*:\/\/).*@/s;
 function shownValue(name: string, value: string): string {
   if (SECRET_SETTINGS.has(name)) return `(hidden, ${value.length} characters)`;
   const shown = NO_USER_INFO_SETTINGS.has(name) ? value.replace(USER_INFO, '$1redacted@') : value;
-  return JSON.stringify(hideUrlPasswords(shown));
+  return JSON.stringify(hideUrlPasswords(shown, 'known'));
 }
 
 /**

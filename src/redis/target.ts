@@ -326,24 +326,29 @@ function anyEncoding(name: string): string {
     .map((char) => `(?:${char.replace(/[.-]/g, '\\$&')}|%${char.charCodeAt(0).toString(16)})`)
     .join('');
 }
-/** The parameters our URL forms know: the one a password's value runs up to. */
+/** The parameters our URL forms know themselves (a server URL passes others to ioredis). */
 const KNOWN_PARAM = ['sentinelPassword', 'password', 'db', ...TLS_FILE_PARAMS]
   .map(anyEncoding)
   .join('|');
+const PASSWORD_NAME = `[?&](?:${anyEncoding('sentinelPassword')}|${anyEncoding('password')})=`;
 /**
- * A password parameter's value: up to the next parameter we know, so a raw `&` or `#` inside
- * it (`Tr0ub&dor=...`, refused as an unknown parameter) hides the rest too.
+ * A password parameter's value: up to the next parameter (`&name=`), a raw `#` included.
+ * `known`: up to the next parameter of KNOWN_PARAM, for a URL being refused: a raw `&` in the
+ * password (`Tr0ub&dor=...`) reads as a parameter, and the refusal must not show its tail.
  */
-const PASSWORD_PARAM = new RegExp(
-  `([?&](?:${anyEncoding('sentinelPassword')}|${anyEncoding('password')})=)(?:[^&]|&(?!(?:${KNOWN_PARAM})=))*`,
-  'gi',
-);
+const PASSWORD_PARAM = {
+  any: new RegExp(`(${PASSWORD_NAME})(?:[^&]|&(?![\\w.%-]+=))*`, 'gi'),
+  known: new RegExp(`(${PASSWORD_NAME})(?:[^&]|&(?!(?:${KNOWN_PARAM})=))*`, 'gi'),
+};
 
 /**
  * Any URL-like text with its passwords hidden, valid or not: the user-info's password, and
  * `password` or `sentinelPassword` parameters (ioredis also takes the password as a parameter).
+ * A password parameter's value runs up to the next parameter of any name (a URL that works,
+ * whose other parameters are ioredis options), or only of one our forms know (`known`: a URL
+ * refused, maybe for a raw `&` in the password).
  */
-export function hideUrlPasswords(text: string): string {
+export function hideUrlPasswords(text: string, parameters: 'any' | 'known' = 'any'): string {
   const user = USER_AND_PASSWORD.test(text) ? USER_AND_PASSWORD : AT_USER_AND_PASSWORD;
-  return text.replace(user, '$1:redacted@').replace(PASSWORD_PARAM, '$1redacted');
+  return text.replace(user, '$1:redacted@').replace(PASSWORD_PARAM[parameters], '$1redacted');
 }

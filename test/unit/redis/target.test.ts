@@ -245,6 +245,18 @@ describe('hideUrlPasswords', () => {
 });
 
 describe('describeRedisTarget', () => {
+  it.each([
+    ['redis://h:6379?password=pw&family=6', 'redis://h:6379?password=redacted&family=6'],
+    [
+      'redis://h:6379/0?password=pw&connectionName=billing',
+      'redis://h:6379/0?password=redacted&connectionName=billing',
+    ],
+    // A raw "#" in the password (a fragment to a URL parser) is hidden with it.
+    ['redis://h:6379?password=a#Tail', 'redis://h:6379?password=redacted'],
+  ])('keeps the ioredis options after a password parameter, not its tail: %s', (url, shown) => {
+    expect(describeRedisTarget(url)).toBe(shown);
+  });
+
   it('hides passwords', () => {
     expect(describeRedisTarget('redis://h:6379/0?password=pw')).toBe(
       'redis://h:6379/0?password=redacted',
