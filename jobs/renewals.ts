@@ -333,7 +333,7 @@ export async function renewalJobsInPlace(
   });
   const now = clock.now();
   let next = 0;
-  const verdicts = schedules.map((schedule): boolean | 'if queued' => {
+  const verdicts = schedules.map((schedule): boolean | 'if queued' | 'if put off' => {
     const firesAt = fireTimeOfScore(values[next] as string | null);
     const exists = values[next + 1] === 1;
     if (schedule.nextRenewalAt !== null) {
@@ -343,20 +343,56 @@ export async function renewalJobsInPlace(
       // Not delayed: waiting or running is in place, finished or in no list is not.
       if (firesAt === null) return queued ? 'if queued' : false;
       if (backingOff(attemptsMade, firesAt, schedule.nextRenewalAt, now)) return true;
-      return firesAsScheduled(firesAt, schedule.nextRenewalAt, clock);
+      return firesAsScheduled(firesAt, schedule.nextRenewalAt, clock) || 'if put off';
     }
     const [completedScore, failedScore] = values.slice(next + 2, next + 4);
     next += 4;
     return firesAt === null && (!exists || completedScore !== null || failedScore !== null);
   });
-  if (!queued || !verdicts.includes('if queued')) return verdicts.map((v) => v === true);
-  const ids = await queued();
-  return verdicts.map((verdict, i) => {
+  const jobIdOf = (i: number) => {
     const schedule = schedules[i] as Schedulable;
-    return verdict === 'if queued'
-      ? ids.has(renewalJobId(schedule.id, schedule.term.count + 1))
-      : verdict;
+    return renewalJobId(schedule.id, schedule.term.count + 1);
+  };
+  const putOff = verdicts.includes('if put off')
+    ? await putOffJobs(
+        queue,
+        verdicts.flatMap((v, i) => (v === 'if put off' ? [jobIdOf(i)] : [])),
+        now,
+      )
+    : new Set<string>();
+  const ids = queued && verdicts.includes('if queued') ? await queued() : new Set<string>();
+  return verdicts.map((verdict, i) => {
+    if (verdict === 'if queued') return ids.has(jobIdOf(i));
+    if (verdict === 'if put off') return putOff.has(jobIdOf(i));
+    return verdict;
   });
+}
+
+const putOffData = z.object({ deferredUntil: z.int().optional() });
+
+/**
+ * Which of these delayed jobs put themselves off until after `now` (an overdue payment, the
+ * provider's window): ensureRenewalJob keeps them as they are, so reconcile needs no lock for
+ * them. Their data is read only for jobs that fire off schedule, in one round trip.
+ */
+async function putOffJobs(queue: Queue, ids: readonly string[], now: number): Promise<Set<string>> {
+  const pipeline = (await queue.backend.client).pipeline();
+  for (const id of ids) pipeline.runCommand('hget', [queue.toKey(id), 'data']);
+  const replies = (await pipeline.exec()) ?? [];
+  const found = new Set<string>();
+  replies.forEach(([error, data], i) => {
+    if (error) throw error;
+    if (typeof data !== 'string') return;
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(data);
+    } catch {
+      return; // unreadable: ensureRenewalJob, under the lock, decides
+    }
+    const deferredUntil = putOffData.safeParse(parsed).data?.deferredUntil;
+    if (deferredUntil !== undefined && deferredUntil > now) found.add(ids[i] as string);
+  });
+  return found;
 }
 
 /**
