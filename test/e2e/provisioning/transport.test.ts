@@ -1,7 +1,7 @@
 // The transport envelope over real HTTP: GET with a JSON body (and POST), the API key, the
 // {method, params} body, the body limit, health, and the shape of every error response.
 import { once } from 'node:events';
-import { connect } from 'node:net';
+import { connect, type Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { request } from 'undici';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
@@ -36,6 +36,28 @@ async function raw(
     body: text === '' ? undefined : JSON.parse(text),
     contentType: Array.isArray(type) ? type[0] : type,
   };
+}
+
+/**
+ * Bytes sent over a socket of their own (`send` writes them): all the server answered, once it
+ * closed the connection.
+ */
+async function overSocket(
+  baseUrl: string,
+  send: (socket: Socket) => Promise<void> | void,
+): Promise<string> {
+  const url = new URL(baseUrl);
+  const socket = connect(Number(url.port), url.hostname);
+  socket.on('error', () => {});
+  await once(socket, 'connect');
+  let answer = '';
+  socket.on('data', (data: Buffer) => {
+    answer += data.toString('latin1');
+  });
+  const closed = once(socket, 'close');
+  await send(socket);
+  await closed;
+  return answer;
 }
 
 function expectJson(res: RawResult): void {
@@ -405,19 +427,11 @@ describe('the provisioning address', () => {
     });
 
     it('answers headers that overflow in a later read than the request line with a JSON string', async () => {
-      const url = new URL(app.baseUrl);
-      const socket = connect(Number(url.port), url.hostname);
-      socket.on('error', () => {});
-      await once(socket, 'connect');
-      let answer = '';
-      socket.on('data', (data: Buffer) => {
-        answer += data.toString('latin1');
+      const answer = await overSocket(app.baseUrl, async (socket) => {
+        socket.write('GET /provisioning HTTP/1.1\r\nHost: x\r\n');
+        await sleep(50);
+        socket.write(`x-api-key: ${'k'.repeat(20_000)}\r\n\r\n`);
       });
-      const closed = once(socket, 'close');
-      socket.write('GET /provisioning HTTP/1.1\r\nHost: x\r\n');
-      await sleep(50);
-      socket.write(`x-api-key: ${'k'.repeat(20_000)}\r\n\r\n`);
-      await closed;
       expect(answer).toMatch(/^HTTP\/1\.1 431 /);
       expect(answer.split('\r\n\r\n')[1]).toBe('"request headers too large"');
     });
@@ -532,21 +546,12 @@ describe('a request that stops arriving', () => {
   });
 
   /** Sends a request's head and part of its body, then nothing: the answer, once closed. */
-  async function halfSent(path: string, apiKey: string): Promise<string> {
-    const url = new URL(slowApp.baseUrl);
-    const socket = connect(Number(url.port), url.hostname);
-    socket.on('error', () => {});
-    await once(socket, 'connect');
-    let answer = '';
-    socket.on('data', (data: Buffer) => {
-      answer += data.toString('latin1');
+  function halfSent(path: string, apiKey: string): Promise<string> {
+    return overSocket(slowApp.baseUrl, (socket) => {
+      socket.write(
+        `POST ${path} HTTP/1.1\r\nHost: x\r\nx-api-key: ${apiKey}\r\nContent-Type: application/json\r\nContent-Length: 62\r\n\r\n{"method":`,
+      );
     });
-    const closed = once(socket, 'close');
-    socket.write(
-      `POST ${path} HTTP/1.1\r\nHost: x\r\nx-api-key: ${apiKey}\r\nContent-Type: application/json\r\nContent-Length: 62\r\n\r\n{"method":`,
-    );
-    await closed;
-    return answer;
   }
 
   it.each(['/provisioning', '/webhooks'])(
