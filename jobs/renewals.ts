@@ -452,16 +452,20 @@ async function restoredByAPerson(queue: Queue, chain: Chain): Promise<boolean> {
   return state !== undefined && !['failed', 'completed', 'unknown'].includes(state);
 }
 
-/** The renewal jobs of the main chain's add-ons, as it governs them (ensureFamilyRenewalJobs). */
+/**
+ * The renewal jobs of the main chain's add-ons, as it governs them (ensureFamilyRenewalJobs). A
+ * flagged add-on's failed job comes back with the main chain's (`restoreFlagged`): the switch
+ * that restores the family names the main order, the only one it takes.
+ */
 async function ensureAddOnRenewalJobs(
   queue: Queue,
   chains: ChainStore,
   main: Chain,
   clock: Clock,
-  options: { overrideDeferral?: boolean } = {},
+  options: { overrideDeferral?: boolean; restoreFlagged?: boolean } = {},
 ): Promise<void> {
   for (const addOn of await chains.getMany(main.addOns)) {
-    if (!schedulesRenewals(addOn)) continue;
+    if (!schedulesRenewals(addOn) && !options.restoreFlagged) continue;
     // A payment or an operator that reconsiders the main chain's waiting renewal reconsiders
     // its add-ons' as well: they waited for the same reason.
     await ensureRenewalJob(
