@@ -1273,9 +1273,12 @@ function sameRenewalIntent(a: Intent, b: Intent): boolean {
 }
 
 /**
- * A renewal the provider refused. Its window (clock skew, a remote partner with a shorter window)
- * is waited out until the term ends; past that, and for any other refusal, the chain is flagged
- * and the job fails with the provider's message for an operator to see.
+ * A renewal the provider refused. An add-on's family cancelled while its order was on its way
+ * (the cancel holds the main chain's lock, not the add-on's) explains it: the renewal is
+ * dropped as one found on a cancelled chain is, not flagged for a person. Its window (clock
+ * skew, a remote partner with a shorter window) is waited out until the term ends; past that,
+ * and for any other refusal, the chain is flagged and the job fails with the provider's message
+ * for an operator to see.
  */
 async function handleRefusal(
   deps: WorkerDeps,
@@ -1284,9 +1287,12 @@ async function handleRefusal(
   held: { chain: Chain; token: string },
   intent: Intent,
   error: RefusalError,
-): Promise<never> {
-  const now = deps.clock.now();
+): Promise<string> {
   const { chain } = held;
+  if ((await renewalView(deps, chain)).status === 'cancelled') {
+    return dropCancelledRenewal(deps, job, held, intent);
+  }
+  const now = deps.clock.now();
   const windowRefusal = isRenewalWindowRefusal(error.message);
   if (windowRefusal && now < chain.term.expiresAt) {
     await deps.chains.save({
