@@ -208,8 +208,8 @@ export async function ensureRenewalJob(
     if (state === 'delayed') {
       // A job that put itself off (overdue payment, provider window) keeps its time unless the
       // reason went away (a payment, an operator): reconcile must not re-send it every round.
-      const deferredUntil = renewalJobData.safeParse(existing.data).data?.deferredUntil;
-      if (deferredUntil !== undefined && deferredUntil > now && !options.overrideDeferral) return;
+      const deferredUntil = deferredUntilOf(existing.data);
+      if (stillPutOff(deferredUntil, now) && !options.overrideDeferral) return;
       const firesAt = await delayedFireTime(queue, id);
       const keepsBackoff =
         !options.overrideDeferral && backingOff(existing.attemptsMade, firesAt, nextRenewalAt, now);
@@ -313,9 +313,10 @@ export async function renewalJobsInPlace(
 ): Promise<boolean[]> {
   if (schedules.length === 0) return [];
   const { delayed, completed, failed } = queue.keys as Record<string, string>;
+  const jobIds = schedules.map((schedule) => renewalJobId(schedule.id, schedule.term.count + 1));
   const pipeline = (await queue.backend.client).pipeline();
-  for (const schedule of schedules) {
-    const id = renewalJobId(schedule.id, schedule.term.count + 1);
+  for (const [i, schedule] of schedules.entries()) {
+    const id = jobIds[i] as string;
     // Its record as well as its place: an entry whose record was lost would fire with no data.
     pipeline.runCommand('zscore', [delayed, id]).runCommand('exists', [queue.toKey(id)]);
     if (schedule.nextRenewalAt !== null) {
@@ -349,26 +350,30 @@ export async function renewalJobsInPlace(
     next += 4;
     return firesAt === null && (!exists || completedScore !== null || failedScore !== null);
   });
-  const jobIdOf = (i: number) => {
-    const schedule = schedules[i] as Schedulable;
-    return renewalJobId(schedule.id, schedule.term.count + 1);
-  };
   const putOff = verdicts.includes('if put off')
     ? await putOffJobs(
         queue,
-        verdicts.flatMap((v, i) => (v === 'if put off' ? [jobIdOf(i)] : [])),
+        jobIds.filter((_, i) => verdicts[i] === 'if put off'),
         now,
       )
     : new Set<string>();
   const ids = queued && verdicts.includes('if queued') ? await queued() : new Set<string>();
   return verdicts.map((verdict, i) => {
-    if (verdict === 'if queued') return ids.has(jobIdOf(i));
-    if (verdict === 'if put off') return putOff.has(jobIdOf(i));
+    if (verdict === 'if queued') return ids.has(jobIds[i] as string);
+    if (verdict === 'if put off') return putOff.has(jobIds[i] as string);
     return verdict;
   });
 }
 
-const putOffData = z.object({ deferredUntil: z.int().optional() });
+/** When a renewal job's data says it put itself off until (an overdue payment, a window). */
+function deferredUntilOf(data: unknown): number | undefined {
+  return renewalJobData.safeParse(data).data?.deferredUntil;
+}
+
+/** Whether a job that put itself off until `deferredUntil` still waits for its reason at `now`. */
+function stillPutOff(deferredUntil: number | undefined, now: number): boolean {
+  return deferredUntil !== undefined && deferredUntil > now;
+}
 
 /**
  * Which of these delayed jobs put themselves off until after `now` (an overdue payment, the
@@ -389,8 +394,7 @@ async function putOffJobs(queue: Queue, ids: readonly string[], now: number): Pr
     } catch {
       return; // unreadable: ensureRenewalJob, under the lock, decides
     }
-    const deferredUntil = putOffData.safeParse(parsed).data?.deferredUntil;
-    if (deferredUntil !== undefined && deferredUntil > now) found.add(ids[i] as string);
+    if (stillPutOff(deferredUntilOf(parsed), now)) found.add(ids[i] as string);
   });
   return found;
 }
