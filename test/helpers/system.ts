@@ -246,12 +246,17 @@ async function stateOnceSettled(job: Job): Promise<string> {
   return state;
 }
 
+/** The state of job `jobId` in `queue`, or undefined when the queue keeps no such job. */
+export async function jobState(queue: Queue, jobId: string): Promise<string | undefined> {
+  return (await queue.getJob(jobId))?.getState();
+}
+
 /**
  * Runs a finished job again with its id and data: what BullMQ's stalled check does with a job
  * whose worker died after its work and before it reported the job done.
  */
 export async function runAgain(queue: Queue, jobId: string): Promise<void> {
-  const finished = async () => (await queue.getJob(jobId))?.getState();
+  const finished = () => jobState(queue, jobId);
   await expect.poll(finished, { timeout: 10_000 }).toMatch(/^(completed|failed)$/);
   const job = await queue.getJob(jobId);
   if (!job) throw new Error(`no job ${jobId}`);

@@ -5,7 +5,7 @@ import { renewalJobId } from '../../../jobs/renewals.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
 import { manualClock, systemClock } from '../../../src/clock.js';
 import { RefusalError } from '../../../src/errors.js';
-import { DAY, orderPlaced, useSystem } from '../../helpers/system.js';
+import { DAY, jobState, orderPlaced, useSystem } from '../../helpers/system.js';
 
 describe('an add-on whose renewal was refused, the cause fixed, auto-renew switched off and on', () => {
   const clock = manualClock(systemClock.now());
@@ -36,9 +36,7 @@ describe('an add-on whose renewal was refused, the cause fixed, auto-renew switc
       clock.set(addOn.term.expiresAt - 7 * DAY);
       await system.promote('renewals', jobId);
       await system.waitForChain('OF-1', (c) => c.addOns[0]?.flagged != null);
-      await expect
-        .poll(async () => (await system.queue('renewals').getJob(jobId))?.getState())
-        .toBe('failed');
+      await expect.poll(() => jobState(system.queue('renewals'), jobId)).toBe('failed');
     } finally {
       Object.assign(provisioning, saved);
     }

@@ -8,6 +8,7 @@ import { RefusalError } from '../../../src/errors.js';
 import { webhookJobId } from '../../../src/intake/webhooks.js';
 import {
   DAY,
+  jobState,
   leftByDeadJob,
   orderPlaced,
   reconcileRound,
@@ -28,7 +29,7 @@ async function paymentReceived(system: System, order: string) {
   await expect
     .poll(
       async () => {
-        state = await (await queue.getJob(webhookJobId(id)))?.getState();
+        state = await jobState(queue, webhookJobId(id));
         return state === 'completed' || state === 'failed';
       },
       { timeout: 10_000 },
@@ -76,9 +77,7 @@ async function refusedRenewal(
     clock.set(chain.term.expiresAt - 7 * DAY);
     await system.promote('renewals', id);
     await system.waitForChain(order, (c) => c.flagged !== null);
-    await expect
-      .poll(async () => (await system.queue('renewals').getJob(id))?.getState())
-      .toBe('failed');
+    await expect.poll(() => jobState(system.queue('renewals'), id)).toBe('failed');
   } finally {
     Object.assign(provisioning, saved);
   }
@@ -151,7 +150,7 @@ describe('a payment for an expired flagged chain', () => {
     // Its renewal job failed for good (as flagChain leaves it): a job of that id in Failed.
     await system.queue('renewals').add('poison', {}, { jobId: id, attempts: 1 });
     await expect
-      .poll(async () => (await system.queue('renewals').getJob(id))?.getState(), {
+      .poll(() => jobState(system.queue('renewals'), id), {
         timeout: 10_000,
       })
       .toBe('failed');
@@ -164,7 +163,7 @@ describe('a payment for an expired flagged chain', () => {
 
     expect(await paymentReceived(system, 'RP-1')).toBe('completed');
     // The payment's job is done: the failed renewal job is still the person's.
-    expect(await (await system.queue('renewals').getJob(id))?.getState()).toBe('failed');
+    expect(await jobState(system.queue('renewals'), id)).toBe('failed');
     const after = await system.chain('RP-1');
     expect(after.history.find((h) => h.event === 'payment.received')?.detail).toBe(
       'payment received after the term ended',
@@ -268,7 +267,7 @@ describe('external: a flagged chain paid after its suspension, its reactivation 
     // The operator confirms the manual reactivation at the provider (nothing about the renewal).
     const res = await system.ops('POST', '/ops/chains/XF-1/reactivated');
     expect(res.status).toBe(200);
-    expect(await (await system.queue('renewals').getJob(id))?.getState()).toBe('failed');
+    expect(await jobState(system.queue('renewals'), id)).toBe('failed');
     const after = await system.chain('XF-1');
     expect({
       count: after.term.count,
@@ -335,11 +334,11 @@ describe('the main chain renewal of a flagged family, run again after it was rec
     await (await renewals.getJob(id))?.retry('failed');
     await system.waitForChain('RA-1', (c) => c.term.count === 2);
     // Simulate the state a crash right after the record leaves: the add-on's skipped job.
-    await expect.poll(async () => (await renewals.getJob(addOnJob))?.getState()).toBe('delayed');
+    await expect.poll(() => jobState(renewals, addOnJob)).toBe('delayed');
     await (await renewals.getJob(addOnJob))?.remove();
     // The main chain's job is run again (stalled after its record): already renewed.
     await runAgain(renewals, id);
     expect((await renewals.getJob(id))?.returnvalue).toBe('skipped: already_renewed');
-    expect(await (await renewals.getJob(addOnJob))?.getState()).toBe('delayed');
+    expect(await jobState(renewals, addOnJob)).toBe('delayed');
   });
 });

@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { renewalJobId } from '../../../jobs/renewals.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
 import { manualClock } from '../../../src/clock.js';
-import { orderPlaced, useSystem } from '../../helpers/system.js';
+import { jobState, orderPlaced, useSystem } from '../../helpers/system.js';
 
 const T0 = Date.UTC(2025, 11, 31, 9) / 1000; // Dec 31: terms end Jan 31, Feb 28, Mar 31
 const JAN_31 = Date.UTC(2026, 0, 31, 9) / 1000;
@@ -29,9 +29,7 @@ describe('a monthly chain with a 30-day lead across February', () => {
     clock.set(Date.UTC(2026, 0, 29, 9) / 1000);
     const job = renewalJobId(chainIdOf('L-1'), 3);
     await system.promote('renewals', job);
-    await expect
-      .poll(async () => (await system.queue('renewals').getJob(job))?.getState())
-      .toBe('delayed');
+    await expect.poll(() => jobState(system.queue('renewals'), job)).toBe('delayed');
     expect((await system.chain('L-1')).term.count).toBe(2);
     expect(await system.providerOrder('L-1.r3')).toBeNull();
 

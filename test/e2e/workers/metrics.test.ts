@@ -9,7 +9,7 @@ import { chainIdOf } from '../../../src/chains/keys.js';
 import { ChainStore } from '../../../src/chains/store.js';
 import { webhookJobId } from '../../../src/intake/webhooks.js';
 import { connectRedis } from '../../../src/redis/connection.js';
-import { DAY, orderPlaced, startSystem, useSystem } from '../../helpers/system.js';
+import { DAY, jobState, orderPlaced, startSystem, useSystem } from '../../helpers/system.js';
 
 const system = useSystem();
 
@@ -106,7 +106,7 @@ describe('billing_renewals_total', () => {
       await system.waitForChain('MET-R', (c) => c.term.count === 2, 30_000);
       // The retry finds the term recorded and adds the job the first attempt could not.
       await expect
-        .poll(async () => (await system.queue('renewals').getJob(next))?.getState(), {
+        .poll(() => jobState(system.queue('renewals'), next), {
           timeout: 20_000,
         })
         .toBe('delayed');

@@ -18,6 +18,7 @@ import { webhookDedupKey, webhookJobId } from '../../../src/intake/webhooks.js';
 import { makeChainOperations } from '../../../src/ops/chain-operations.js';
 import {
   DAY,
+  jobState,
   lastEvent,
   leftByDeadJob,
   orderPlaced,
@@ -279,7 +280,7 @@ describe('marketplace, 3 days of grace', () => {
     // The renewal job runs, sees the overdue payment and waits.
     const job = renewalJobId(chainIdOf('P-4'), 2);
     await expect
-      .poll(async () => (await system.queue('renewals').getJob(job))?.getState(), {
+      .poll(() => jobState(system.queue('renewals'), job), {
         timeout: 10_000,
       })
       .toBe('delayed');
@@ -303,7 +304,7 @@ describe('marketplace, 3 days of grace', () => {
     // Its renewal job runs, sees the overdue payment and waits: no time can be named (DESIGN §5).
     const job = renewalJobId(chainIdOf('P-10'), 2);
     await expect
-      .poll(async () => (await system.queue('renewals').getJob(job))?.getState(), {
+      .poll(() => jobState(system.queue('renewals'), job), {
         timeout: 10_000,
       })
       .toBe('delayed');
@@ -352,7 +353,7 @@ describe('marketplace, 3 days of grace', () => {
     expect(await upcomingOrders(system)).not.toContain('P-EXP-1');
     // Still waiting for the payment, not skipped: the payment moves it to now.
     await expect
-      .poll(async () => (await system.queue('renewals').getJob(job))?.getState(), {
+      .poll(() => jobState(system.queue('renewals'), job), {
         timeout: 10_000,
       })
       .toBe('delayed');
@@ -403,9 +404,7 @@ describe('marketplace, 3 days of grace', () => {
     const { placed, job } = await renewalWaitingForPayment('P-EXP-2');
     clock.set(placed.term.expiresAt + DAY);
     // Its renewal job lost too (a Redis restored without it): given back in the same round.
-    await expect
-      .poll(async () => (await system.queue('renewals').getJob(job))?.getState())
-      .toBe('delayed');
+    await expect.poll(() => jobState(system.queue('renewals'), job)).toBe('delayed');
     await (await system.queue('renewals').getJob(job))?.remove();
     const reconcile = await system.queue('maintenance').add('reconcile now', {});
     await expect.poll(async () => reconcile.getState(), { timeout: 10_000 }).toBe('completed');
@@ -450,7 +449,7 @@ describe('marketplace, 3 days of grace', () => {
       'P-5',
       (c) => c.history.filter((h) => h.event === 'payment.overdue').length === 2,
     );
-    expect(await (await system.queue('payment-signals').getJob(id))?.getState()).toBe('delayed');
+    expect(await jobState(system.queue('payment-signals'), id)).toBe('delayed');
   });
 
   it('applies a payment event once when its job runs again after its save', async () => {
@@ -523,9 +522,7 @@ describe('marketplace, 3 days of grace', () => {
     clock.advance(2 * DAY);
     const id = suspensionJobId(chainId, 1);
     await system.promote('payment-signals', id);
-    await expect
-      .poll(async () => (await queue.getJob(id))?.getState(), { timeout: 10_000 })
-      .toBe('delayed');
+    await expect.poll(() => jobState(queue, id), { timeout: 10_000 }).toBe('delayed');
     expect((await system.chain('P-9')).status).toBe('active');
     clock.set(suspendAt);
     await system.promote('payment-signals', id);
@@ -554,7 +551,7 @@ describe('marketplace, 3 days of grace', () => {
     await expect.poll(async () => reconcile.getState(), { timeout: 10_000 }).toBe('completed');
     // Not pulled forward and re-run: the same place in the delayed set.
     expect(await firesAt()).toBe(before);
-    expect(await (await queue.getJob(id))?.getState()).toBe('delayed');
+    expect(await jobState(queue, id)).toBe('delayed');
     expect((await system.chain('P-6')).term.count).toBe(1);
   });
 
@@ -980,7 +977,7 @@ describe('the external variant', () => {
     await system.waitForChain(order, (c) => c.needsReactivation);
     const queue = system.queue('payment-signals');
     const id = webhookJobId((paid.body as { id: string }).id);
-    await expect.poll(async () => (await queue.getJob(id))?.getState()).toBe('failed');
+    await expect.poll(() => jobState(queue, id)).toBe('failed');
     return { queue, id };
   }
 
@@ -1220,7 +1217,7 @@ describe('the external variant, 3 days of grace', () => {
     const { id, name, opts } = job;
     await job.remove();
     await queue.add(name, { broken: true }, { ...opts, jobId: id, delay: 0, attempts: 1 });
-    await expect.poll(async () => (await queue.getJob(id ?? ''))?.getState()).toBe('failed');
+    await expect.poll(() => jobState(queue, id ?? '')).toBe('failed');
   }
 
   it('asks to reactivate only the orders a suspension that died halfway had reached', async () => {
@@ -1502,7 +1499,7 @@ describe('the external variant: a confirmation retried after its job update fail
     // Paid: external, so an operator reactivates by hand. The renewal still waits (6 h).
     await system.send('payment.received', { order });
     await system.waitForChain(order, (c) => c.needsReactivation && c.payment === 'ok');
-    expect(await (await renewals.getJob(job))?.getState()).toBe('delayed');
+    expect(await jobState(renewals, job)).toBe('delayed');
 
     // First confirmation: saved, then the job update fails (the operator gets a 503).
     const ops = makeChainOperations({

@@ -17,6 +17,7 @@ import { connectRedis } from '../../../src/redis/connection.js';
 import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
 import {
   DAY,
+  jobState,
   lastEvent,
   leftByDeadJob,
   orderPlaced,
@@ -129,7 +130,7 @@ describe('a restart after Redis lost a renewal job', () => {
     const second = await startSystem({ redisUrl: redis.url, env });
     try {
       await expect
-        .poll(async () => (await second.queue('renewals').getJob(id))?.getState(), {
+        .poll(() => jobState(second.queue('renewals'), id), {
           timeout: 10_000,
         })
         .toBe('delayed');
@@ -146,14 +147,14 @@ describe('a Redis that lost the delayed list of renewals', () => {
     await placedTwoDaysAgo(system, 'ORPHAN-1');
     const queue = system.queue('renewals');
     const id = renewalJobId(chainIdOf('ORPHAN-1'), 2);
-    expect(await (await queue.getJob(id))?.getState()).toBe('delayed');
+    expect(await jobState(queue, id)).toBe('delayed');
 
     const client = await queue.backend.client;
     await client.del(queue.keys.delayed as string);
-    expect(await (await queue.getJob(id))?.getState()).toBe('unknown');
+    expect(await jobState(queue, id)).toBe('unknown');
 
     await reconcileRound(system, 'reconcile-orphan');
-    expect(await (await queue.getJob(id))?.getState()).toBe('delayed');
+    expect(await jobState(queue, id)).toBe('delayed');
   });
 });
 
@@ -209,10 +210,10 @@ describe('a chain left in the middle of a seat purchase, its jobs lost', () => {
       cause: { jobId: 'lost-seat-job', webhookId: 'lost-seat-MIDSEAT-1' },
     });
     expect((await system.providerOrder('MIDSEAT-1.p1'))?.licenses).toBe(2);
-    expect(await (await queue.getJob(id))?.getState()).toBe('delayed');
+    expect(await jobState(queue, id)).toBe('delayed');
     // Run early, the renewal job finds nothing left to buy and its term not due yet.
     await system.promote('renewals', id);
-    await expect.poll(async () => (await queue.getJob(id))?.getState()).toBe('delayed');
+    await expect.poll(() => jobState(queue, id)).toBe('delayed');
     expect((await system.chain('MIDSEAT-1')).partials).toHaveLength(1);
     expect(await system.providerOrder('MIDSEAT-1.r2')).toBeNull();
   });
@@ -235,7 +236,7 @@ describe('a chain left in the middle of a seat purchase, its jobs lost', () => {
       await expect
         .poll(async () => (await system.chain('MIDSEAT-5')).partials.length, { timeout: 10_000 })
         .toBe(1);
-      await expect.poll(async () => (await queue.getJob(id))?.getState()).toBe('delayed');
+      await expect.poll(() => jobState(queue, id)).toBe('delayed');
     } finally {
       Object.assign(provisioning, saved);
     }
@@ -278,7 +279,7 @@ describe('a chain left in the middle of a seat purchase, its jobs lost', () => {
       });
 
       expect(result).toMatchObject({ failed: 1 });
-      expect(await (await queue.getJob(id))?.getState()).toBe('delayed');
+      expect(await jobState(queue, id)).toBe('delayed');
       const stored = await new ChainStore(system.started.runtime.redis).get(chainIdOf(order));
       expect(stored?.intent?.orderId).toBe(`${order}.p1`);
       expect(await system.providerOrder(`${order}.p1`)).toBeNull();
@@ -365,7 +366,7 @@ describe('reconcile with the provider away for an unsuspension left halfway', ()
     const result = await reconcileRound(system, 'reconcile-away', { provisioning: away });
 
     expect(result).toMatchObject({ failed: 1 });
-    expect(await (await queue.getJob(id))?.getState()).toBe('delayed');
+    expect(await jobState(queue, id)).toBe('delayed');
     // The unsuspension is still to do, for the next round.
     const stored = await new ChainStore(system.started.runtime.redis).get(chainIdOf('AWAY-1'));
     expect(stored?.unsuspending).toBe(true);
@@ -410,7 +411,7 @@ describe('reconcile and cancelled chains', () => {
     expect(await round('reconcile-locks-1')).toMatchObject({ checked: 5, failed: 0 });
     expect(locked.sort()).toEqual([chainIdOf('LOST-1'), chainIdOf('LOST-2')].sort());
     for (const id of [lostJob, recordless]) {
-      expect(await (await system.queue('renewals').getJob(id))?.getState()).toBe('delayed');
+      expect(await jobState(system.queue('renewals'), id)).toBe('delayed');
     }
 
     // With every job in place, a round takes no lock at all.
@@ -589,9 +590,7 @@ describe('a seat job that ran out of attempts, its purchase refused in reconcile
         },
         { jobId: 'seat-rs1', attempts: 1 },
       );
-      await expect
-        .poll(async () => (await queue.getJob('seat-rs1'))?.getState(), { timeout: 10_000 })
-        .toBe('failed');
+      await expect.poll(() => jobState(queue, 'seat-rs1'), { timeout: 10_000 }).toBe('failed');
       expect((await system.chain('RS-1')).inFlight).toMatchObject({ kind: 'partial' });
 
       // Back, but refusing: reconcile finishes the purchase and records the refusal.
@@ -605,7 +604,7 @@ describe('a seat job that ran out of attempts, its purchase refused in reconcile
       provisioning.createOrder = createOrder;
       await (await queue.getJob('seat-rs1'))?.retry('failed');
       await expect
-        .poll(async () => (await queue.getJob('seat-rs1'))?.getState(), { timeout: 10_000 })
+        .poll(() => jobState(queue, 'seat-rs1'), { timeout: 10_000 })
         .toMatch(/^(completed|failed)$/);
       const job = await queue.getJob('seat-rs1');
       expect({
@@ -654,7 +653,7 @@ describe('a Redis that lost the suspension job of an overdue chain', () => {
     expect((await system.providerOrder('LOSTSUSP-1'))?.status).toBe('suspended');
     // Suspended: no round brings the finished job back.
     await reconcileRound(system, 'reconcile-lostsusp-3');
-    expect(await (await queue().getJob(id))?.getState()).toBe('completed');
+    expect(await jobState(queue(), id)).toBe('completed');
   });
 
   it('lost past the grace, runs it at once', async () => {
@@ -835,18 +834,18 @@ describe('reconcile over due renewals waiting for a worker', () => {
       }
       const ids = orders.map((order) => renewalJobId(chainIdOf(order), 2));
       await expect
-        .poll(async () => Promise.all(ids.map(async (id) => (await queue.getJob(id))?.getState())))
+        .poll(async () => Promise.all(ids.map(async (id) => jobState(queue, id))))
         .toEqual(['waiting', 'waiting', 'waiting']);
       // BACKLOG-3's job record survived, its entry in the wait list did not.
       const client = await queue.backend.client;
       const [lost] = ids.slice(2);
       await client.runCommand('lrem', [queue.keys.wait, 0, lost]);
-      expect(await (await queue.getJob(lost as string))?.getState()).toBe('unknown');
+      expect(await jobState(queue, lost as string)).toBe('unknown');
 
       const { locked, round } = roundCountingLocks(system);
       expect(await round('reconcile-backlog')).toMatchObject({ failed: 0 });
       expect(locked).toEqual([chainIdOf('BACKLOG-3')]);
-      expect(await (await queue.getJob(lost as string))?.getState()).toBe('waiting');
+      expect(await jobState(queue, lost as string)).toBe('waiting');
     } finally {
       await queue.resume();
     }

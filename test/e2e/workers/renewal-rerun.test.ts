@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { makeRenewalProcessor, renewalJobId } from '../../../jobs/renewals.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
 import {
+  jobState,
   orderPlaced,
   renewalJobOffMs,
   slowToUnsuspend,
@@ -24,7 +25,7 @@ describe('an add-on renewal job run again after its term was recorded, slow prov
     const addOnId = chainIdOf('RX-1.a1');
     const queue = system.queue('renewals');
     const id = renewalJobId(addOnId, 2);
-    await expect.poll(async () => (await queue.getJob(id))?.getState()).toBe('completed');
+    await expect.poll(() => jobState(queue, id)).toBe('completed');
     expect(await renewalJobOffMs(system, 'RX-1.a1')).toBeLessThan(1_000);
 
     // The worker died after the record and before it reported the job done: the stalled check

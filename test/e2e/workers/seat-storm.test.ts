@@ -29,6 +29,7 @@ import { delayedFireTime, type QueueName } from '../../../src/queues.js';
 import {
   DAY,
   familyOrdersAtProvider,
+  jobState,
   orderPlaced,
   type System,
   useSystem,
@@ -706,7 +707,7 @@ async function runScenario(
       expect(res.status, JSON.stringify(res.body)).toBe(202);
       const jobId = webhookJobId(id);
       await expect
-        .poll(async () => (await system.queue('seat-changes').getJob(jobId))?.getState(), {
+        .poll(() => jobState(system.queue('seat-changes'), jobId), {
           timeout: 15_000,
           interval: 30,
         })

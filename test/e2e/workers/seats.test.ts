@@ -24,6 +24,7 @@ import { delayedFireTime, QUEUE_PREFIX } from '../../../src/queues.js';
 import { connectRedis } from '../../../src/redis/connection.js';
 import {
   DAY,
+  jobState,
   lastEvent,
   leftByDeadJob,
   orderPlaced,
@@ -863,7 +864,7 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     const upcoming = await system.ops('GET', '/ops/renewals?within=60');
     expect((upcoming.body as { renewals: unknown[] }).renewals).toEqual([]);
     await system.ops('PUT', '/ops/chains/A-1/auto-renew', { enabled: true });
-    expect(await (await system.queue('renewals').getJob(addOnJob))?.getState()).toBe('delayed');
+    expect(await jobState(system.queue('renewals'), addOnJob)).toBe('delayed');
 
     clock.advance(60);
     await seats(system, 'A-1', 4);
@@ -1058,7 +1059,7 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
 
     expect((await switched)?.status).toBe(200);
     expect((await system.chain('A-21')).autoRenew).toBe(true);
-    expect(await (await renewals.getJob(addOnJob))?.getState()).toBe('delayed');
+    expect(await jobState(renewals, addOnJob)).toBe('delayed');
   });
 
   it('cancels an add-on renewal recorded while its main chain was being cancelled', async () => {
@@ -1199,7 +1200,7 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     const addOnJob = renewalJobId(chainIdOf('A-3.a1'), 2);
     expect(await system.queue('renewals').getJob(addOnJob)).toBeUndefined();
     await system.ops('PUT', '/ops/chains/A-3/auto-renew', { enabled: true });
-    expect(await (await system.queue('renewals').getJob(addOnJob))?.getState()).toBe('delayed');
+    expect(await jobState(system.queue('renewals'), addOnJob)).toBe('delayed');
   });
 
   it('shows an add-on named by its own order as its main chain governs it', async () => {
@@ -1435,7 +1436,7 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     // add-on's job is not there (as when it died before adding it).
     await (await renewals.getJob(jobId))?.remove();
     await runAgain(system.queue('seat-changes'), webhookJobId('wh-a20'));
-    expect(await (await renewals.getJob(jobId))?.getState()).toBe('delayed');
+    expect(await jobState(renewals, jobId)).toBe('delayed');
   });
 
   it('lets reconcile record an add-on cancelled that another job held during the cancel', async () => {
@@ -1993,9 +1994,7 @@ describe('the external variant (add-ons only)', () => {
       if (await system.queue('seat-changes').getJob(id)) await system.promote('seat-changes', id);
     }
     await expect
-      .poll(async () =>
-        (await system.queue('seat-changes').getJob(addOnJobId(chainIdOf('E-56'))))?.getState(),
-      )
+      .poll(() => jobState(system.queue('seat-changes'), addOnJobId(chainIdOf('E-56'))))
       .not.toBe('delayed');
     expect(await system.providerOrder('E-56.a1')).toBeNull();
     expect((await system.chain('E-56')).addOns).toEqual([]);
@@ -2407,9 +2406,7 @@ describe('the external variant (add-ons only)', () => {
     const first = await buyWaitingAddOn(system, clock, 'E-9', { at: ends.first, nth: 3 });
     expect(first.addOns[2]).toMatchObject({ licenses: 3, term: { startsAt: ends.first } });
     const job = addOnJobId(chainIdOf('E-9'));
-    await expect
-      .poll(async () => (await system.queue('seat-changes').getJob(job))?.getState())
-      .toBe('delayed');
+    await expect.poll(() => jobState(system.queue('seat-changes'), job)).toBe('delayed');
     expect((await system.queue('seat-changes').getJob(job))?.data).toMatchObject({
       startsAt: ends.second,
     });
