@@ -848,6 +848,8 @@ async function joinSuspension(
       ],
       release: false,
     });
+    // The chain is suspended now, as a suspension job would have: its payment counts the undo.
+    deps.metrics.suspensions.inc({ action: 'suspend' });
     return;
   }
   const calls = main.suspensionCalls;

@@ -985,7 +985,8 @@ export async function finishSeatIntent(
   const onArrival = suspendedOnArrival(joinsSuspension);
   // A suspension that found nothing in force left the chain unsuspended: the order joining it
   // suspends the chain, for the payment to unsuspend (or reactivate) it.
-  const joined = joinsSuspension ? ({ status: 'suspended' } as const) : {};
+  const suspendsChain = joinsSuspension && chain.status !== 'suspended';
+  const joined = suspendsChain ? ({ status: 'suspended' } as const) : {};
   const now = deps.clock.now();
   const addOns = await deps.chains.getMany(chain.addOns);
   if (intent.kind === 'partial') {
@@ -1016,6 +1017,7 @@ export async function finishSeatIntent(
     });
     // Counted once recorded: a retry after a failed record finds the intent again.
     deps.metrics.orders.inc({ kind: 'partial' });
+    if (suspendsChain) deps.metrics.suspensions.inc({ action: 'suspend' });
     if (chain.pendingAddOn) await removeAddOnJob(deps, chain, job);
     // A step of an event bought in several: the rest is planned now, under the same lock.
     if (recorded.unfinishedSeatEvent === null) return recorded;
@@ -1071,6 +1073,7 @@ export async function finishSeatIntent(
     },
   });
   deps.metrics.orders.inc({ kind: 'addon' });
+  if (suspendsChain) deps.metrics.suspensions.inc({ action: 'suspend' });
   if (chain.pendingAddOn) await removeAddOnJob(deps, chain, job);
   if (saved.unfinishedSeatEvent === null) return saved;
   return finishUnfinishedSeatEvent(deps, job, { chain: saved, token: held.token }, options);

@@ -251,6 +251,13 @@ export async function jobState(queue: Queue, jobId: string): Promise<string | un
   return (await queue.getJob(jobId))?.getState();
 }
 
+/** The value of one series of `system`'s /metrics (`name{labels}` as printed), 0 when absent. */
+export async function metricValue(system: System, series: string): Promise<number> {
+  const res = await request(`${system.baseUrl}/metrics`);
+  const line = (await res.body.text()).split('\n').find((l) => l.startsWith(`${series} `));
+  return line === undefined ? 0 : Number(line.slice(series.length + 1));
+}
+
 /**
  * Runs a finished job again with its id and data: what BullMQ's stalled check does with a job
  * whose worker died after its work and before it reported the job done.

@@ -21,6 +21,7 @@ import {
   jobState,
   lastEvent,
   leftByDeadJob,
+  metricValue,
   orderPlaced,
   renewalIntentOf,
   renewalJobOffMs,
@@ -30,6 +31,9 @@ import {
   useSystem,
   workerDepsOf,
 } from '../../helpers/system.js';
+
+/** Suspensions as operators count them: every chain recorded suspended, however it came to be. */
+const SUSPENDS = 'billing_suspensions_total{action="suspend"}';
 
 /** The orders GET /ops/renewals lists within 60 days. */
 async function upcomingOrders(system: System): Promise<string[]> {
@@ -655,6 +659,7 @@ describe('marketplace with add-on seat increases, 3 days of grace', () => {
   });
 
   it('suspends an add-on renewal sent after the suspension found nothing in force, and its family', async () => {
+    const suspends = await metricValue(system, SUSPENDS);
     const { placed, addOn } = await overdueWithAddOn(system, 'P-EXP-5', clock.now() - 2 * DAY);
     // The add-on's renewal was decided inside its lead and its call went away (a provider
     // outage of days); both terms ended and the grace period too, and the suspension found
@@ -679,6 +684,8 @@ describe('marketplace with add-on seat increases, 3 days of grace', () => {
       `its renewal ${orderId}, ordered after the suspension found nothing in force, is suspended on arrival`,
     );
     await expect.poll(async () => providerStatus(system, orderId)).toBe('suspended');
+    // Counted as a suspension, which its payment's unsuspension undoes.
+    expect(await metricValue(system, SUSPENDS)).toBe(suspends + 1);
     // Its own term ended: it renews when paid, so no time is shown, as for an expired chain
     // (the add-on's term is in force: its renewal keeps its time).
     expect(joined.nextRenewalAt).toBeNull();
@@ -715,6 +722,7 @@ describe('marketplace with add-on seat increases, 3 days of grace', () => {
   });
 
   it('suspends an add-on bought after the suspension found nothing in force, and its family', async () => {
+    const suspends = await metricValue(system, SUSPENDS);
     const orderId = await addOnLeftPastEmptySuspension(system, clock, 'P-EXP-6', 'marketplace');
 
     // The provider is back and reconcile finishes the purchase: the add-on, in force while the
@@ -725,6 +733,7 @@ describe('marketplace with add-on seat increases, 3 days of grace', () => {
     expect(joined.status).toBe('suspended');
     expect(joined.history.at(-1)?.detail).toContain('suspended on arrival');
     expect(await providerStatus(system, orderId)).toBe('suspended');
+    expect(await metricValue(system, SUSPENDS)).toBe(suspends + 1);
 
     await system.send('payment.received', { order: 'P-EXP-6' });
     const paid = await system.waitForChain('P-EXP-6', (c) => c.term.count === 2);
