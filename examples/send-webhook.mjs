@@ -77,8 +77,13 @@ function webhookId() {
 }
 
 function signer() {
+  const secret = webhookSecret();
+  // The library takes a bare base64 key too; the service's secrets are always whsec_<base64>.
+  if (!secret.startsWith('whsec_')) {
+    fail('WEBHOOK_SECRET is not a webhook secret (whsec_<base64>): it does not start with whsec_');
+  }
   try {
-    return new Webhook(webhookSecret());
+    return new Webhook(secret);
   } catch (error) {
     // Never the secret itself: the library's reason is enough.
     fail(`WEBHOOK_SECRET is not a webhook secret (whsec_<base64>): ${error.message}`);

@@ -75,6 +75,18 @@ describe('examples/send-webhook.mjs', () => {
       { WEBHOOK_SECRET: 'not base64!!' },
       'WEBHOOK_SECRET is not a webhook secret',
     ],
+    [
+      'a WEBHOOK_SECRET without the whsec_ prefix',
+      [],
+      { WEBHOOK_SECRET: 'nope' },
+      'WEBHOOK_SECRET is not a webhook secret',
+    ],
+    [
+      'a bare base64 WEBHOOK_SECRET (no whsec_)',
+      [],
+      { WEBHOOK_SECRET: Buffer.alloc(32, 7).toString('base64') },
+      'it does not start with whsec_',
+    ],
   ])('exits 2 with the usage for %s, sending nothing', async (_case, args, env, reason) => {
     const sent = await send(['seats.changed', '{"order":"EX-9","licenses":8}', ...args], env);
     expect({ code: sent.code, stdout: sent.stdout }).toEqual({ code: 2, stdout: '' });
