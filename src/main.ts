@@ -160,32 +160,13 @@ export async function start(
     apiQueues = api;
     const chains = new ChainStore(runtime.redis, { leaseMs: options.lockLeaseMs });
 
-    if (role !== 'api') {
-      workers = await startWorkers({
-        deps: {
-          chains: new ChainStore(storeRedis, { leaseMs: options.lockLeaseMs }),
-          provisioning,
-          clock,
-          log,
-          metrics,
-          queues: workerQueues,
-          settings: workerSettingsFrom(settings),
-        },
-        connection: workerRedis,
-        concurrency: settings.WORKER_CONCURRENCY,
-        reconcileEverySeconds: settings.RECONCILE_INTERVAL_SECONDS,
-        stalledIntervalMs: options.stalledIntervalMs,
-        jobLockMs: options.jobLockMs,
-      });
-    }
-
-    const running = workers;
     app = await buildApp({
       log,
       metrics,
       readiness: {
         redis: () => answersForKeys(runtime.redis),
-        workers: () => (running ? running.isRunning() : null),
+        // Not ready until they run: they start once the port is bound (below).
+        workers: () => (role === 'api' ? null : (workers?.isRunning() ?? false)),
       },
       ...(serveApi && !settings.remote
         ? { provisioning: { core: runtime.core, partners: runtime.partners } }
@@ -225,6 +206,28 @@ export async function start(
         cause: error,
       });
     });
+    // The port is known now (PORT=0 picks one): onboarding links a worker makes point there.
+    runtime.listeningOn(listeningPort(app, settings.PORT));
+    // Workers start last: a start that fails before (a port in use) leaves the deployment's
+    // queues as they were, the reconcile schedule of the processes already running included.
+    if (role !== 'api') {
+      workers = await startWorkers({
+        deps: {
+          chains: new ChainStore(storeRedis, { leaseMs: options.lockLeaseMs }),
+          provisioning,
+          clock,
+          log,
+          metrics,
+          queues: workerQueues,
+          settings: workerSettingsFrom(settings),
+        },
+        connection: workerRedis,
+        concurrency: settings.WORKER_CONCURRENCY,
+        reconcileEverySeconds: settings.RECONCILE_INTERVAL_SECONDS,
+        stalledIntervalMs: options.stalledIntervalMs,
+        jobLockMs: options.jobLockMs,
+      });
+    }
   } catch (error) {
     await stop().catch((failure: unknown) =>
       log.warn({ err: failure }, 'closing after a failed start failed'),
@@ -232,9 +235,7 @@ export async function start(
     announceGenerated(settings, secrets);
     throw error;
   }
-  const address = app.server.address();
-  const port = typeof address === 'object' && address ? address.port : settings.PORT;
-  runtime.listeningOn(port);
+  const port = listeningPort(app, settings.PORT);
   if (secrets) announceSecrets(settings, secrets);
   log.info(
     {
@@ -294,4 +295,10 @@ export function stopOnSignals(started: Started, log: Logger, limitSeconds: numbe
       );
     });
   }
+}
+
+/** The port `app` listens on: the one the system chose for PORT=0. */
+function listeningPort(app: FastifyInstance, configured: number): number {
+  const address = app.server.address();
+  return typeof address === 'object' && address ? address.port : configured;
 }

@@ -3,7 +3,10 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { type Job, type Queue, Worker } from 'bullmq';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { workerSettingsFrom } from '../../../jobs/deps.js';
-import { makeProcessor as makeMaintenanceProcessor } from '../../../jobs/maintenance.js';
+import {
+  makeProcessor as makeMaintenanceProcessor,
+  RECONCILE_SCHEDULER_ID,
+} from '../../../jobs/maintenance.js';
 import { suspensionJobId } from '../../../jobs/payment-signals.js';
 import { renewalJobId } from '../../../jobs/renewals.js';
 import { addOnJobId } from '../../../jobs/waiting-add-ons.js';
@@ -852,6 +855,33 @@ describe('reconcile over due renewals waiting for a worker', () => {
     for (const order of ['BACKLOG-1', 'BACKLOG-2', 'BACKLOG-3']) {
       const renewed = await system.waitForChain(order, (c) => c.term.count === 2);
       expect(renewed.history.filter((h) => h.event === 'renewal.ordered')).toHaveLength(1);
+    }
+  });
+});
+
+describe('a start that cannot listen (its port is taken)', () => {
+  // It fails before its workers run: a process that exits at once must not reset the interval
+  // of the deployment it meant to join (the process that started last sets it).
+  it("leaves the running deployment's reconcile interval as it was", async () => {
+    const redis = await startTestRedis();
+    const running = await startSystem({
+      redisUrl: redis.url,
+      env: { RECONCILE_INTERVAL_SECONDS: '3600' },
+    });
+    try {
+      const maintenance = running.queue('maintenance');
+      const every = async () => (await maintenance.getJobScheduler(RECONCILE_SCHEDULER_ID))?.every;
+      expect(await every()).toBe(3_600_000);
+      await expect(
+        startSystem({
+          redisUrl: redis.url,
+          env: { PORT: String(running.started.port), RECONCILE_INTERVAL_SECONDS: '60' },
+        }),
+      ).rejects.toThrow(/cannot listen on HOST=127\.0\.0\.1 PORT=\d+: listen EADDRINUSE/);
+      expect(await every()).toBe(3_600_000);
+    } finally {
+      await running.close();
+      await redis.stop();
     }
   });
 });
