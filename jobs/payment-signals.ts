@@ -18,7 +18,12 @@ import {
   lastAppliedEvent,
   staleEventReason,
 } from '../src/domain/event-order.js';
-import { planPaymentReceived, suspensionDueAt } from '../src/domain/suspension.js';
+import {
+  planPaymentReceived,
+  recordedSuspendedOrders,
+  suspensionDueAt,
+  withSuspendedOrders,
+} from '../src/domain/suspension.js';
 import { RefusalError } from '../src/errors.js';
 import { formatInstant } from '../src/format.js';
 import { type EventJobData, eventJobData, eventSchemas } from '../src/intake/events.js';
@@ -308,16 +313,25 @@ async function markPaid(deps: WorkerDeps, job: Job, held: Held, payment: Applied
     return `unsuspended: ${done.orders} orders`;
   }
 
-  // Every order the suspension reached: the add-ons' first orders too, not only the main one;
+  // Every order the suspension reached: the add-ons' first orders too, not only the main one,
+  // also those whose term has ended since (an external chain stays suspended at the provider);
   // of a suspension half done, only those its job had begun to suspend.
-  const suspended = halfSuspended ?? (await familyOrderIds(deps, chain, now));
+  const suspended =
+    halfSuspended ?? recordedSuspendedOrders(chain) ?? (await familyOrderIds(deps, chain, now));
   const reason = `payment received, but the external variant has no unsuspendOrder: reactivate ${suspended.join(', ') || chain.order} by hand at the provider, then confirm with POST /ops/chains/${chain.order}/reactivated`;
   await deps.chains.save({
     chainId: chain.id,
     token,
     previous: chain,
     // Suspended, also when the suspension was only begun (some orders are, at the provider).
-    next: { ...paid, status: 'suspended', needsReactivation: true, nextRenewalAt: null },
+    next: {
+      ...paid,
+      status: 'suspended',
+      needsReactivation: true,
+      nextRenewalAt: null,
+      // Still to reactivate, with whatever a newer episode suspends before the confirmation.
+      suspendedOrders: suspended,
+    },
     history: [{ at: now, event: 'reactivation.needed', detail: `${aboutInvoice}${reason}`, cause }],
     release: false,
   });
@@ -406,6 +420,7 @@ export async function finishUnsuspension(
       ...chain,
       status: chain.term.expiresAt <= at ? 'expired' : 'active',
       unsuspending: false,
+      suspendedOrders: null,
       updatedAt: at,
     },
     history: [
@@ -619,6 +634,11 @@ async function suspendChain(deps: WorkerDeps, job: Job, jobToken: string | undef
       now,
     );
     const suspended = ids.filter((id) => !refused.has(id));
+    // With the orders that joined while it ran (an add-on's renewal) and those an earlier
+    // episode left suspended (a chain awaiting its reactivation): a payment names them all.
+    const reached = [...suspended, ...(begun.suspensionCalls ?? [])].filter(
+      (id) => !refused.has(id),
+    );
     await deps.chains.save({
       chainId: chain.id,
       token,
@@ -629,6 +649,7 @@ async function suspendChain(deps: WorkerDeps, job: Job, jobToken: string | undef
         suspendAt: null,
         suspending: null,
         suspensionCalls: null,
+        suspendedOrders: withSuspendedOrders(begun, reached),
         updatedAt: now,
       },
       history: [

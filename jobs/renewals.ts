@@ -19,7 +19,11 @@ import {
   withNextRenewalAt,
 } from '../src/domain/renewal.js';
 import { isRenewalWindowRefusal } from '../src/domain/renewal-window.js';
-import { suspendedForNonPayment, suspendedOnArrival } from '../src/domain/suspension.js';
+import {
+  suspendedForNonPayment,
+  suspendedOnArrival,
+  withSuspendedOrders,
+} from '../src/domain/suspension.js';
 import { RefusalError, TransientError } from '../src/errors.js';
 import {
   defaultJobOptions,
@@ -652,7 +656,15 @@ function renewalRecord(
   // A main chain joining a suspension that found nothing in force (its term had ended) is
   // suspended from now: its payment unsuspends the order (suspendedForNonPayment).
   const next: Chain =
-    joinsSuspension && renewed.mainChain === null ? { ...renewed, status: 'suspended' } : renewed;
+    joinsSuspension && renewed.mainChain === null
+      ? {
+          ...renewed,
+          status: 'suspended',
+          suspendedOrders: withSuspendedOrders(held.chain, [
+            orderToChange(held.chain, intent.orderId, deps.provisioning.variant),
+          ]),
+        }
+      : renewed;
   const suspended = suspendedOnArrival(joinsSuspension);
   return {
     next,
@@ -830,14 +842,27 @@ async function joinSuspension(
   orderId: string,
 ) {
   const { chain: main, token } = held;
-  if (main.status === 'suspended') return;
   const now = deps.clock.now();
+  const id = orderToChange(addOn, orderId, deps.provisioning.variant);
+  if (main.status === 'suspended') {
+    // Its list, if it keeps one, names the order: an add-on whose term had ended before the
+    // suspension was not reached by it.
+    if (main.suspendedOrders === null || main.suspendedOrders.includes(id)) return;
+    await deps.chains.save({
+      chainId: main.id,
+      token,
+      previous: main,
+      next: { ...main, suspendedOrders: [...main.suspendedOrders, id], updatedAt: now },
+      release: false,
+    });
+    return;
+  }
   if (main.suspending === null) {
     await deps.chains.save({
       chainId: main.id,
       token,
       previous: main,
-      next: { ...main, status: 'suspended', updatedAt: now },
+      next: { ...main, status: 'suspended', suspendedOrders: [id], updatedAt: now },
       history: [
         {
           at: now,
@@ -853,7 +878,6 @@ async function joinSuspension(
     return;
   }
   const calls = main.suspensionCalls;
-  const id = orderToChange(addOn, orderId, deps.provisioning.variant);
   if (calls === null || calls.includes(id)) return;
   await deps.chains.save({
     chainId: main.id,

@@ -24,7 +24,11 @@ import {
   renewalLicenses,
   type SeatDecision,
 } from '../src/domain/seats.js';
-import { suspendedForNonPayment, suspendedOnArrival } from '../src/domain/suspension.js';
+import {
+  suspendedForNonPayment,
+  suspendedOnArrival,
+  withSuspendedOrders,
+} from '../src/domain/suspension.js';
 import { RefusalError } from '../src/errors.js';
 import { formatInstant } from '../src/format.js';
 import type { WorkerDeps } from './deps.js';
@@ -986,7 +990,12 @@ export async function finishSeatIntent(
   // A suspension that found nothing in force left the chain unsuspended: the order joining it
   // suspends the chain, for the payment to unsuspend (or reactivate) it.
   const suspendsChain = joinsSuspension && chain.status !== 'suspended';
-  const joined = suspendsChain ? ({ status: 'suspended' } as const) : {};
+  const joined = joinsSuspension
+    ? {
+        status: 'suspended' as const,
+        suspendedOrders: withSuspendedOrders(chain, [intent.orderId]),
+      }
+    : {};
   const now = deps.clock.now();
   const addOns = await deps.chains.getMany(chain.addOns);
   if (intent.kind === 'partial') {

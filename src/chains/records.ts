@@ -115,6 +115,14 @@ export const chainRecord = z.object({
    */
   suspensionCalls: z.array(z.string()).nullable().default(null),
   /**
+   * While the chain is `suspended`: the orders suspended at the provider for non-payment, as the
+   * variant names them (external: whole chains by their first orders), by the suspension and by
+   * orders joining it since, also those whose term has ended since (an external chain stays
+   * suspended at the provider), for a payment to ask for exactly their reactivation. Null in a
+   * record from before it was kept: then any order in force may be. Meaningless otherwise.
+   */
+  suspendedOrders: z.array(z.string()).nullable().default(null),
+  /**
    * A payment received (marketplace) whose unsuspension has begun at the provider and is not
    * recorded yet: set, with the payment, before the first unsuspendOrder, so whoever holds the
    * chain next (the job's retry, a newer payment event) finishes it instead of leaving the

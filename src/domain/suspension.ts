@@ -46,3 +46,34 @@ export function suspendedForNonPayment(chain: {
 export function suspendedOnArrival(joinsSuspension: boolean): string {
   return joinsSuspension ? '; suspended on arrival: the payment is overdue' : '';
 }
+
+/**
+ * A chain's suspended orders (`suspendedOrders`) once `ids` are suspended too: a chain not
+ * suspended before starts a list; a suspended one's list grows, unless it is unknown (a record
+ * from before lists were kept), which stays unknown.
+ */
+export function withSuspendedOrders(
+  chain: { readonly status: string; readonly suspendedOrders: readonly string[] | null },
+  ids: readonly string[],
+): string[] | null {
+  if (chain.status !== 'suspended') return [...new Set(ids)];
+  if (chain.suspendedOrders === null) return null;
+  return [...new Set([...chain.suspendedOrders, ...ids])];
+}
+
+/**
+ * The orders a suspended chain's record says are suspended at the provider: its list, with the
+ * calls of a newer episode's suspension under way. Null when the record cannot say (not
+ * suspended, or lists from before they were kept): then any order in force may be.
+ */
+export function recordedSuspendedOrders(chain: {
+  readonly status: string;
+  readonly suspendedOrders: readonly string[] | null;
+  readonly suspending: number | null;
+  readonly suspensionCalls: readonly string[] | null;
+}): string[] | null {
+  if (chain.status !== 'suspended' || chain.suspendedOrders === null) return null;
+  if (chain.suspending === null) return [...chain.suspendedOrders];
+  if (chain.suspensionCalls === null) return null;
+  return [...new Set([...chain.suspendedOrders, ...chain.suspensionCalls])];
+}

@@ -287,7 +287,7 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
             token,
             previous: chain,
             next: withNextRenewalAt(
-              { ...chain, status, needsReactivation: false, updatedAt: now },
+              { ...chain, status, needsReactivation: false, suspendedOrders: null, updatedAt: now },
               now,
               deps.leadDays,
             ),

@@ -1064,6 +1064,38 @@ describe('the external variant', () => {
   });
 });
 
+describe('the external variant, no grace: a family paid after its terms ended', () => {
+  const clock = manualClock(systemClock.now());
+  const system = useSystem({
+    clock,
+    env: { PARTNER_VARIANT: 'external', PAYMENT_GRACE_DAYS: '0' },
+  });
+
+  it('asks to reactivate every chain the suspension reached, an add-on ended since too', async () => {
+    const t0 = clock.now();
+    await system.send('order.placed', orderPlaced({ order: 'XE-1', licenses: 2 }));
+    await system.waitForChain('XE-1', () => true);
+    clock.set(t0 + 3 * DAY);
+    await system.send('seats.changed', { order: 'XE-1', licenses: 4 });
+    await system.waitForChain('XE-1', (c) => c.addOns.length === 1);
+    clock.set(t0 + 20 * DAY);
+    await system.send('payment.overdue', { order: 'XE-1' });
+    const suspended = await system.waitForChain('XE-1', (c) => c.status === 'suspended');
+    expect(suspended.history.at(-1)?.detail).toContain('suspended XE-1, XE-1.a1');
+
+    // Paid late: both terms ended meanwhile, and reconcile has seen them end. The add-on's chain
+    // is still suspended at the provider, and it renews once the reactivation is confirmed.
+    clock.set(t0 + 40 * DAY);
+    const reconcile = await system.queue('maintenance').add('reconcile now', {});
+    await expect.poll(async () => reconcile.getState(), { timeout: 10_000 }).toBe('completed');
+    await system.send('payment.received', { order: 'XE-1' });
+    const paid = await system.waitForChain('XE-1', (c) => c.needsReactivation);
+    expect(await providerStatus(system, 'XE-1.a1')).toBe('suspended');
+    expect(paid.addOns[0]?.nextLicenses).toBe(2);
+    expect(paid.history.at(-1)?.detail).toContain('reactivate XE-1, XE-1.a1 by hand');
+  });
+});
+
 describe('the external variant, 3 days of grace', () => {
   const clock = manualClock(systemClock.now());
   const system = useSystem({

@@ -4,8 +4,10 @@ import { describe, expect, it } from 'vitest';
 import { SECONDS_PER_DAY } from '../../../src/domain/periods.js';
 import {
   planPaymentReceived,
+  recordedSuspendedOrders,
   suspendedForNonPayment,
   suspensionDueAt,
+  withSuspendedOrders,
 } from '../../../src/domain/suspension.js';
 
 const overdueAt = Date.UTC(2025, 4, 12, 9, 30) / 1000;
@@ -92,5 +94,48 @@ describe('suspendedForNonPayment', () => {
     expect(
       suspendedForNonPayment({ status: 'cancelled', payment: 'overdue', suspendAt: null }),
     ).toBe(false);
+  });
+});
+
+describe('withSuspendedOrders', () => {
+  it('starts a list for a chain not suspended, whatever an earlier one left', () => {
+    expect(withSuspendedOrders({ status: 'active', suspendedOrders: ['A'] }, ['B', 'B'])).toEqual([
+      'B',
+    ]);
+  });
+
+  it("grows a suspended chain's list, each order once", () => {
+    expect(
+      withSuspendedOrders({ status: 'suspended', suspendedOrders: ['A', 'B'] }, ['B', 'C']),
+    ).toEqual(['A', 'B', 'C']);
+  });
+
+  it("keeps an older record's unknown list unknown", () => {
+    expect(withSuspendedOrders({ status: 'suspended', suspendedOrders: null }, ['B'])).toBeNull();
+  });
+});
+
+describe('recordedSuspendedOrders', () => {
+  const suspended = {
+    status: 'suspended',
+    suspendedOrders: ['A', 'A.a1'],
+    suspending: null,
+    suspensionCalls: null,
+  };
+
+  it('names the orders its list keeps', () => {
+    expect(recordedSuspendedOrders(suspended)).toEqual(['A', 'A.a1']);
+  });
+
+  it("adds those a newer episode's suspension under way has reached", () => {
+    expect(
+      recordedSuspendedOrders({ ...suspended, suspending: 2, suspensionCalls: ['A', 'A.a2'] }),
+    ).toEqual(['A', 'A.a1', 'A.a2']);
+  });
+
+  it('cannot say for a chain not suspended, or a record from before lists were kept', () => {
+    expect(recordedSuspendedOrders({ ...suspended, status: 'active' })).toBeNull();
+    expect(recordedSuspendedOrders({ ...suspended, suspendedOrders: null })).toBeNull();
+    expect(recordedSuspendedOrders({ ...suspended, suspending: 2 })).toBeNull();
   });
 });
