@@ -236,8 +236,45 @@ export function buildCli(): Command {
         })),
       );
     });
+  addOrderCommands(program);
   addChainCommands(program);
   return program;
+}
+
+/** The embedded provider's own staff's actions on orders, which the partner interface lacks. */
+function addOrderCommands(program: Command): void {
+  program
+    .command('orders')
+    .description("orders of the embedded provider: its own staff's actions")
+    .command('reactivate')
+    .description(
+      'reactivate suspended orders by hand at the embedded provider (external: each names its whole chain)',
+    )
+    .argument('<orders...>', 'order ids, as a reactivation.needed history entry lists them')
+    .option('--partner <name>', 'the partner whose orders they are (default: PARTNER_NAME)')
+    .option('--json', 'print each order as JSON, one per line')
+    .action(async (orders: string[], opts: { partner?: string; json?: boolean }) => {
+      await withRuntime(async (rt, settings) => {
+        if (settings.remote) {
+          throw new ConfigError(
+            'remote_provider',
+            'PROVISIONING_URL is set: the workers drive a remote provider, whose orders are reactivated with its own tools; this command reactivates orders of the embedded provider',
+          );
+        }
+        const name = opts.partner ?? settings.PARTNER_NAME;
+        const partner = (await rt.partners.list()).find((p) => p.name === name);
+        if (!partner) throw new RefusalError('partner_not_found', `no partner named ${name}`);
+        // One at a time, each safe to repeat: after a refusal, the command can run again whole.
+        for (const id of orders) {
+          const order = await rt.core.reactivateOrder(partner, id);
+          process.stdout.write(
+            opts.json
+              ? `${JSON.stringify(order)}\n`
+              : `Order ${id} of ${partner.name} is ${order.status}${partner.variant === 'external' ? ', with every order of its chain' : ''}.\n`,
+          );
+        }
+      });
+    });
 }
 
 /** Runs chain operations against the configured Redis, as the ops API would. */

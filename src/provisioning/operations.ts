@@ -233,9 +233,24 @@ export function makeProvisioningCore(deps: ProvisioningDeps) {
     return parsed.data;
   }
 
+  /**
+   * The provider's own staff reactivating a suspended order by hand, which the external variant
+   * offers partners no call for (no unsuspendOrder): external, the whole chain of its first
+   * order, as its suspension was. Not part of the partner interface: `billing orders reactivate`.
+   */
+  async function reactivateOrder(partner: Partner, id: unknown) {
+    const p = parseParams(partner, 'cancelOrder', { id }) as OrderIdParams;
+    await changeStatus(partner, p, 'active');
+    const record = await store.getOrder(partner, p.id);
+    if (!record) throw new NotFoundError('order_not_found', `order not found: ${p.id}`);
+    // The interface's order, with the status its staff sees.
+    return { ...orderView(record, partner.variant), status: record.status };
+  }
+
   return {
     invoke,
     createRecorded,
+    reactivateOrder,
     methods: { marketplace: Object.keys(marketplace), external: Object.keys(external) },
   };
 }

@@ -1,4 +1,5 @@
-// `billing chains show` advises commands the CLI then takes (README: Reactivated).
+// `billing chains show` advises commands the CLI then takes, and `billing orders reactivate` does
+// by hand what the embedded provider's staff would (README: Reactivated).
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { runScript } from '../../helpers/run-script.js';
@@ -44,4 +45,68 @@ describe('billing chains show: the action line of an add-on waiting for its reac
       stderr: '',
     });
   }, 60_000);
+
+  it('reactivates at the embedded provider the orders a payment asks for, each a whole chain', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'RA-2' }));
+    await system.waitForChain('RA-2', () => true);
+    await system.send('seats.changed', { order: 'RA-2', licenses: 7 });
+    await system.waitForChain('RA-2', (c) => c.addOns.length === 1);
+    await system.send('payment.overdue', { order: 'RA-2' });
+    await system.waitForChain('RA-2', (c) => c.status === 'suspended');
+    await system.send('payment.received', { order: 'RA-2' });
+    const paid = await system.waitForChain('RA-2', (c) => c.needsReactivation);
+    const asked = /reactivate (.+) by hand/.exec(paid.history.at(-1)?.detail ?? '')?.[1];
+    expect(asked).toBe('RA-2, RA-2.a1');
+
+    const done = await billing(['orders', 'reactivate', ...(asked ?? '').split(', ')]);
+    expect({ code: done.code, stdout: done.stdout, stderr: done.stderr }).toEqual({
+      code: 0,
+      stdout:
+        `Order RA-2 of ${system.settings.PARTNER_NAME} is active, with every order of its chain.\n` +
+        `Order RA-2.a1 of ${system.settings.PARTNER_NAME} is active, with every order of its chain.\n`,
+      stderr: '',
+    });
+    expect((await system.providerOrder('RA-2'))?.status).toBe('active');
+    expect((await system.providerOrder('RA-2.a1'))?.status).toBe('active');
+    // Safe to repeat; --json prints each order as the interface shows it, with its status.
+    const again = await billing(['orders', 'reactivate', 'RA-2', '--json']);
+    expect(again.code).toBe(0);
+    expect(JSON.parse(again.stdout)).toMatchObject({ remoteId: 'RA-2', status: 'active' });
+
+    const confirmed = await billing(['chains', 'reactivated', 'RA-2', '--json']);
+    expect(JSON.parse(confirmed.stdout)).toMatchObject({
+      status: 'active',
+      needsReactivation: false,
+    });
+  }, 60_000);
+
+  it.each([
+    [['RA-404'], /^billing: order not found: RA-404\n$/],
+    [['RA-1', '--partner', 'nobody'], /^billing: no partner named nobody\n$/],
+  ])('refuses %j with the reason and status 2', async (args, reason) => {
+    const refused = await billing(['orders', 'reactivate', ...args]);
+    expect({ code: refused.code, stdout: refused.stdout }).toEqual({ code: 2, stdout: '' });
+    expect(refused.stderr).toMatch(reason);
+  });
+
+  it('refuses a renewal order: the external variant names a chain by its first order', async () => {
+    const refused = await billing(['orders', 'reactivate', 'RA-1.r2']);
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toMatch(
+      /^billing: order (not found: RA-1\.r2|RA-1\.r2 is not a first order)/,
+    );
+  });
+
+  it('refuses in remote mode: that provider has tools of its own', async () => {
+    const refused = await runScript(BIN, ['orders', 'reactivate', 'RA-1'], {
+      ...process.env,
+      REDIS_URL: system.redisUrl,
+      DATA_DIR: system.settings.DATA_DIR,
+      PROVISIONING_URL: 'http://127.0.0.1:9/provisioning',
+      PROVISIONING_API_KEY: 'k'.repeat(32),
+      PARTNER_VARIANT: 'external',
+    });
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toContain('billing: PROVISIONING_URL is set');
+  });
 });
