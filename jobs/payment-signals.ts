@@ -9,7 +9,11 @@ import {
   remembersEvent,
   withEventMark,
 } from '../src/chains/event-marks.js';
-import { familyHasOrdersInForce, familyOrdersInForce } from '../src/chains/orders-in-force.js';
+import {
+  familyHasOrdersInForce,
+  familyOrdersInForce,
+  orderToChange,
+} from '../src/chains/orders-in-force.js';
 import type { Chain, HistoryEntry } from '../src/chains/records.js';
 import { type Clock, delayUntil } from '../src/clock.js';
 import {
@@ -55,6 +59,23 @@ type Held = { chain: Chain; token: string };
 async function familyOrderIds(deps: WorkerDeps, chain: Chain, now: number): Promise<string[]> {
   const addOns = await deps.chains.getMany(chain.addOns);
   return familyOrdersInForce(chain, addOns, deps.provisioning.variant, now);
+}
+
+/**
+ * The orders the record says are suspended (recordedSuspendedOrders), less those of add-ons
+ * cancelled since: cancelled at the provider, they are not to be reactivated. Null when the
+ * record cannot say.
+ */
+async function recordedToReactivate(deps: WorkerDeps, chain: Chain): Promise<string[] | null> {
+  const recorded = recordedSuspendedOrders(chain);
+  if (recorded === null) return null;
+  const addOns = await deps.chains.getMany(chain.addOns);
+  const cancelled = new Set(
+    addOns
+      .filter((a) => a.status === 'cancelled')
+      .map((a) => orderToChange(a, a.order, deps.provisioning.variant)),
+  );
+  return recorded.filter((id) => !cancelled.has(id));
 }
 
 /**
@@ -317,7 +338,9 @@ async function markPaid(deps: WorkerDeps, job: Job, held: Held, payment: Applied
   // also those whose term has ended since (an external chain stays suspended at the provider);
   // of a suspension half done, only those its job had begun to suspend.
   const suspended =
-    halfSuspended ?? recordedSuspendedOrders(chain) ?? (await familyOrderIds(deps, chain, now));
+    halfSuspended ??
+    (await recordedToReactivate(deps, chain)) ??
+    (await familyOrderIds(deps, chain, now));
   const reason = `payment received, but the external variant has no unsuspendOrder: reactivate ${suspended.join(', ') || chain.order} by hand at the provider, then confirm with POST /ops/chains/${chain.order}/reactivated`;
   await deps.chains.save({
     chainId: chain.id,
