@@ -718,6 +718,10 @@ async function finishRenewal(
   // (already_renewed) and only makes sure of that job.
   deps.metrics.renewals.inc({ variant: deps.provisioning.variant });
   deps.metrics.orders.inc({ kind: 'renewal' });
+  // A renewal joining a suspension that found nothing in force suspends its chain (renewalRecord).
+  if (next.status === 'suspended' && save.previous?.status !== 'suspended') {
+    deps.metrics.suspensions.inc({ action: 'suspend' });
+  }
   if (add.status === 'rejected') throw add.reason;
   if (addOnsResume) {
     await ensureAddOnRenewalJobs(deps.queues.renewals, deps.chains, next, deps.clock);

@@ -24,6 +24,7 @@ import { readScripts } from '../../../src/redis/lua-scripts.js';
 import {
   DAY,
   leftByDeadJob,
+  metricValue,
   orderPlaced,
   renewalIntentOf,
   type System,
@@ -590,6 +591,8 @@ describe('a renewal intent replayed after the suspension found nothing in force'
     // payment went overdue meanwhile and its suspension, past the grace period, found nothing
     // in force to suspend, so the chain was not recorded suspended.
     await placedWithAutoRenewOff('SUSP-E', 40);
+    const suspends = () => metricValue(system, 'billing_suspensions_total{action="suspend"}');
+    const before = await suspends();
     await leftByDeadJob(system, 'SUSP-E', 'dead-renewal-job', (chain) => ({
       autoRenew: true,
       payment: 'overdue',
@@ -607,6 +610,8 @@ describe('a renewal intent replayed after the suspension found nothing in force'
     expect(chain.status).toBe('suspended');
     expect(chain.history.at(-1)?.detail).toMatch(/suspended on arrival: the payment is overdue$/);
     expect((await system.providerOrder('SUSP-E.r2'))?.status).toBe('suspended');
+    // Counted as a suspension, which its payment's unsuspension undoes.
+    expect(await suspends()).toBe(before + 1);
 
     await system.send('payment.received', { order: 'SUSP-E' });
     const paid = await system.waitForChain(
