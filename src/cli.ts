@@ -248,7 +248,7 @@ function addOrderCommands(program: Command): void {
     .description("orders of the embedded provider: its own staff's actions")
     .command('reactivate')
     .description(
-      'reactivate suspended orders by hand at the embedded provider (external: each names its whole chain)',
+      "reactivate an external partner's suspended orders by hand at the embedded provider (each names its whole chain)",
     )
     .argument('<orders...>', 'order ids, as a reactivation.needed history entry lists them')
     .option('--partner <name>', 'the partner whose orders they are (default: PARTNER_NAME)')
@@ -264,13 +264,22 @@ function addOrderCommands(program: Command): void {
         const name = opts.partner ?? settings.PARTNER_NAME;
         const partner = (await rt.partners.list()).find((p) => p.name === name);
         if (!partner) throw new RefusalError('partner_not_found', `no partner named ${name}`);
+        // A marketplace partner has unsuspendOrder: its payment unsuspends its orders, and an
+        // order reactivated behind the workers' back would stay active while they hold it
+        // suspended for a payment still overdue.
+        if (partner.variant !== 'external') {
+          throw new RefusalError(
+            'not_external',
+            `${partner.name} is a marketplace partner: its orders are unsuspended through the interface (unsuspendOrder), as the workers do when its payment arrives`,
+          );
+        }
         // One at a time, each safe to repeat: after a refusal, the command can run again whole.
         for (const id of orders) {
           const order = await rt.core.reactivateOrder(partner, id);
           process.stdout.write(
             opts.json
               ? `${JSON.stringify(order)}\n`
-              : `Order ${id} of ${partner.name} is ${order.status}${partner.variant === 'external' ? ', with every order of its chain' : ''}.\n`,
+              : `Order ${id} of ${partner.name} is ${order.status}, with every order of its chain.\n`,
           );
         }
       });

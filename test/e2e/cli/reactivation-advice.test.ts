@@ -80,6 +80,28 @@ describe('billing chains show: the action line of an add-on waiting for its reac
     });
   }, 60_000);
 
+  it('lists no add-on cancelled while the family was suspended: the listed orders reactivate', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'RA-3' }));
+    await system.waitForChain('RA-3', () => true);
+    await system.send('seats.changed', { order: 'RA-3', licenses: 7 });
+    await system.waitForChain('RA-3', (c) => c.addOns.length === 1);
+    await system.send('payment.overdue', { order: 'RA-3' });
+    await system.waitForChain('RA-3', (c) => c.status === 'suspended');
+    // The add-on, bought by mistake, is cancelled by itself (README: Cancelling).
+    await system.send('order.cancelled', { order: 'RA-3.a1' });
+    await system.waitForChain('RA-3.a1', (c) => c.history.at(-1)?.event === 'chain.cancelled');
+
+    await system.send('payment.received', { order: 'RA-3' });
+    const paid = await system.waitForChain('RA-3', (c) => c.needsReactivation);
+    const asked = /reactivate (.+) by hand/.exec(paid.history.at(-1)?.detail ?? '')?.[1] ?? '';
+    const done = await billing(['orders', 'reactivate', ...asked.split(', ')]);
+    expect({ asked, code: done.code, stderr: done.stderr }).toEqual({
+      asked: 'RA-3',
+      code: 0,
+      stderr: '',
+    });
+  }, 60_000);
+
   it.each([
     [['RA-404'], /^billing: order not found: RA-404\n$/],
     [['RA-1', '--partner', 'nobody'], /^billing: no partner named nobody\n$/],
@@ -94,6 +116,23 @@ describe('billing chains show: the action line of an add-on waiting for its reac
     expect(refused.code).toBe(2);
     expect(refused.stderr).toMatch(
       /^billing: order (not found: RA-1\.r2|RA-1\.r2 is not a first order)/,
+    );
+  });
+
+  it("refuses a marketplace partner's order: the interface unsuspends those", async () => {
+    const added = await billing([
+      'partners',
+      'add',
+      '--name',
+      'ra-market',
+      '--variant',
+      'marketplace',
+    ]);
+    expect(added.code).toBe(0);
+    const refused = await billing(['orders', 'reactivate', 'M-1', '--partner', 'ra-market']);
+    expect({ code: refused.code, stdout: refused.stdout }).toEqual({ code: 2, stdout: '' });
+    expect(refused.stderr).toBe(
+      'billing: ra-market is a marketplace partner: its orders are unsuspended through the interface (unsuspendOrder), as the workers do when its payment arrives\n',
     );
   });
 
