@@ -78,9 +78,17 @@ function webhookId() {
 
 function signer() {
   const secret = webhookSecret();
-  // The library takes a bare base64 key too; the service's secrets are always whsec_<base64>.
-  if (!secret.startsWith('whsec_')) {
-    fail('WEBHOOK_SECRET is not a webhook secret (whsec_<base64>): it does not start with whsec_');
+  // The library takes a bare base64 key, or a short one, too: the service takes only what its
+  // WEBHOOK_SECRET setting does, whsec_ and at least 16 characters of well-formed base64.
+  const key = secret.slice('whsec_'.length);
+  const canonical = Buffer.from(key, 'base64').toString('base64');
+  if (
+    !/^whsec_[A-Za-z0-9+/=]{16,}$/.test(secret) ||
+    (canonical !== key && canonical.replace(/=+$/, '') !== key)
+  ) {
+    fail(
+      'WEBHOOK_SECRET is not a webhook secret: the service takes whsec_ followed by at least 16 characters of well-formed base64',
+    );
   }
   try {
     return new Webhook(secret);

@@ -85,7 +85,13 @@ describe('examples/send-webhook.mjs', () => {
       'a bare base64 WEBHOOK_SECRET (no whsec_)',
       [],
       { WEBHOOK_SECRET: Buffer.alloc(32, 7).toString('base64') },
-      'it does not start with whsec_',
+      'the service takes whsec_ followed by',
+    ],
+    [
+      'a WEBHOOK_SECRET too short for the service',
+      [],
+      { WEBHOOK_SECRET: 'whsec_nope' },
+      'at least 16 characters of well-formed base64',
     ],
   ])('exits 2 with the usage for %s, sending nothing', async (_case, args, env, reason) => {
     const sent = await send(['seats.changed', '{"order":"EX-9","licenses":8}', ...args], env);
