@@ -6,6 +6,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { whenOrphaned } from './parent-watch.mjs';
 import { ensureDependencies, ensureRedisServer, projectRoot } from './setup.mjs';
 
+const parent = process.ppid;
 ensureRedisServer();
 ensureDependencies();
 
@@ -25,7 +26,7 @@ function stopGroup(signal) {
 }
 for (const signal of ['SIGINT', 'SIGTERM']) process.on(signal, () => stopGroup(signal));
 // Under `npm run quickstart &`, `kill $!` reaches npm's shell only: its end stops the service.
-whenOrphaned(() => stopGroup('SIGTERM'));
+whenOrphaned(() => stopGroup('SIGTERM'), parent);
 
 child.on('error', (error) => {
   console.error(`could not run npm start: ${error.message}`);

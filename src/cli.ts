@@ -9,7 +9,7 @@ import { openRuntime, type Runtime } from './embedded.js';
 import { ConfigError, RefusalError, TransientError } from './errors.js';
 import { formatInstant } from './format.js';
 import { createLogger, type Logger } from './logger.js';
-import { type Role, start, stopOnSignals } from './main.js';
+import { type Role, start } from './main.js';
 import {
   type ChainOperations,
   makeChainOperations,
@@ -110,8 +110,9 @@ export function buildCli(): Command {
     .action(async (opts: { role: Role }) => {
       const settings = settingsOrExit();
       const log = createLogger(settings.LOG_LEVEL);
-      const started = await start(settings, log, opts.role);
-      stopOnSignals(started, log, settings.SHUTDOWN_TIMEOUT_SECONDS + 10);
+      await start(settings, log, opts.role, {
+        stopOnSignalsWithin: settings.SHUTDOWN_TIMEOUT_SECONDS + 10,
+      });
     });
 
   const partners = program

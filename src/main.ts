@@ -94,7 +94,10 @@ export interface Started {
   stop(): Promise<void>;
 }
 
-/** Starts every part of the role and returns without installing signal handlers (the CLI does). */
+/**
+ * Starts every part of the role. Signal handlers are installed only when asked (the CLI asks):
+ * before the "billing service started" line, so a signal sent on seeing it finds them there.
+ */
 export async function start(
   settings: Settings,
   log: Logger,
@@ -104,6 +107,8 @@ export async function start(
     stalledIntervalMs?: number;
     lockLeaseMs?: number;
     jobLockMs?: number;
+    /** Stop on SIGINT/SIGTERM (stopOnSignals), with this hard limit on the shutdown (s). */
+    stopOnSignalsWithin?: number;
   } = {},
 ): Promise<Started> {
   const serveApi = role !== 'worker';
@@ -236,6 +241,10 @@ export async function start(
     throw error;
   }
   const port = listeningPort(app, settings.PORT);
+  const started: Started = { stop, port, runtime, provisioning, workers, clock };
+  if (options.stopOnSignalsWithin !== undefined) {
+    stopOnSignals(started, log, options.stopOnSignalsWithin);
+  }
   if (secrets) announceSecrets(settings, secrets);
   log.info(
     {
@@ -256,7 +265,7 @@ export async function start(
       'PUBLIC_URL names no address a client can reach (HOST binds every address): onboarding links in createCustomer answers point there; set PUBLIC_URL to where clients reach this service',
     );
   }
-  return { stop, port, runtime, provisioning, workers, clock };
+  return started;
 }
 
 /** An address to bind to, not to connect to: "every address" (IPv4 or IPv6). */
@@ -269,7 +278,7 @@ function isWildcardAddress(hostname: string): boolean {
  * either kind exits at once (status 1): active jobs are retried after a restart, and a private
  * Redis left running is reused by the next start.
  */
-export function stopOnSignals(started: Started, log: Logger, limitSeconds: number): void {
+function stopOnSignals(started: Started, log: Logger, limitSeconds: number): void {
   let shuttingDown = false;
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     process.on(signal, () => {
