@@ -15,6 +15,8 @@ import {
   ensureEpisodeSuspension,
   finishUnsuspension,
   pendingSuspensionAt,
+  suspensionJobId,
+  suspensionJobsInPlace,
 } from './payment-signals.js';
 import {
   ensureRenewalJob,
@@ -158,44 +160,63 @@ async function settledChains(
   const mains = await mainChainsOf(deps.chains, page);
   const settled = new Set<string>();
   const schedules: Chain[] = [];
+  const suspensions: { chainId: string; jobId: string }[] = [];
   for (const chain of page) {
     const main = chain.mainChain === null ? null : (mains.get(chain.mainChain) ?? null);
     const verdict = seenWithoutLock(chain, main, now, deps.settings.leadDays);
     if (verdict === 'settled') settled.add(chain.id);
-    else if (verdict !== 'look closer') schedules.push(verdict);
+    else if (verdict !== 'look closer') {
+      schedules.push(verdict.schedule);
+      if (verdict.suspensionJobId !== null) {
+        suspensions.push({ chainId: chain.id, jobId: verdict.suspensionJobId });
+      }
+    }
   }
-  const inPlace = await renewalJobsInPlace(deps.queues.renewals, schedules, deps.clock, queued);
+  const [inPlace, suspensionsInPlace] = await Promise.all([
+    renewalJobsInPlace(deps.queues.renewals, schedules, deps.clock, queued),
+    suspensionJobsInPlace(
+      deps.queues['payment-signals'],
+      suspensions.map((s) => s.jobId),
+    ),
+  ]);
   schedules.forEach((schedule, i) => {
     if (inPlace[i]) settled.add(schedule.id);
+  });
+  // A chain in its grace period needs its suspension job as well.
+  suspensions.forEach(({ chainId }, i) => {
+    if (!suspensionsInPlace[i]) settled.delete(chainId);
   });
   return settled;
 }
 
 /**
- * reconcileChain's decisions on the page's copy: nothing to do ('settled'), only the renewal job
- * to check (against the schedule returned), or more ('look closer': a half-done step, a waiting
- * add-on, a suspension to come, an expiry, a lead to move).
+ * reconcileChain's decisions on the page's copy: nothing to do ('settled'), only jobs to check
+ * (the renewal job against the schedule returned, and the suspension job of a chain in its grace
+ * period), or more ('look closer': a half-done step, a waiting add-on, an expiry, a lead to move).
  */
 function seenWithoutLock(
   chain: Chain,
   main: Chain | null,
   now: number,
   leadDays: number,
-): 'settled' | 'look closer' | Chain {
+): 'settled' | 'look closer' | { schedule: Chain; suspensionJobId: string | null } {
   const step = reconcileStep(chain, main, now);
   if (step === 'nothing') return 'settled';
   if (
     step !== 'ensure jobs' ||
     chain.intent !== null ||
     chain.pendingAddOn !== null ||
-    pendingSuspensionAt(chain) !== null ||
     chain.unsuspending ||
     chain.unfinishedSeatEvent !== null ||
     renewalTimeUnderLead(chain, now, leadDays) !== null
   ) {
     return 'look closer';
   }
-  return main ? governedBy(main, chain) : chain;
+  return {
+    schedule: main ? governedBy(main, chain) : chain,
+    suspensionJobId:
+      pendingSuspensionAt(chain) === null ? null : suspensionJobId(chain.id, chain.overdueEpisode),
+  };
 }
 
 export function makeProcessor(deps: WorkerDeps) {

@@ -128,6 +128,29 @@ export async function ensureSuspensionJob(
   return true;
 }
 
+/**
+ * For each suspension job id, whether it stands as reconcile's ensureEpisodeSuspension (which
+ * leaves a failed one to a person) would leave it: kept and not completed. Read in one round
+ * trip without the chains' locks, for reconcile to pass over a chain in its grace period.
+ */
+export async function suspensionJobsInPlace(
+  queue: Queue,
+  jobIds: readonly string[],
+): Promise<boolean[]> {
+  if (jobIds.length === 0) return [];
+  const { completed } = queue.keys as Record<string, string>;
+  const pipeline = (await queue.backend.client).pipeline();
+  for (const id of jobIds) {
+    pipeline.runCommand('exists', [queue.toKey(id)]).runCommand('zscore', [completed, id]);
+  }
+  const replies = (await pipeline.exec()) ?? [];
+  const values = replies.map(([error, value]) => {
+    if (error) throw error;
+    return value;
+  });
+  return jobIds.map((_, i) => values[2 * i] === 1 && values[2 * i + 1] === null);
+}
+
 /** How many handled payment webhook ids a chain remembers (a job re-run long after is rare). */
 const REMEMBERED_PAYMENT_EVENTS = 50;
 
