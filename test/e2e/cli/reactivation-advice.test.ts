@@ -19,14 +19,18 @@ describe('billing chains show: the action line of an add-on waiting for its reac
       PARTNER_NAME: system.settings.PARTNER_NAME,
     });
 
+  /** An external chain with an add-on of its own (two more seats), suspended for non-payment. */
+  async function suspendedWithAddOn(order: string): Promise<void> {
+    await system.send('order.placed', orderPlaced({ order }));
+    await system.waitForChain(order, () => true);
+    await system.send('seats.changed', { order, licenses: 7 });
+    await system.waitForChain(order, (c) => c.addOns.length === 1);
+    await system.send('payment.overdue', { order });
+    await system.waitForChain(order, (c) => c.status === 'suspended');
+  }
+
   it('advises a command that confirms the reactivation, not one the CLI refuses', async () => {
-    await system.send('order.placed', orderPlaced({ order: 'RA-1' }));
-    await system.waitForChain('RA-1', () => true);
-    // Two more seats: an add-on order of its own in the external variant.
-    await system.send('seats.changed', { order: 'RA-1', licenses: 7 });
-    await system.waitForChain('RA-1', (c) => c.addOns.length === 1);
-    await system.send('payment.overdue', { order: 'RA-1' });
-    await system.waitForChain('RA-1', (c) => c.status === 'suspended');
+    await suspendedWithAddOn('RA-1');
     await system.send('payment.received', { order: 'RA-1' });
     await system.waitForChain('RA-1', (c) => c.needsReactivation);
 
@@ -47,12 +51,7 @@ describe('billing chains show: the action line of an add-on waiting for its reac
   }, 60_000);
 
   it('reactivates at the embedded provider the orders a payment asks for, each a whole chain', async () => {
-    await system.send('order.placed', orderPlaced({ order: 'RA-2' }));
-    await system.waitForChain('RA-2', () => true);
-    await system.send('seats.changed', { order: 'RA-2', licenses: 7 });
-    await system.waitForChain('RA-2', (c) => c.addOns.length === 1);
-    await system.send('payment.overdue', { order: 'RA-2' });
-    await system.waitForChain('RA-2', (c) => c.status === 'suspended');
+    await suspendedWithAddOn('RA-2');
     await system.send('payment.received', { order: 'RA-2' });
     const paid = await system.waitForChain('RA-2', (c) => c.needsReactivation);
     const asked = /reactivate (.+) by hand/.exec(paid.history.at(-1)?.detail ?? '')?.[1];
@@ -81,12 +80,7 @@ describe('billing chains show: the action line of an add-on waiting for its reac
   }, 60_000);
 
   it('lists no add-on cancelled while the family was suspended: the listed orders reactivate', async () => {
-    await system.send('order.placed', orderPlaced({ order: 'RA-3' }));
-    await system.waitForChain('RA-3', () => true);
-    await system.send('seats.changed', { order: 'RA-3', licenses: 7 });
-    await system.waitForChain('RA-3', (c) => c.addOns.length === 1);
-    await system.send('payment.overdue', { order: 'RA-3' });
-    await system.waitForChain('RA-3', (c) => c.status === 'suspended');
+    await suspendedWithAddOn('RA-3');
     // The add-on, bought by mistake, is cancelled by itself (README: Cancelling).
     await system.send('order.cancelled', { order: 'RA-3.a1' });
     await system.waitForChain('RA-3.a1', (c) => c.history.at(-1)?.event === 'chain.cancelled');
