@@ -31,7 +31,7 @@ import {
 import { RefusalError } from '../src/errors.js';
 import { formatInstant } from '../src/format.js';
 import { type EventJobData, eventJobData, eventSchemas } from '../src/intake/events.js';
-import { defaultJobOptions, removedUnlessRunning } from '../src/queues.js';
+import { defaultJobOptions, pipelineReplies, removedUnlessRunning } from '../src/queues.js';
 import { chainOfEvent, delayJobUntil, waitForIntent, withChainLock } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
 import { ensureFamilyRenewalJobs } from './renewals.js';
@@ -143,11 +143,7 @@ export async function suspensionJobsInPlace(
   for (const id of jobIds) {
     pipeline.runCommand('exists', [queue.toKey(id)]).runCommand('zscore', [completed, id]);
   }
-  const replies = (await pipeline.exec()) ?? [];
-  const values = replies.map(([error, value]) => {
-    if (error) throw error;
-    return value;
-  });
+  const values = await pipelineReplies(pipeline);
   return jobIds.map((_, i) => values[2 * i] === 1 && values[2 * i + 1] === null);
 }
 

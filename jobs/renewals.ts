@@ -29,6 +29,7 @@ import {
   defaultJobOptions,
   delayedFireTime,
   fireTimeOfScore,
+  pipelineReplies,
   removedUnlessRunning,
 } from '../src/queues.js';
 import { MAX_RETRY_DELAY_MS } from '../src/retry-policy.js';
@@ -283,19 +284,15 @@ export function queuedJobIds(queue: Queue): () => Promise<ReadonlySet<string>> {
   return () => {
     read ??= (async () => {
       const { wait, paused, active, prioritized } = queue.keys as Record<string, string>;
-      const replies = await (await queue.backend.client)
-        .pipeline()
-        .runCommand('lrange', [wait, 0, -1])
-        .runCommand('lrange', [paused, 0, -1])
-        .runCommand('lrange', [active, 0, -1])
-        .runCommand('zrange', [prioritized, 0, -1])
-        .exec();
-      const ids = new Set<string>();
-      for (const [error, list] of replies ?? []) {
-        if (error) throw error;
-        for (const id of list as string[]) ids.add(id);
-      }
-      return ids;
+      const lists = await pipelineReplies(
+        (await queue.backend.client)
+          .pipeline()
+          .runCommand('lrange', [wait, 0, -1])
+          .runCommand('lrange', [paused, 0, -1])
+          .runCommand('lrange', [active, 0, -1])
+          .runCommand('zrange', [prioritized, 0, -1]),
+      );
+      return new Set((lists as string[][]).flat());
     })();
     return read;
   };
@@ -331,11 +328,7 @@ export async function renewalJobsInPlace(
       pipeline.runCommand('zscore', [completed, id]).runCommand('zscore', [failed, id]);
     }
   }
-  const replies = (await pipeline.exec()) ?? [];
-  const values = replies.map(([error, value]) => {
-    if (error) throw error;
-    return value as string | number | null;
-  });
+  const values = (await pipelineReplies(pipeline)) as (string | number | null)[];
   const now = clock.now();
   let next = 0;
   const verdicts = schedules.map((schedule): boolean | 'if queued' | 'if put off' => {
@@ -387,10 +380,8 @@ function stillPutOff(deferredUntil: number | undefined, now: number): boolean {
 async function putOffJobs(queue: Queue, ids: readonly string[], now: number): Promise<Set<string>> {
   const pipeline = (await queue.backend.client).pipeline();
   for (const id of ids) pipeline.runCommand('hget', [queue.toKey(id), 'data']);
-  const replies = (await pipeline.exec()) ?? [];
   const found = new Set<string>();
-  replies.forEach(([error, data], i) => {
-    if (error) throw error;
+  (await pipelineReplies(pipeline)).forEach((data, i) => {
     if (typeof data !== 'string') return;
     let parsed: unknown;
     try {

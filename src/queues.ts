@@ -64,6 +64,16 @@ export async function delayedFireTime(queue: Queue, jobId: string): Promise<numb
   return fireTimeOfScore(await client.zscore(queue.keys.delayed as string, jobId));
 }
 
+/** The replies of a pipeline on a queue's client, in order: the first one that failed throws. */
+export async function pipelineReplies(pipeline: {
+  exec(): Promise<[Error | null, unknown][] | null>;
+}): Promise<unknown[]> {
+  return ((await pipeline.exec()) ?? []).map(([error, value]) => {
+    if (error) throw error;
+    return value;
+  });
+}
+
 /** A delayed job's fire time (queue time, ms) from its score in BullMQ's delayed set. */
 export function fireTimeOfScore(score: string | null): number | null {
   return score === null ? null : Math.floor(Number(score) / 0x1000);
