@@ -262,9 +262,7 @@ function addOrderCommands(program: Command): void {
             'PROVISIONING_URL is set: the workers drive a remote provider, whose orders are reactivated with its own tools; this command reactivates orders of the embedded provider',
           );
         }
-        const name = opts.partner ?? settings.PARTNER_NAME;
-        const partner = (await rt.partners.list()).find((p) => p.name === name);
-        if (!partner) throw new RefusalError('partner_not_found', `no partner named ${name}`);
+        const partner = await rt.partners.named(opts.partner ?? settings.PARTNER_NAME);
         // A marketplace partner has unsuspendOrder: its payment unsuspends its orders, and an
         // order reactivated behind the workers' back would stay active while they hold it
         // suspended for a payment still overdue.

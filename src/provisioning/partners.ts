@@ -38,6 +38,8 @@ export interface PartnerDirectory {
     name: string,
     renewalWindowDays: number,
   ): Promise<{ before: number; partner: Partner }>;
+  /** The partner of this name; refused (partner_not_found) when there is none. */
+  named(name: string): Promise<Partner>;
   authenticate(apiKey: string): Promise<Partner | null>;
   list(): Promise<Partner[]>;
 }
@@ -67,6 +69,11 @@ export function makePartnerDirectory(
     return { partner, apiKey };
   };
 
+  const named: PartnerDirectory['named'] = async (name) => {
+    const found = await store.findPartnerByName(name);
+    if (!found) throw new RefusalError('partner_not_found', `no partner named ${name}`, { name });
+    return found;
+  };
   return {
     create,
     async ensure(input) {
@@ -93,11 +100,9 @@ export function makePartnerDirectory(
         throw error;
       }
     },
+    named,
     async setRenewalWindow(name, renewalWindowDays) {
-      const existing = await store.findPartnerByName(name);
-      if (!existing) {
-        throw new RefusalError('partner_not_found', `no partner named ${name}`, { name });
-      }
+      const existing = await named(name);
       const partner = await store.setPartnerRenewalWindow(existing, renewalWindowDays);
       return { before: existing.renewalWindowDays, partner };
     },
