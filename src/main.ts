@@ -213,6 +213,7 @@ export async function start(
     });
     // The port is known now (PORT=0 picks one): onboarding links a worker makes point there.
     runtime.listeningOn(listeningPort(app, settings.PORT));
+    await made.applyWindow();
     // Workers start last: a start that fails before (a port in use) leaves the deployment's
     // queues as they were, the reconcile schedule of the processes already running included.
     if (role !== 'api') {

@@ -16,7 +16,16 @@ import { ConfigError, RefusalError } from './errors.js';
 export async function makeProvisioningClient(
   settings: Settings,
   runtime: Runtime,
-): Promise<{ client: ProvisioningClient; clock: Clock }> {
+): Promise<{
+  client: ProvisioningClient;
+  clock: Clock;
+  /**
+   * Sets the partner's renewal window to PARTNER_RENEWAL_WINDOW_DAYS, for the client too: called
+   * once the service runs, so a start that fails (a port in use) leaves the window that the
+   * processes already running use.
+   */
+  applyWindow: () => Promise<void>;
+}> {
   if (settings.remote) {
     const client = httpClient({
       url: settings.PROVISIONING_URL as string,
@@ -25,24 +34,30 @@ export async function makeProvisioningClient(
       extensions: settings.PROVISIONING_EXTENSIONS,
       timeoutMs: settings.PROVISIONING_TIMEOUT_MS,
     });
-    return { client, clock: runtime.clock };
+    return { client, clock: runtime.clock, applyWindow: async () => {} };
   }
-  const partner = await runtime.partners
-    .ensure({
-      name: settings.PARTNER_NAME,
-      variant: settings.PARTNER_VARIANT,
-      renewalWindowDays: settings.PARTNER_RENEWAL_WINDOW_DAYS,
-      now: runtime.clock.now(),
-    })
+  const asked = {
+    name: settings.PARTNER_NAME,
+    variant: settings.PARTNER_VARIANT,
+    renewalWindowDays: settings.PARTNER_RENEWAL_WINDOW_DAYS,
+  };
+  let partner = await runtime.partners
+    .ensure({ ...asked, now: runtime.clock.now(), keepWindow: true })
     .catch((error: unknown) => {
       throw variantSettingError(error, settings);
     });
   const client = inProcessClient({
     core: runtime.core,
-    partner,
+    partner: () => partner,
     extensions: settings.PROVISIONING_EXTENSIONS,
   });
-  return { client, clock: partnerClock(runtime.clock, String(partner.id)) };
+  return {
+    client,
+    clock: partnerClock(runtime.clock, String(partner.id)),
+    applyWindow: async () => {
+      partner = await runtime.partners.ensure({ ...asked, now: runtime.clock.now() });
+    },
+  };
 }
 
 /**

@@ -14,15 +14,17 @@ import { orderResponse, type ProvisioningClient } from './provisioning-client.js
  */
 export function inProcessClient(opts: {
   core: ProvisioningCore;
-  partner: Partner;
+  /** The partner, or how to read it: the service's start sets its window once it runs. */
+  partner: Partner | (() => Partner);
   /** Whether the `parent` and `licenses` extensions are sent; default true (the core has them). */
   extensions?: boolean;
 }): ProvisioningClient {
-  const { core, partner } = opts;
+  const { core } = opts;
+  const partner = typeof opts.partner === 'function' ? opts.partner : () => opts.partner as Partner;
   const send: Send = (method, params) =>
-    classified(method, () => core.invoke(partner, method, params));
+    classified(method, () => core.invoke(partner(), method, params));
   const client = clientOver({
-    variant: partner.variant,
+    variant: partner().variant,
     extensions: opts.extensions ?? true,
     send,
     // The core and its Redis connection belong to whoever built them.
@@ -32,7 +34,7 @@ export function inProcessClient(opts: {
     ...client,
     async createRecorded(method, params, companion) {
       const outcome = await classified(method, () =>
-        core.createRecorded(partner, method, params, companion),
+        core.createRecorded(partner(), method, params, companion),
       );
       if (outcome.kind !== 'exists') return outcome;
       return { kind: 'unrecorded', order: parseAnswer(orderResponse, method, outcome.order) };

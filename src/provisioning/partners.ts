@@ -25,13 +25,16 @@ export interface PartnerDirectory {
   }): Promise<{ partner: Partner; apiKey: string }>;
   /**
    * The partner for this name, created (with a key nobody sees) when missing, and with the
-   * renewal window asked for: an existing partner's window is changed to it.
+   * renewal window asked for: an existing partner's window is changed to it, unless
+   * `keepWindow` (a start that may yet fail checks the partner first and sets its window once
+   * it runs).
    */
   ensure(input: {
     name: string;
     variant: Variant;
     renewalWindowDays: number;
     now: number;
+    keepWindow?: boolean;
   }): Promise<Partner>;
   /** Changes a partner's renewal window ("the limit can be changed on request"). */
   setRenewalWindow(
@@ -86,7 +89,9 @@ export function makePartnerDirectory(
             { name: input.name, existing: existing.variant },
           );
         }
-        if (existing.renewalWindowDays === input.renewalWindowDays) return existing;
+        if (input.keepWindow || existing.renewalWindowDays === input.renewalWindowDays) {
+          return existing;
+        }
         return store.setPartnerRenewalWindow(existing, input.renewalWindowDays);
       };
       const existing = await store.findPartnerByName(input.name);

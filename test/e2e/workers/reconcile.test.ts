@@ -862,7 +862,7 @@ describe('reconcile over due renewals waiting for a worker', () => {
 describe('a start that cannot listen (its port is taken)', () => {
   // It fails before its workers run: a process that exits at once must not reset the interval
   // of the deployment it meant to join (the process that started last sets it).
-  it("leaves the running deployment's reconcile interval as it was", async () => {
+  it("leaves the running deployment's reconcile interval and partner window as they were", async () => {
     const redis = await startTestRedis();
     const running = await startSystem({
       redisUrl: redis.url,
@@ -875,10 +875,23 @@ describe('a start that cannot listen (its port is taken)', () => {
       await expect(
         startSystem({
           redisUrl: redis.url,
-          env: { PORT: String(running.started.port), RECONCILE_INTERVAL_SECONDS: '60' },
+          env: {
+            PORT: String(running.started.port),
+            RECONCILE_INTERVAL_SECONDS: '60',
+            PARTNER_NAME: running.settings.PARTNER_NAME,
+            PARTNER_RENEWAL_WINDOW_DAYS: '30',
+          },
         }),
       ).rejects.toThrow(/cannot listen on HOST=127\.0\.0\.1 PORT=\d+: listen EADDRINUSE/);
       expect(await every()).toBe(3_600_000);
+      expect((await running.partner()).renewalWindowDays).toBe(15);
+      // A start that runs sets the window it was given.
+      const joined = await startSystem({
+        redisUrl: redis.url,
+        env: { PARTNER_NAME: running.settings.PARTNER_NAME, PARTNER_RENEWAL_WINDOW_DAYS: '30' },
+      });
+      await joined.close();
+      expect((await running.partner()).renewalWindowDays).toBe(30);
     } finally {
       await running.close();
       await redis.stop();
