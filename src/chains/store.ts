@@ -31,6 +31,12 @@ export interface RenewalClaim {
 
 export type ClaimResult = LockResult | { kind: 'claimed'; chain: Chain };
 
+/** Where a page of the due index starts: at `dueAt`, past the first `skip` chains due then. */
+export interface DueCursor {
+  dueAt: number;
+  skip: number;
+}
+
 export interface SaveInput {
   chainId: string;
   /**
@@ -207,7 +213,7 @@ export class ChainStore {
         encodeChain(chain),
         chain.intent ? JSON.stringify(chain.intent) : '',
         input.chainId,
-        chain.nextRenewalAt ?? '',
+        listedAsDue(chain) ? chain.nextRenewalAt : '',
         chain.createdAt,
         input.release ? '1' : '0',
         JSON.stringify(input.orderIds ?? []),
@@ -310,19 +316,34 @@ export class ChainStore {
   }
 
   /**
-   * Chains whose renewal fires at or before `until` (epoch seconds), earliest first: the
-   * `limit` of them after skipping `offset`.
+   * Chains whose renewal fires at or before `until` (epoch seconds), earliest first, `limit` at
+   * most, from `after` on (where the page before ended): and the cursor of the next page, null
+   * after the last. Paged by time, so each page costs the same however deep it is.
    */
-  async dueUntil(until: number, limit = 1000, offset = 0): Promise<Chain[]> {
-    const ids = await this.redis.zrangebyscore(
+  async dueUntil(
+    until: number,
+    limit = 1000,
+    after: DueCursor = { dueAt: Number.NEGATIVE_INFINITY, skip: 0 },
+  ): Promise<{ chains: Chain[]; next: DueCursor | null }> {
+    const reply = await this.redis.zrangebyscore(
       indexKeys.due,
-      '-inf',
+      String(after.dueAt).replace('Infinity', 'inf'),
       String(until),
+      'WITHSCORES',
       'LIMIT',
-      String(offset),
+      String(after.skip),
       String(limit),
     );
-    return this.getMany(ids);
+    const ids = reply.filter((_, i) => i % 2 === 0);
+    const scores = reply.filter((_, i) => i % 2 === 1).map(Number);
+    const last = scores.at(-1);
+    let next: DueCursor | null = null;
+    if (ids.length === limit && last !== undefined) {
+      // The entries at the last page's time come first in the next page: skip those read.
+      const atLast = scores.filter((score) => score === last).length;
+      next = { dueAt: last, skip: atLast + (after.dueAt === last ? after.skip : 0) };
+    }
+    return { chains: await this.getMany(ids), next };
   }
 
   /** A page of every chain id, oldest first, for reconcile. */
@@ -337,6 +358,16 @@ export class ChainStore {
   async markCustomerKnown(customerId: string): Promise<void> {
     await this.redis.hset(indexKeys.knownCustomers, customerId, '1');
   }
+}
+
+/**
+ * Whether the due index lists the chain (`GET /ops/renewals`): not one that waits for its
+ * payment past its term (expired) or for a person (flagged), whose renewal time stays on the
+ * record for its job but shows nowhere; thousands of late payers would otherwise be read and
+ * dropped on every listing.
+ */
+function listedAsDue(chain: Chain): chain is Chain & { nextRenewalAt: number } {
+  return chain.nextRenewalAt !== null && chain.status !== 'expired' && chain.flagged === null;
 }
 
 function heldOrLocked([held, stored, intent]: [number, string?, string?]): LockResult {

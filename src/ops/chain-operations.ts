@@ -322,10 +322,11 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
       const now = clock.now();
       const until = now + days * SECONDS_PER_DAY;
       const found: UpcomingRenewal[] = [];
-      for (let offset = 0; found.length < UPCOMING_LIMIT; offset += UPCOMING_LIMIT) {
-        const page = await chains.dueUntil(until, UPCOMING_LIMIT, offset);
-        found.push(...(await stillRenewing(page, now)).map(upcomingRenewal));
-        if (page.length < UPCOMING_LIMIT) break;
+      let page = await chains.dueUntil(until, UPCOMING_LIMIT);
+      for (;;) {
+        found.push(...(await stillRenewing(page.chains, now)).map(upcomingRenewal));
+        if (found.length >= UPCOMING_LIMIT || page.next === null) break;
+        page = await chains.dueUntil(until, UPCOMING_LIMIT, page.next);
       }
       return found
         .sort((a, b) => a.dueAt - b.dueAt || a.order.localeCompare(b.order))

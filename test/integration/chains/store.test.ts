@@ -464,10 +464,39 @@ describe('ChainStore indexes', () => {
     await create(chainFor('late', { nextRenewalAt: NOW + 20 * DAY }));
     await create(chainFor('early', { nextRenewalAt: NOW + 10 * DAY }));
     await create(chainFor('never', { nextRenewalAt: null, autoRenew: false }));
-    expect((await store.dueUntil(NOW + 9 * DAY)).map((c) => c.order)).toEqual([]);
-    expect((await store.dueUntil(NOW + 10 * DAY)).map((c) => c.order)).toEqual(['early']);
-    expect((await store.dueUntil(NOW + 365 * DAY)).map((c) => c.order)).toEqual(['early', 'late']);
-    expect((await store.dueUntil(NOW + 365 * DAY, 1)).map((c) => c.order)).toEqual(['early']);
+    expect((await store.dueUntil(NOW + 9 * DAY)).chains.map((c) => c.order)).toEqual([]);
+    expect((await store.dueUntil(NOW + 10 * DAY)).chains.map((c) => c.order)).toEqual(['early']);
+    expect((await store.dueUntil(NOW + 365 * DAY)).chains.map((c) => c.order)).toEqual([
+      'early',
+      'late',
+    ]);
+    expect((await store.dueUntil(NOW + 365 * DAY, 1)).chains.map((c) => c.order)).toEqual([
+      'early',
+    ]);
+  });
+
+  it('pages the due chains by time, each chain once, however many fall due at one time', async () => {
+    const times = [5, 5, 5, 5, 5, 7, 7, 9];
+    for (const [i, day] of times.entries()) {
+      await create(chainFor(`due-${i}`, { nextRenewalAt: NOW + day * DAY }));
+    }
+    for (const limit of [1, 2, 3, 5, 8]) {
+      const read: string[] = [];
+      let page = await store.dueUntil(NOW + 8 * DAY, limit);
+      for (;;) {
+        read.push(...page.chains.map((c) => c.order));
+        if (page.next === null) break;
+        page = await store.dueUntil(NOW + 8 * DAY, limit, page.next);
+      }
+      expect(read.sort()).toEqual(['due-0', 'due-1', 'due-2', 'due-3', 'due-4', 'due-5', 'due-6']);
+    }
+  });
+
+  it('leaves out a chain that renews only after a payment or a person (expired, flagged)', async () => {
+    await create(chainFor('expired', { status: 'expired', nextRenewalAt: NOW + DAY }));
+    await create(chainFor('flagged', { flagged: 'refused', nextRenewalAt: NOW + DAY }));
+    await create(chainFor('renews', { nextRenewalAt: NOW + DAY }));
+    expect((await store.dueUntil(NOW + DAY)).chains.map((c) => c.order)).toEqual(['renews']);
   });
 
   it('moves a chain in the due index when its renewal time changes', async () => {
@@ -482,12 +511,12 @@ describe('ChainStore indexes', () => {
       next: { ...first, nextRenewalAt: NOW + 5 * DAY },
       release: true,
     });
-    expect((await store.dueUntil(NOW + 5 * DAY)).map((c) => c.order)).toEqual(['ord-1']);
+    expect((await store.dueUntil(NOW + 5 * DAY)).chains.map((c) => c.order)).toEqual(['ord-1']);
   });
 
   it('drops a chain from the due index when its renewal time is removed', async () => {
     const first = await create(chainFor('ord-1'), { token: 't', release: false });
-    expect(await store.dueUntil(NOW + 365 * DAY)).toHaveLength(1);
+    expect((await store.dueUntil(NOW + 365 * DAY)).chains).toHaveLength(1);
     await store.save({
       chainId: first.id,
       token: 't',
@@ -495,7 +524,7 @@ describe('ChainStore indexes', () => {
       next: { ...first, autoRenew: false, nextRenewalAt: null },
       release: true,
     });
-    expect(await store.dueUntil(NOW + 365 * DAY)).toEqual([]);
+    expect((await store.dueUntil(NOW + 365 * DAY)).chains).toEqual([]);
     expect(await store.get(first.id)).toMatchObject({ nextRenewalAt: null, version: 1 });
   });
 
