@@ -1,4 +1,5 @@
 // The `maintenance` queue: a job scheduler that reconciles chains with their delayed jobs.
+import { randomUUID } from 'node:crypto';
 import type { Job, Queue } from 'bullmq';
 import { z } from 'zod';
 import { markAddOnCancelled } from '../src/chains/cancel.js';
@@ -10,6 +11,8 @@ import { renewalDueAt } from '../src/domain/renewal.js';
 import { ConfigError, MalformedAnswerError, RefusalError, TransientError } from '../src/errors.js';
 import { formatInstant } from '../src/format.js';
 import { defaultJobOptions } from '../src/queues.js';
+import { whileHeldAlone } from '../src/redis/held-alone.js';
+import { WORKER_KEY_ROOT } from '../src/redis/key-space.js';
 import type { WorkerDeps } from './deps.js';
 import {
   ensureEpisodeSuspension,
@@ -219,41 +222,74 @@ function seenWithoutLock(
   };
 }
 
+/** Held by the round running now, whichever process runs it (STRING its job's token). */
+export const RECONCILE_ROUND_KEY = `${WORKER_KEY_ROOT}:reconcile:round`;
+
+/** How long a round's hold outlives a process that died during it (ms). */
+const ROUND_LEASE_MS = 60_000;
+
+export type RoundResult =
+  | { checked: number; expired: number; failed: number }
+  | { skipped: 'another round is running' };
+
+/**
+ * One round at a time in the whole deployment. BullMQ queues a scheduler's next job when the
+ * current one starts, so a round that outlasts the interval (hundreds of thousands of chains, a
+ * short RECONCILE_INTERVAL_SECONDS) would run beside the next one in another process, and each
+ * further process would add one more: the same reads, several times over. A round that finds
+ * another running leaves the chains to it.
+ */
 export function makeProcessor(deps: WorkerDeps) {
-  return async function reconcile(
-    job: Job,
-  ): Promise<{ checked: number; expired: number; failed: number }> {
+  return async function reconcile(job: Job): Promise<RoundResult> {
     schema.parse(job.data);
-    let checked = 0;
-    let expired = 0;
-    let failed = 0;
-    // Read once per round, when a page first has a renewal job neither delayed nor gone.
-    const queued = queuedJobIds(deps.queues.renewals);
-    for (let offset = 0; ; offset += PAGE) {
-      const ids = await deps.chains.pageOfChainIds(offset, PAGE);
-      if (ids.length === 0) break;
-      const page = await deps.chains.getMany(ids);
-      const settled = await settledChains(deps, page, deps.clock.now(), queued).catch((error) => {
-        // Redis failing that read fails no chain: each is then checked under its lock.
-        deps.log.warn({ err: error }, 'reconcile checks a page under the locks');
-        return new Set<string>();
-      });
-      for (const chain of page) {
-        checked += 1;
-        if (settled.has(chain.id)) continue;
-        try {
-          if (await reconcileChain(deps, chain, job)) expired += 1;
-        } catch (error) {
-          // One chain that cannot be reconciled now (its provider away for an unsuspension)
-          // must not keep every chain after it, the same ones each round, from theirs.
-          failed += 1;
-          deps.log.warn({ chainId: chain.id, err: error }, 'chain not reconciled this round');
-        }
+    const token = `${job.id ?? 'reconcile'}/${randomUUID()}`;
+    const round = await whileHeldAlone(
+      deps.chains.redis,
+      RECONCILE_ROUND_KEY,
+      token,
+      ROUND_LEASE_MS,
+      () => reconcileAll(deps, job),
+    );
+    if (round.ran) return round.value;
+    deps.log.info({ jobId: job.id }, 'reconcile round skipped: another round is running');
+    return { skipped: 'another round is running' };
+  };
+}
+
+/** A round: every chain, oldest first, a page at a time. */
+async function reconcileAll(
+  deps: WorkerDeps,
+  job: Job,
+): Promise<{ checked: number; expired: number; failed: number }> {
+  let checked = 0;
+  let expired = 0;
+  let failed = 0;
+  // Read once per round, when a page first has a renewal job neither delayed nor gone.
+  const queued = queuedJobIds(deps.queues.renewals);
+  for (let offset = 0; ; offset += PAGE) {
+    const ids = await deps.chains.pageOfChainIds(offset, PAGE);
+    if (ids.length === 0) break;
+    const page = await deps.chains.getMany(ids);
+    const settled = await settledChains(deps, page, deps.clock.now(), queued).catch((error) => {
+      // Redis failing that read fails no chain: each is then checked under its lock.
+      deps.log.warn({ err: error }, 'reconcile checks a page under the locks');
+      return new Set<string>();
+    });
+    for (const chain of page) {
+      checked += 1;
+      if (settled.has(chain.id)) continue;
+      try {
+        if (await reconcileChain(deps, chain, job)) expired += 1;
+      } catch (error) {
+        // One chain that cannot be reconciled now (its provider away for an unsuspension)
+        // must not keep every chain after it, the same ones each round, from theirs.
+        failed += 1;
+        deps.log.warn({ chainId: chain.id, err: error }, 'chain not reconciled this round');
       }
     }
-    deps.log.info({ checked, expired, failed }, 'reconciled chains');
-    return { checked, expired, failed };
-  };
+  }
+  deps.log.info({ checked, expired, failed }, 'reconciled chains');
+  return { checked, expired, failed };
 }
 
 /**

@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { workerSettingsFrom } from '../../../jobs/deps.js';
 import {
   makeProcessor as makeMaintenanceProcessor,
+  RECONCILE_ROUND_KEY,
   RECONCILE_SCHEDULER_ID,
 } from '../../../jobs/maintenance.js';
 import { suspensionJobId } from '../../../jobs/payment-signals.js';
@@ -311,10 +312,7 @@ describe("reconcile's lock during a slow provider call", () => {
       return provisioning.unsuspendOrder(params);
     };
     const chains = new ChainStore(system.started.runtime.redis, { leaseMs: 500 });
-    const run = makeMaintenanceProcessor(workerDepsOf(system, { provisioning: slow, chains }))({
-      id: 'reconcile-slow',
-      data: {},
-    } as Job);
+    const run = reconcileRound(system, 'reconcile-slow', { provisioning: slow, chains });
     await expect.poll(() => inCall, { timeout: 5_000 }).toBe(true);
     await delay(1_000);
     expect(inCall).toBe(true);
@@ -385,8 +383,7 @@ function roundCountingLocks(system: System) {
     locked.push(chainId);
     return store.lock(chainId, token);
   };
-  const round = (id: string) =>
-    makeMaintenanceProcessor(workerDepsOf(system, { chains }))({ id, data: {} } as Job);
+  const round = (id: string) => reconcileRound(system, id, { chains });
   return { locked, round };
 }
 
@@ -461,11 +458,10 @@ describe('two reconcile rounds that both find an add-on of a cancelled main chai
       }
       return store.lock(chainId, token, leaseMs);
     };
-    const roundB = makeMaintenanceProcessor(workerDepsOf(system, { chains }))({
-      id: 'round-b',
-      data: {},
-    } as Job);
+    const roundB = reconcileRound(system, 'round-b', { chains });
     await atLock;
+    // Two rounds at once: round B's hold lapsed (Redis away longer than its lease, say).
+    await system.started.runtime.redis.del(RECONCILE_ROUND_KEY);
     await reconcileRound(system, 'round-a');
     release();
     await roundB;
@@ -856,6 +852,31 @@ describe('reconcile over due renewals waiting for a worker', () => {
       const renewed = await system.waitForChain(order, (c) => c.term.count === 2);
       expect(renewed.history.filter((h) => h.event === 'renewal.ordered')).toHaveLength(1);
     }
+  });
+});
+
+describe('one reconcile round at a time', () => {
+  const system = useSystem();
+
+  it('leaves the chains to a round running in another process, and runs once it is over', async () => {
+    await placedTwoDaysAgo(system, 'ALONE-1');
+    const lost = await system.queue('renewals').getJob(renewalJobId(chainIdOf('ALONE-1'), 2));
+    await lost?.remove();
+    // A round another process runs now (the one its scheduler queued when the last one began).
+    const { redis } = system.started.runtime;
+    await redis.set(RECONCILE_ROUND_KEY, 'reconcile/other-process', 'PX', 60_000);
+    const round = makeMaintenanceProcessor(workerDepsOf(system));
+    expect(await round({ id: 'beside-another', data: {} } as Job)).toEqual({
+      skipped: 'another round is running',
+    });
+    expect(await system.queue('renewals').getJob(renewalJobId(chainIdOf('ALONE-1'), 2))).toBe(
+      undefined,
+    );
+    await redis.del(RECONCILE_ROUND_KEY);
+    expect(await reconcileRound(system, 'after-the-other')).toMatchObject({ failed: 0 });
+    const restored = await system.queue('renewals').getJob(renewalJobId(chainIdOf('ALONE-1'), 2));
+    expect(await restored?.getState()).toBe('delayed');
+    expect(await redis.exists(RECONCILE_ROUND_KEY)).toBe(0);
   });
 });
 

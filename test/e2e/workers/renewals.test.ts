@@ -4,7 +4,6 @@ import { Job, Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { WorkerDeps } from '../../../jobs/deps.js';
-import { makeProcessor as makeMaintenanceProcessor } from '../../../jobs/maintenance.js';
 import { makeProcessor as makeOrdersProcessor } from '../../../jobs/orders.js';
 import {
   ensureRenewalJob,
@@ -26,6 +25,7 @@ import {
   leftByDeadJob,
   metricValue,
   orderPlaced,
+  reconcileRound,
   renewalIntentOf,
   type System,
   startSystem,
@@ -522,7 +522,7 @@ describe('reconcile while an operator switches auto-renew on', () => {
       }
       return page;
     };
-    await makeMaintenanceProcessor(deps)({ id: 'reconcile-test', data: {} } as Job);
+    await reconcileRound(system, 'reconcile-test', deps);
 
     const chain = await system.chain('REC-1');
     expect(chain.autoRenew).toBe(true);
@@ -548,8 +548,7 @@ describe('reconcile when one chain cannot be reconciled now', () => {
       throw new TransientError('provisioning_unavailable', 'the provider is unreachable');
     };
 
-    const reconcile = makeMaintenanceProcessor(workerDepsOf(system, { provisioning: down }));
-    const result = await reconcile({ id: 'reconcile-one-down', data: {} } as Job);
+    const result = await reconcileRound(system, 'reconcile-one-down', { provisioning: down });
     expect(result.failed).toBe(1);
     expect(await (await renewalJob('REC-M', 2))?.getState()).toBe('delayed');
   });

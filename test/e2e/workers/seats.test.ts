@@ -5,7 +5,6 @@ import { promisify } from 'node:util';
 import { Job, Worker } from 'bullmq';
 import { describe, expect, it, vi } from 'vitest';
 import { lateOrderCheckJobId } from '../../../jobs/late-orders.js';
-import { makeProcessor as makeMaintenanceProcessor } from '../../../jobs/maintenance.js';
 import { renewalJobId } from '../../../jobs/renewals.js';
 import { makeProcessor as makeSeatProcessor } from '../../../jobs/seat-changes.js';
 import { ADD_ON_DUE, addOnJobId } from '../../../jobs/waiting-add-ons.js';
@@ -1055,7 +1054,7 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
       if (id === mainId && held.kind === 'held') void switchOn();
       return held;
     };
-    await makeMaintenanceProcessor(deps)({ id: 'reconcile-a21', data: {} } as Job);
+    await reconcileRound(system, 'reconcile-a21', deps);
 
     expect((await switched)?.status).toBe(200);
     expect((await system.chain('A-21')).autoRenew).toBe(true);
