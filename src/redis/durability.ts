@@ -15,6 +15,15 @@ export function persistenceWarning(appendonly: string, save: string): string | n
 }
 
 /**
+ * What a Redis with this eviction policy may drop when it reaches `maxmemory`, or null when it
+ * refuses writes instead (noeviction: requests answer 503, jobs retry).
+ */
+export function evictionWarning(policy: string): string | null {
+  if (policy === 'noeviction') return null;
+  return `evicts keys when it reaches its maxmemory (maxmemory-policy ${policy}): a chain's lock, a webhook's dedup claim, a scheduled renewal or a chain itself could vanish, and with them the guarantee of one order per renewal`;
+}
+
+/**
  * One setting of CONFIG GET (ioredis answers [name, value]), or null when the server does not
  * know it (an empty answer: a Redis-compatible server without that setting).
  */
@@ -24,31 +33,39 @@ async function configValue(redis: RedisClient, name: string): Promise<string | n
 }
 
 /**
- * Warns at start when the Redis of REDIS_URL would lose the product's state on a restart (its
- * private Redis always runs with appendonly yes). A server that refuses CONFIG (managed Redis
- * often does), or does not know these settings, is not judged: nothing is said.
+ * Warns at start when the Redis of REDIS_URL would lose the product's state on a restart, or
+ * drop keys when full (its private Redis always runs with appendonly yes and noeviction). A
+ * server that refuses CONFIG (managed Redis often does), or does not know a setting, is not
+ * judged on it: nothing is said.
  */
 export async function warnUnlessDurable(
   redis: RedisClient,
   target: string,
   log: Logger,
 ): Promise<void> {
-  let warning: string | null;
+  let settings: (string | null)[];
   try {
-    const [appendonly, save] = await Promise.all([
-      configValue(redis, 'appendonly'),
-      configValue(redis, 'save'),
-    ]);
-    if (appendonly === null || save === null) return;
-    warning = persistenceWarning(appendonly, save);
+    settings = await Promise.all(
+      ['appendonly', 'save', 'maxmemory-policy'].map((name) => configValue(redis, name)),
+    );
   } catch (error) {
     log.debug({ err: error }, 'redis persistence not checked: CONFIG GET failed');
     return;
   }
-  if (warning !== null) {
+  const [appendonly, save, policy] = settings;
+  const persistence =
+    appendonly == null || save == null ? null : persistenceWarning(appendonly, save);
+  if (persistence !== null) {
     log.warn(
       { redis: target },
-      `the Redis of REDIS_URL ${warning}; run it with appendonly yes (README: What is kept under DATA_DIR)`,
+      `the Redis of REDIS_URL ${persistence}; run it with appendonly yes (README: What is kept under DATA_DIR)`,
+    );
+  }
+  const eviction = policy == null ? null : evictionWarning(policy);
+  if (eviction !== null) {
+    log.warn(
+      { redis: target },
+      `the Redis of REDIS_URL ${eviction}; run it with maxmemory-policy noeviction (README: What is kept under DATA_DIR)`,
     );
   }
 }
