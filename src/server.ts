@@ -4,6 +4,7 @@
 import type { Socket } from 'node:net';
 import { createBullBoard } from '@bull-board/api';
 import { BullMQAdapter } from '@bull-board/api/bullMQAdapter';
+import { errorHandler as boardErrorAnswer } from '@bull-board/api/dist/handlers/error.js';
 import { FastifyAdapter } from '@bull-board/fastify';
 import type { Queue } from 'bullmq';
 import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify';
@@ -23,6 +24,7 @@ import {
 } from './provisioning/http.js';
 import type { ProvisioningCore } from './provisioning/operations.js';
 import type { PartnerDirectory } from './provisioning/partners.js';
+import { isRedisUnavailable } from './redis/connection.js';
 
 export const BODY_LIMIT_BYTES = 1024 * 1024;
 export const BOARD_PATH = '/admin/queues';
@@ -217,6 +219,13 @@ async function registerBoard(
     queues: board.queues.map((queue) => new BullMQAdapter(queue, { readOnlyMode: false })),
     serverAdapter,
     options: { uiConfig: { boardTitle: 'Billing queues' } },
+  });
+  // Bull Board answers every failure 500; Redis away is a 503, as on every other route, for a
+  // monitor to tell an outage from a fault. (Its status type lists no 503.)
+  serverAdapter.setErrorHandler((error) => {
+    const answer = boardErrorAnswer(error);
+    if (!isRedisUnavailable(error)) return answer;
+    return { ...answer, status: 503 as unknown as typeof answer.status };
   });
   await app.register(async (scope) => {
     scope.addHook('onRequest', requireOpsToken(board.token));

@@ -306,4 +306,21 @@ describe('Bull Board failures', () => {
       await server.stop();
     }
   });
+
+  it('answer 503 while Redis is away, as every other route does', async () => {
+    const server = await startTestRedis();
+    const system = await startSystem({ redisUrl: server.url });
+    try {
+      await server.stop();
+      const res = await fetch(`${system.baseUrl}/admin/queues/api/queues`, {
+        headers: { authorization: `Bearer ${OPS_TOKEN}` },
+      });
+      expect(res.status).toBe(503);
+    } finally {
+      // Back, for the system to close its connections.
+      await server.restart();
+      await system.close();
+      await server.stop();
+    }
+  });
 });
