@@ -137,6 +137,18 @@ export function parseRedisTarget(url: string): RedisTarget {
   const isTlsFile = (pair: string) => TLS_FILE_PARAMS.has(name(pair));
   const tls = tlsFiles(queryParams(pairs.filter(isTlsFile).join('&')), secure);
   const rest = pairs.filter((pair) => pair !== '' && !isTlsFile(pair));
+  const names = rest.map(name);
+  const unknown = names.findIndex((key) => !SERVER_PARAMS.has(key));
+  if (unknown !== -1) {
+    const known = [...SERVER_PARAMS, ...(secure ? TLS_FILE_PARAMS : [])].join(', ');
+    // After the password, an unknown "parameter" may be the rest of it, cut at a raw `&`.
+    if (names.slice(0, unknown).includes('password')) {
+      throw new Error(
+        `an unknown parameter after password (${known}); a "&" in the password must be percent-encoded (%26)`,
+      );
+    }
+    throw new Error(`unknown parameter ${names[unknown]} (${known})`);
+  }
   const base = queryAt === -1 ? url : url.slice(0, queryAt);
   return {
     kind: 'server',
@@ -144,6 +156,21 @@ export function parseRedisTarget(url: string): RedisTarget {
     ...(tls ? { tls } : {}),
   };
 }
+
+/**
+ * The parameters of a one-server URL that ioredis takes as its options: those that say how to
+ * reach and log in to the server. Any other option would win over the ones each connection
+ * needs (`enableOfflineQueue`, `maxRetriesPerRequest`, `commandTimeout`: how a request fails
+ * fast, or a worker waits) or move every key (`keyPrefix`), and a misspelt one would do
+ * nothing without a word.
+ */
+const SERVER_PARAMS: ReadonlySet<string> = new Set([
+  'db',
+  'username',
+  'password',
+  'family',
+  'connectionName',
+]);
 
 /** The URL parameters that name TLS files, in the order Node's options take them. */
 export const TLS_FILE_NAMES = ['ca', 'cert', 'key'] as const satisfies readonly (keyof TlsFiles)[];

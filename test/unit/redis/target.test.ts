@@ -190,6 +190,15 @@ describe('parseRedisTarget', () => {
     ['redis://h:6379/1/2', "the path must be a database number (0, 1, ...), got '1/2'"],
     ['redis://h:6379/-1', "the path must be a database number (0, 1, ...), got '-1'"],
     ['redis://h:6379?db=x', "db must be a database number (0, 1, ...), got 'x'"],
+    [
+      'redis://h:6379?maxRetriesPerRequest=3',
+      'unknown parameter maxRetriesPerRequest (db, username, password, family, connectionName)',
+    ],
+    [
+      'rediss://h:6379?ca=c.pem&keyPrefix=x',
+      'unknown parameter keyPrefix (db, username, password, family, connectionName, ca, cert, key, passphrase-file)',
+    ],
+    ['redis://h:6379/0?famliy=6', 'unknown parameter famliy ('],
     ['redis://h:6379/%32', "the path must be a database number (0, 1, ...), got '%32'"],
     // A raw "/" in the password: its second half and the host read as the path, never quoted.
     ['redis://default:2024/Spring-Rain@redis.internal:6379', 'must be percent-encoded (%2F'],
@@ -208,6 +217,12 @@ describe('parseRedisTarget', () => {
     const url = 'redis+sentinel://s1:26379/billing?sentinelPassword=ab&cdTAIL9f3kQ7';
     expect(() => parseRedisTarget(url)).toThrow(
       'an unknown parameter after sentinelPassword (only sentinelPassword); a "&" in the password must be percent-encoded (%26)',
+    );
+  });
+
+  it('quotes no part of a password parameter whose raw "&" cut it short', () => {
+    expect(() => parseRedisTarget('redis://h:6379?password=ab&cdTAIL9f3kQ7')).toThrow(
+      'an unknown parameter after password (db, username, password, family, connectionName); a "&" in the password must be percent-encoded (%26)',
     );
   });
 
