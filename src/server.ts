@@ -10,7 +10,7 @@ import type { Queue } from 'bullmq';
 import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify';
 import { JSON_ONLY, sendError, sendUnrecognisedError } from './http-errors.js';
 import { type WebhookDeps, webhookRoutes } from './intake/webhooks.js';
-import { FORBIDDEN_KEY_MESSAGE, parsesAsJson } from './json-body.js';
+import { FORBIDDEN_KEY_MESSAGE, NOT_UTF8_MESSAGE, parsesAsJson, utf8Text } from './json-body.js';
 import { hideQuerySecrets, type Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
 import { requireOpsToken } from './ops/auth.js';
@@ -142,8 +142,12 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
   // An empty body with a JSON content type is "no body", so health and ops GETs still work.
   const jsonParser = app.getDefaultJsonParser('error', 'error');
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
-    const text = body.toString();
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
+    const text = utf8Text(body as Buffer);
+    if (text === undefined) {
+      done(Object.assign(new Error(NOT_UTF8_MESSAGE), { statusCode: 400 }));
+      return;
+    }
     if (text.trim() === '') {
       done(null, undefined);
       return;

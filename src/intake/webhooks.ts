@@ -13,7 +13,7 @@ import { type Clock, type EpochSeconds, queueTimeMs } from '../clock.js';
 import { ConfigError } from '../errors.js';
 import { sendError } from '../http-errors.js';
 import { utf8Header } from '../http-headers.js';
-import { FORBIDDEN_KEY_MESSAGE, parsesAsJson } from '../json-body.js';
+import { FORBIDDEN_KEY_MESSAGE, NOT_UTF8_MESSAGE, parsesAsJson, utf8Text } from '../json-body.js';
 import { defaultJobOptions, type QueueName, queueForEvent } from '../queues.js';
 import { isRedisTimeout, isRedisUnavailable, type RedisClient } from '../redis/connection.js';
 import { WORKER_KEY_ROOT } from '../redis/key-space.js';
@@ -172,17 +172,6 @@ function verifySignature(
     return rejected(401, 'invalid_signature', 'no v1 signature in webhook-signature matches');
   }
   return { kind: 'verified', id, timestamp };
-}
-
-const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
-
-/** The body as text, or undefined when its bytes are not UTF-8. */
-function utf8Text(body: Buffer): string | undefined {
-  try {
-    return utf8.decode(body);
-  } catch {
-    return undefined;
-  }
 }
 
 function parseEvent(
@@ -375,7 +364,7 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
         log.warn({ error: 'invalid_json' }, 'webhook rejected');
         const message =
           text === undefined
-            ? 'body is not UTF-8: send the JSON in UTF-8 (JSON text is UTF-8, RFC 8259)'
+            ? NOT_UTF8_MESSAGE
             : parsesAsJson(text)
               ? FORBIDDEN_KEY_MESSAGE
               : 'body must be a JSON object {"type", "data"}';

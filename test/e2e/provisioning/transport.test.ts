@@ -328,6 +328,28 @@ describe('the provisioning address', () => {
       expect(missing.status).toBe(200);
     });
 
+    it('refuses a body whose bytes are not UTF-8, saying so, and stores nothing', async () => {
+      // Decoded leniently, the name would be stored as two U+FFFD.
+      const body = Buffer.concat([
+        Buffer.from(
+          '{"method":"createCustomer","params":{"id":"C-bytes","admin":{"email":"boss@acme.example"},"name":"',
+        ),
+        Buffer.from([0xff, 0xfe]),
+        Buffer.from('"}}'),
+      ]);
+      const res = await send(marketplace.apiKey, body);
+      expect(refusal(res)).toBe(
+        'body is not UTF-8: send the JSON in UTF-8 (JSON text is UTF-8, RFC 8259)',
+      );
+      expectJson(res);
+      // Nothing stored under the id: the same id with other params is created, not refused.
+      const created = await marketplace.call('createCustomer', {
+        ...customerParams,
+        id: 'C-bytes',
+      });
+      expect(created.status).toBe(200);
+    });
+
     it('refuses a body without method, naming method', async () => {
       const res = await send(marketplace.apiKey, JSON.stringify({ params: customerParams }));
       expect(refusal(res)).toContain('method');
