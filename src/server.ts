@@ -143,13 +143,6 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // An empty body with a JSON content type is "no body", so health and ops GETs still work.
   const jsonParser = app.getDefaultJsonParser('error', 'error');
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
-    // JSON text is UTF-8 (RFC 8259): a body said to be in another charset would be misread.
-    const charset = CHARSET.exec(request.headers['content-type'] ?? '')?.[1]?.toLowerCase();
-    if (charset !== undefined && charset !== 'utf-8' && charset !== 'utf8') {
-      const message = `${JSON_ONLY}, in UTF-8 (not charset ${charset})`;
-      done(Object.assign(new Error(message), { statusCode: 400 }));
-      return;
-    }
     const text = utf8Text(body as Buffer);
     if (text === undefined) {
       done(Object.assign(new Error(NOT_UTF8_MESSAGE), { statusCode: 400 }));
@@ -214,9 +207,6 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   if (deps.board) await registerBoard(app, deps.board);
   return app;
 }
-
-/** The charset parameter of a Content-Type header. */
-const CHARSET = /;\s*charset\s*=\s*"?([^";\s]+)"?/i;
 
 function forbiddenKeyError(): Error {
   return Object.assign(new Error(FORBIDDEN_KEY_MESSAGE), { statusCode: 400 });
