@@ -141,6 +141,10 @@ export function parseRedisTarget(url: string): RedisTarget {
   const unknown = names.findIndex((key) => !SERVER_PARAMS.has(key));
   if (unknown !== -1) {
     const known = [...SERVER_PARAMS, ...(secure ? TLS_FILE_PARAMS : [])].join(', ');
+    // A raw `?` in the user-info password makes the rest of it, up to the host, the query.
+    if (rest.some((pair) => pair.includes('@'))) {
+      throw new Error('an unknown parameter; a "?" in the password must be percent-encoded (%3F)');
+    }
     // After the password, an unknown "parameter" may be the rest of it, cut at a raw `&`.
     if (names.slice(0, unknown).includes('password')) {
       throw new Error(

@@ -220,6 +220,17 @@ describe('parseRedisTarget', () => {
     );
   });
 
+  it('quotes no part of a password whose raw "?" made its tail the query', () => {
+    for (const url of [
+      'redis://default:2024?Spring-Rain@redis.internal:6379',
+      'redis://default:2024?Spring&Rain@redis.internal:6379',
+    ]) {
+      expect(() => parseRedisTarget(url)).toThrow(
+        'an unknown parameter; a "?" in the password must be percent-encoded (%3F)',
+      );
+    }
+  });
+
   it('quotes no part of a password parameter whose raw "&" cut it short', () => {
     expect(() => parseRedisTarget('redis://h:6379?password=ab&cdTAIL9f3kQ7')).toThrow(
       'an unknown parameter after password (db, username, password, family, connectionName); a "&" in the password must be percent-encoded (%26)',
