@@ -1,5 +1,6 @@
 // The `maintenance` queue: a job scheduler that reconciles chains with their delayed jobs.
 import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Job, Queue } from 'bullmq';
 import { z } from 'zod';
 import { markAddOnCancelled } from '../src/chains/cancel.js';
@@ -228,6 +229,9 @@ export const RECONCILE_ROUND_KEY = `${WORKER_KEY_ROOT}:reconcile:round`;
 /** How long a round's hold outlives a process that died during it (ms). */
 const ROUND_LEASE_MS = 60_000;
 
+/** How often the round a start asks for looks whether the round before it is over (ms). */
+const ROUND_WAIT_POLL_MS = 1_000;
+
 export type RoundResult =
   | { checked: number; expired: number; failed: number }
   | { skipped: 'another round is running' };
@@ -243,13 +247,17 @@ export function makeProcessor(deps: WorkerDeps) {
   return async function reconcile(job: Job): Promise<RoundResult> {
     schema.parse(job.data);
     const token = `${job.id ?? 'reconcile'}/${randomUUID()}`;
-    const round = await whileHeldAlone(
-      deps.chains.redis,
-      RECONCILE_ROUND_KEY,
-      token,
-      ROUND_LEASE_MS,
-      () => reconcileAll(deps, job),
-    );
+    const run = () =>
+      whileHeldAlone(deps.chains.redis, RECONCILE_ROUND_KEY, token, ROUND_LEASE_MS, () =>
+        reconcileAll(deps, job),
+      );
+    let round = await run();
+    // The round a start asks for waits instead: a restart after a restore counts on it, and the
+    // hold it meets may be that of a process that died mid-round (until its lease lapses).
+    while (!round.ran && job.id === RECONCILE_AT_START_JOB_ID) {
+      await sleep(ROUND_WAIT_POLL_MS);
+      round = await run();
+    }
     if (round.ran) return round.value;
     deps.log.info({ jobId: job.id }, 'reconcile round skipped: another round is running');
     return { skipped: 'another round is running' };

@@ -233,8 +233,8 @@ async function registerBoard(
   });
   await app.register(async (scope) => {
     scope.addHook('onRequest', requireOpsToken(board.token));
-    // Bull Board answers its failures itself (a Redis outage: 500 with the message) and logs
-    // nothing; an operator needs them in the log beside the rest.
+    // Bull Board answers its failures itself (500 with the message, 503 for a Redis outage)
+    // and logs nothing; an operator needs them in the log beside the rest.
     scope.addHook('onError', async (request, _reply, error) => {
       if ((error.statusCode ?? 500) < 500) return;
       request.log.error(

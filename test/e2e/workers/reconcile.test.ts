@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { workerSettingsFrom } from '../../../jobs/deps.js';
 import {
   makeProcessor as makeMaintenanceProcessor,
+  RECONCILE_AT_START_JOB_ID,
   RECONCILE_ROUND_KEY,
   RECONCILE_SCHEDULER_ID,
 } from '../../../jobs/maintenance.js';
@@ -877,6 +878,21 @@ describe('one reconcile round at a time', () => {
     const restored = await system.queue('renewals').getJob(renewalJobId(chainIdOf('ALONE-1'), 2));
     expect(await restored?.getState()).toBe('delayed');
     expect(await redis.exists(RECONCILE_ROUND_KEY)).toBe(0);
+  });
+
+  it('runs the round a start asks for once the hold of a round before it lapses, instead of skipping', async () => {
+    await placedTwoDaysAgo(system, 'ALONE-2');
+    const lost = await system.queue('renewals').getJob(renewalJobId(chainIdOf('ALONE-2'), 2));
+    await lost?.remove();
+    // The hold of a process that died during its round, lapsing in a moment.
+    const { redis } = system.started.runtime;
+    await redis.set(RECONCILE_ROUND_KEY, 'reconcile/died', 'PX', 1_500);
+    const round = makeMaintenanceProcessor(workerDepsOf(system));
+    expect(await round({ id: RECONCILE_AT_START_JOB_ID, data: {} } as Job)).toMatchObject({
+      failed: 0,
+    });
+    const restored = await system.queue('renewals').getJob(renewalJobId(chainIdOf('ALONE-2'), 2));
+    expect(await restored?.getState()).toBe('delayed');
   });
 });
 
