@@ -346,6 +346,26 @@ export class ChainStore {
     return { chains: await this.getMany(ids), next };
   }
 
+  /**
+   * Takes out of the due index the chains read from it that it no longer lists (expired,
+   * flagged: their records predate that rule), unless saved since: each save writes the index.
+   */
+  async forgetUnlistedDue(read: readonly Chain[]): Promise<void> {
+    const unlisted = read.filter((chain) => chain.nextRenewalAt !== null && !listedAsDue(chain));
+    if (unlisted.length === 0) return;
+    // Sent together: one write of the socket (connection.ts), one round trip.
+    await Promise.all(
+      unlisted.map((chain) =>
+        callScript(
+          this.redis,
+          'forgetDue',
+          [chainKeys(chain.id).chain, indexKeys.due],
+          [chain.version, chain.id],
+        ),
+      ),
+    );
+  }
+
   /** A page of every chain id, oldest first, for reconcile. */
   async pageOfChainIds(offset: number, count: number): Promise<string[]> {
     return this.redis.zrange(indexKeys.all, String(offset), String(offset + count - 1));

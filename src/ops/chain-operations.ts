@@ -324,6 +324,8 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
       const found: UpcomingRenewal[] = [];
       let page = await chains.dueUntil(until, UPCOMING_LIMIT);
       for (;;) {
+        // Left by records older than the rule that keeps them out: read once, then gone.
+        await chains.forgetUnlistedDue(page.chains);
         found.push(...(await stillRenewing(page.chains, now)).map(upcomingRenewal));
         if (found.length >= UPCOMING_LIMIT || page.next === null) break;
         page = await chains.dueUntil(until, UPCOMING_LIMIT, page.next);

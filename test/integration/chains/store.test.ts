@@ -3,7 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Job } from 'bullmq';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { withChainLock } from '../../../jobs/chain-lock.js';
-import { chainIdOf, chainKeys } from '../../../src/chains/keys.js';
+import { chainIdOf, chainKeys, indexKeys } from '../../../src/chains/keys.js';
 import type { Chain, HistoryEntry, Intent } from '../../../src/chains/records.js';
 import { ChainStore } from '../../../src/chains/store.js';
 import { TransientError } from '../../../src/errors.js';
@@ -497,6 +497,33 @@ describe('ChainStore indexes', () => {
     await create(chainFor('flagged', { flagged: 'refused', nextRenewalAt: NOW + DAY }));
     await create(chainFor('renews', { nextRenewalAt: NOW + DAY }));
     expect((await store.dueUntil(NOW + DAY)).chains.map((c) => c.order)).toEqual(['renews']);
+  });
+
+  it('forgets the entries of records older than that rule once read, unless saved since', async () => {
+    const expired = await create(
+      chainFor('old-expired', { status: 'expired', nextRenewalAt: NOW + DAY }),
+    );
+    const flagged = await create(
+      chainFor('old-flagged', { flagged: 'refused', nextRenewalAt: NOW + DAY }),
+      {
+        token: 't',
+        release: false,
+      },
+    );
+    // As a version before the rule indexed them.
+    await store.redis.zadd(indexKeys.due, NOW + DAY, expired.id, NOW + DAY, flagged.id);
+    const read = (await store.dueUntil(NOW + DAY)).chains;
+    expect(read.map((c) => c.order).sort()).toEqual(['old-expired', 'old-flagged']);
+    // Unflagged since it was read: its own save listed it again, which stays.
+    await store.save({
+      chainId: flagged.id,
+      token: 't',
+      previous: flagged,
+      next: { ...flagged, flagged: null },
+      release: true,
+    });
+    await store.forgetUnlistedDue(read);
+    expect((await store.dueUntil(NOW + DAY)).chains.map((c) => c.order)).toEqual(['old-flagged']);
   });
 
   it('moves a chain in the due index when its renewal time changes', async () => {
