@@ -858,41 +858,38 @@ describe('reconcile over due renewals waiting for a worker', () => {
 
 describe('one reconcile round at a time', () => {
   const system = useSystem();
+  const renewalJobOf = (order: string) =>
+    system.queue('renewals').getJob(renewalJobId(chainIdOf(order), 2));
+
+  /** A chain whose renewal job was lost, while `holder` holds the round for `ms`. */
+  async function lostJobWhileHeld(order: string, holder: string, ms: number) {
+    await placedTwoDaysAgo(system, order);
+    await (await renewalJobOf(order))?.remove();
+    await system.started.runtime.redis.set(RECONCILE_ROUND_KEY, holder, 'PX', ms);
+    return makeMaintenanceProcessor(workerDepsOf(system));
+  }
 
   it('leaves the chains to a round running in another process, and runs once it is over', async () => {
-    await placedTwoDaysAgo(system, 'ALONE-1');
-    const lost = await system.queue('renewals').getJob(renewalJobId(chainIdOf('ALONE-1'), 2));
-    await lost?.remove();
     // A round another process runs now (the one its scheduler queued when the last one began).
-    const { redis } = system.started.runtime;
-    await redis.set(RECONCILE_ROUND_KEY, 'reconcile/other-process', 'PX', 60_000);
-    const round = makeMaintenanceProcessor(workerDepsOf(system));
+    const round = await lostJobWhileHeld('ALONE-1', 'reconcile/other-process', 60_000);
     expect(await round({ id: 'beside-another', data: {} } as Job)).toEqual({
       skipped: 'another round is running',
     });
-    expect(await system.queue('renewals').getJob(renewalJobId(chainIdOf('ALONE-1'), 2))).toBe(
-      undefined,
-    );
+    expect(await renewalJobOf('ALONE-1')).toBe(undefined);
+    const { redis } = system.started.runtime;
     await redis.del(RECONCILE_ROUND_KEY);
     expect(await reconcileRound(system, 'after-the-other')).toMatchObject({ failed: 0 });
-    const restored = await system.queue('renewals').getJob(renewalJobId(chainIdOf('ALONE-1'), 2));
-    expect(await restored?.getState()).toBe('delayed');
+    expect(await (await renewalJobOf('ALONE-1'))?.getState()).toBe('delayed');
     expect(await redis.exists(RECONCILE_ROUND_KEY)).toBe(0);
   });
 
   it('runs the round a start asks for once the hold of a round before it lapses, instead of skipping', async () => {
-    await placedTwoDaysAgo(system, 'ALONE-2');
-    const lost = await system.queue('renewals').getJob(renewalJobId(chainIdOf('ALONE-2'), 2));
-    await lost?.remove();
     // The hold of a process that died during its round, lapsing in a moment.
-    const { redis } = system.started.runtime;
-    await redis.set(RECONCILE_ROUND_KEY, 'reconcile/died', 'PX', 1_500);
-    const round = makeMaintenanceProcessor(workerDepsOf(system));
+    const round = await lostJobWhileHeld('ALONE-2', 'reconcile/died', 1_500);
     expect(await round({ id: RECONCILE_AT_START_JOB_ID, data: {} } as Job)).toMatchObject({
       failed: 0,
     });
-    const restored = await system.queue('renewals').getJob(renewalJobId(chainIdOf('ALONE-2'), 2));
-    expect(await restored?.getState()).toBe('delayed');
+    expect(await (await renewalJobOf('ALONE-2'))?.getState()).toBe('delayed');
   });
 });
 
