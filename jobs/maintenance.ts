@@ -6,13 +6,12 @@ import { z } from 'zod';
 import { markAddOnCancelled } from '../src/chains/cancel.js';
 import { expiryOf, saveExpired } from '../src/chains/expiry.js';
 import { governedNextRenewalAt, mainChainsOf } from '../src/chains/family.js';
-import { whileHeld } from '../src/chains/lease.js';
+import { whileHeld, whileHeldAlone } from '../src/chains/lease.js';
 import type { Chain } from '../src/chains/records.js';
 import { renewalDueAt } from '../src/domain/renewal.js';
 import { ConfigError, MalformedAnswerError, RefusalError, TransientError } from '../src/errors.js';
 import { formatInstant } from '../src/format.js';
 import { defaultJobOptions } from '../src/queues.js';
-import { whileHeldAlone } from '../src/redis/held-alone.js';
 import { WORKER_KEY_ROOT } from '../src/redis/key-space.js';
 import type { WorkerDeps } from './deps.js';
 import {
@@ -248,7 +247,7 @@ export function makeProcessor(deps: WorkerDeps) {
     schema.parse(job.data);
     const token = `${job.id ?? 'reconcile'}/${randomUUID()}`;
     const run = () =>
-      whileHeldAlone(deps.chains.redis, RECONCILE_ROUND_KEY, token, ROUND_LEASE_MS, () =>
+      whileHeldAlone(deps.chains, RECONCILE_ROUND_KEY, token, ROUND_LEASE_MS, () =>
         reconcileAll(deps, job),
       );
     let round = await run();

@@ -1,4 +1,5 @@
-// Keeps a chain lock's lease alive while its holder works, and lets the lock go after.
+// Keeps a lock's lease alive while its holder works, and lets the lock go after: a chain's, or
+// that of a task one process runs at a time across the deployment.
 import type { ChainStore } from './store.js';
 
 /**
@@ -8,12 +9,12 @@ import type { ChainStore } from './store.js';
  * later, or a suspension be overtaken by a late unsuspension. A holder that dies stops renewing,
  * and its lease lapses as before. Every holder uses it: jobs, reconcile and operators.
  */
-function keepLease(chains: ChainStore, chainId: string, token: string) {
+function keepLease(renew: () => Promise<unknown>, leaseMs: number) {
   let renewing: Promise<unknown> = Promise.resolve();
   const timer = setInterval(() => {
     // A lock lost meanwhile is noticed by the holder's next save, which checks the token.
-    renewing = chains.renewLease(chainId, token).catch(() => false);
-  }, chains.leaseMs / 3);
+    renewing = renew().catch(() => false);
+  }, leaseMs / 3);
   timer.unref();
   return {
     async stop() {
@@ -35,7 +36,7 @@ export async function whileHeld<T>(
   token: string,
   work: () => Promise<T>,
 ): Promise<T> {
-  const lease = keepLease(chains, chainId, token);
+  const lease = keepLease(() => chains.renewLease(chainId, token), chains.leaseMs);
   const release = async () => {
     await lease.stop();
     await chains.unlock(chainId, token);
@@ -49,4 +50,28 @@ export async function whileHeld<T>(
   }
   await release();
   return result;
+}
+
+/**
+ * Runs `work` while `token` holds the lock `key` (taken with a lease of `leaseMs`, kept alive
+ * while it runs, let go after), unless another holder has it: `{ ran: false }` then, and `work`
+ * does not run. A lost lease (Redis away longer than it) does not stop `work`: the tasks this
+ * guards are safe to run twice, only wasteful.
+ */
+export async function whileHeldAlone<T>(
+  chains: ChainStore,
+  key: string,
+  token: string,
+  leaseMs: number,
+  work: () => Promise<T>,
+): Promise<{ ran: true; value: T } | { ran: false }> {
+  if ((await chains.redis.set(key, token, 'PX', leaseMs, 'NX')) === null) return { ran: false };
+  const lease = keepLease(() => chains.renewLeaseOf(key, token, leaseMs), leaseMs);
+  try {
+    return { ran: true, value: await work() };
+  } finally {
+    await lease.stop();
+    // Not released: the lease lapses by itself.
+    await chains.releaseLock(key, token).catch(() => {});
+  }
 }

@@ -166,13 +166,22 @@ export class ChainStore {
    * provider). Answers false, and takes nothing, when the lock is no longer ours.
    */
   async renewLease(chainId: string, token: string): Promise<boolean> {
-    const keys = [chainKeys(chainId).lock];
-    return (await callScript(this.redis, 'renewLease', keys, [token, this.leaseMs])) === 1;
+    return this.renewLeaseOf(chainKeys(chainId).lock, token, this.leaseMs);
   }
 
   async unlock(chainId: string, token: string): Promise<void> {
     if (this.released.delete(token)) return;
-    await callScript(this.redis, 'unlockChain', [chainKeys(chainId).lock], [token]);
+    await this.releaseLock(chainKeys(chainId).lock, token);
+  }
+
+  /** renewLease for any lock key (a chain's, or a task's such as the reconcile round's). */
+  async renewLeaseOf(lockKey: string, token: string, leaseMs: number): Promise<boolean> {
+    return (await callScript(this.redis, 'renewLease', [lockKey], [token, leaseMs])) === 1;
+  }
+
+  /** Releases any lock key if `token` still holds it. */
+  async releaseLock(lockKey: string, token: string): Promise<void> {
+    await callScript(this.redis, 'unlockChain', [lockKey], [token]);
   }
 
   /**

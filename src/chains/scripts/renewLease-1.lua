@@ -1,6 +1,7 @@
 --[[
-  Renews the lease of a chain's lock if it is still ours; never takes a lock that is not (a lock
-  released meanwhile stays released, one that lapsed and was taken stays its new holder's).
+  Renews the lease of a lock (a chain's, or the reconcile round's) if it is still ours; never takes
+  a lock that is not (a lock released meanwhile stays released, one that lapsed and was taken stays
+  its new holder's).
 
   KEYS[1] lock key
   ARGV[1] lock token

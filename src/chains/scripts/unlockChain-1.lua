@@ -1,5 +1,6 @@
 --[[
-  Releases a chain's lock if it is still ours (a lease that ran out may now be someone else's).
+  Releases a lock (a chain's, or the reconcile round's) if it is still ours (a lease that ran out
+  may now be someone else's).
 
   KEYS[1] lock key
   ARGV[1] lock token

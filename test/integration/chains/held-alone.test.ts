@@ -3,16 +3,19 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { whileHeldAlone } from '../../../src/chains/lease.js';
+import { ChainStore } from '../../../src/chains/store.js';
 import { connectRedis } from '../../../src/redis/connection.js';
-import { whileHeldAlone } from '../../../src/redis/held-alone.js';
 import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
 
 let server: TestRedis;
 let redis: Redis;
+let chains: ChainStore;
 
 beforeAll(async () => {
   server = await startTestRedis();
   redis = (await connectRedis(server.url, 'store')) as Redis;
+  chains = new ChainStore(redis);
 });
 
 afterAll(async () => {
@@ -23,7 +26,7 @@ afterAll(async () => {
 describe('whileHeldAlone', () => {
   it('runs the work of one holder at a time, and lets the key go after', async () => {
     let release = () => {};
-    const first = whileHeldAlone(redis, '{bc}:test:one', 'a', 10_000, async () => {
+    const first = whileHeldAlone(chains, '{bc}:test:one', 'a', 10_000, async () => {
       await new Promise<void>((resolve) => {
         release = resolve;
       });
@@ -31,7 +34,7 @@ describe('whileHeldAlone', () => {
     });
     await expect.poll(() => redis.get('{bc}:test:one')).toBe('a');
     let ranSecond = false;
-    const second = await whileHeldAlone(redis, '{bc}:test:one', 'b', 10_000, async () => {
+    const second = await whileHeldAlone(chains, '{bc}:test:one', 'b', 10_000, async () => {
       ranSecond = true;
     });
     expect({ second, ranSecond }).toEqual({ second: { ran: false }, ranSecond: false });
@@ -41,7 +44,7 @@ describe('whileHeldAlone', () => {
   });
 
   it('keeps its hold past the lease while the work runs', async () => {
-    const held = whileHeldAlone(redis, '{bc}:test:long', 'a', 300, () => delay(1_000));
+    const held = whileHeldAlone(chains, '{bc}:test:long', 'a', 300, () => delay(1_000));
     await delay(800);
     expect(await redis.get('{bc}:test:long')).toBe('a');
     await held;
@@ -49,7 +52,7 @@ describe('whileHeldAlone', () => {
   });
 
   it('lets go of its work when it fails', async () => {
-    const failing = whileHeldAlone(redis, '{bc}:test:fail', 'a', 10_000, async () => {
+    const failing = whileHeldAlone(chains, '{bc}:test:fail', 'a', 10_000, async () => {
       throw new Error('boom');
     });
     await expect(failing).rejects.toThrow('boom');
@@ -57,7 +60,7 @@ describe('whileHeldAlone', () => {
   });
 
   it("never lets go of another holder's key (its own lease lapsed and was taken)", async () => {
-    const held = whileHeldAlone(redis, '{bc}:test:lapsed', 'a', 10_000, async () => {
+    const held = whileHeldAlone(chains, '{bc}:test:lapsed', 'a', 10_000, async () => {
       await redis.set('{bc}:test:lapsed', 'b');
     });
     await held;
