@@ -336,7 +336,7 @@ export class ChainStore {
   ): Promise<{ chains: Chain[]; next: DueCursor | null }> {
     const reply = await this.redis.zrangebyscore(
       indexKeys.due,
-      String(after.dueAt).replace('Infinity', 'inf'),
+      Number.isFinite(after.dueAt) ? String(after.dueAt) : '-inf',
       String(until),
       'WITHSCORES',
       'LIMIT',

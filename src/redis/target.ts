@@ -357,7 +357,11 @@ function anyEncoding(name: string): string {
     .map((char) => `(?:${char.replace(/[.-]/g, '\\$&')}|%${char.charCodeAt(0).toString(16)})`)
     .join('');
 }
-/** The parameters our URL forms know themselves (a server URL passes others to ioredis). */
+/**
+ * The parameters that end a password parameter's value in a refused URL: the passwords, db and
+ * the TLS files. The other SERVER_PARAMS do not, so a refused URL's password hides past them:
+ * more hidden, never less.
+ */
 const KNOWN_PARAM = ['sentinelPassword', 'password', 'db', ...TLS_FILE_PARAMS]
   .map(anyEncoding)
   .join('|');
