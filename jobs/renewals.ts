@@ -847,7 +847,7 @@ async function joinSuspension(
       chainId: main.id,
       token,
       previous: main,
-      next: { ...main, suspendedOrders: [...main.suspendedOrders, id], updatedAt: now },
+      next: { ...main, suspendedOrders: withSuspendedOrders(main, [id]), updatedAt: now },
       release: false,
     });
     return;
@@ -857,7 +857,12 @@ async function joinSuspension(
       chainId: main.id,
       token,
       previous: main,
-      next: { ...main, status: 'suspended', suspendedOrders: [id], updatedAt: now },
+      next: {
+        ...main,
+        status: 'suspended',
+        suspendedOrders: withSuspendedOrders(main, [id]),
+        updatedAt: now,
+      },
       history: [
         {
           at: now,
