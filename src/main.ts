@@ -107,7 +107,7 @@ export async function start(
     stalledIntervalMs?: number;
     lockLeaseMs?: number;
     jobLockMs?: number;
-    /** Stop on SIGINT/SIGTERM (stopOnSignals), with this hard limit on the shutdown (s). */
+    /** Stop on SIGINT/SIGTERM/SIGHUP (stopOnSignals), with this hard limit on the shutdown (s). */
     stopOnSignalsWithin?: number;
   } = {},
 ): Promise<Started> {
@@ -275,13 +275,14 @@ function isWildcardAddress(hostname: string): boolean {
 }
 
 /**
- * Stops on SIGINT/SIGTERM, with a hard limit in case shutdown itself hangs. A second signal of
- * either kind exits at once (status 1): active jobs are retried after a restart, and a private
- * Redis left running is reused by the next start.
+ * Stops on SIGINT/SIGTERM/SIGHUP, with a hard limit in case shutdown itself hangs. SIGHUP (its
+ * terminal closed) would otherwise end the process on the spot, active jobs and all. A second
+ * signal of any kind exits at once (status 1): active jobs are retried after a restart, and a
+ * private Redis left running is reused by the next start.
  */
 function stopOnSignals(started: Started, log: Logger, limitSeconds: number): void {
   let shuttingDown = false;
-  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
     process.on(signal, () => {
       if (shuttingDown) {
         log.warn({ signal }, 'second signal: exiting now, without waiting for the shutdown');

@@ -288,6 +288,21 @@ describe('billing start', () => {
     server.kill('SIGTERM');
     expect(await exit).toBe(0);
   });
+
+  it('stops cleanly on SIGHUP (its terminal closed), as on SIGTERM', async () => {
+    server = spawnBilling(redis.url);
+    let output = '';
+    server.stdout?.on('data', (chunk: Buffer) => {
+      output += chunk.toString();
+    });
+    await serviceStarted(server);
+    const exit = new Promise<[number | null, string | null]>((resolve) =>
+      server?.once('exit', (code, signal) => resolve([code, signal])),
+    );
+    server.kill('SIGHUP');
+    expect(await exit).toEqual([0, null]);
+    expect(output).toContain('"signal":"SIGHUP","msg":"shutting down"');
+  });
 });
 
 describe('npm start', () => {
