@@ -14,7 +14,7 @@ import { createMetrics } from './metrics.js';
 import { productCatalogue } from './provisioning/catalogue.js';
 import { makeProvisioningClient } from './provisioning-client-factory.js';
 import { queueNames } from './queues.js';
-import { answersForKeys, connectRedis, type RedisClient } from './redis/connection.js';
+import { connectRedis, type RedisClient, takesWritesForKeys } from './redis/connection.js';
 import { warnUnlessDurable } from './redis/durability.js';
 import { describeRedisTarget } from './redis/target.js';
 import { loadOrCreateSecret } from './secrets.js';
@@ -169,7 +169,7 @@ export async function start(
       log,
       metrics,
       readiness: {
-        redis: () => answersForKeys(runtime.redis),
+        redis: () => takesWritesForKeys(runtime.redis),
         // Not ready until they run: they start once the port is bound (below).
         workers: () => (role === 'api' ? null : (workers?.isRunning() ?? false)),
       },

@@ -145,12 +145,15 @@ function withReason(error: unknown, reason: Error | undefined): unknown {
 }
 
 /**
- * Whether Redis answers where the product's keys live. On a Cluster a keyless PING goes to any
- * node, so this asks about a key: the node serving the tag's slot answers.
+ * Whether Redis takes writes where the product's keys live. On a Cluster a keyless PING goes to
+ * any node, so this names a key: the node serving the tag's slot answers. It deletes a key
+ * never written, a write that changes nothing (not even the replication stream or the AOF): a
+ * replica refuses it (READONLY) as it would every job's, where a read would pass, as on a
+ * master demoted by a failover that a plain URL does not follow.
  */
-export async function answersForKeys(redis: RedisClient): Promise<boolean> {
+export async function takesWritesForKeys(redis: RedisClient): Promise<boolean> {
   try {
-    await redis.exists(READINESS_KEY);
+    await redis.del(READINESS_KEY);
     return true;
   } catch {
     return false;

@@ -18,5 +18,5 @@ export const CORE_KEY_ROOT = `${KEY_TAG}:pp`;
 /** Present once the database holds only tagged keys (key-layout.ts): later starts skip the scan. */
 export const KEY_LAYOUT_KEY = `${KEY_TAG}:key-layout`;
 
-/** A key never written: readiness asks Redis about it, so a Cluster's tag node answers. */
+/** A key never written: readiness deletes it, so a Cluster's tag node (a master) answers. */
 export const READINESS_KEY = `${KEY_TAG}:readiness`;

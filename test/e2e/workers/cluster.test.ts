@@ -3,7 +3,7 @@
 // workers' chain together run there; after a failover the workers go on.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { systemClock } from '../../../src/clock.js';
-import { answersForKeys, connectRedis } from '../../../src/redis/connection.js';
+import { connectRedis, takesWritesForKeys } from '../../../src/redis/connection.js';
 import { findFreePort } from '../../../src/redis/private-redis.js';
 import { startTestCluster, type TestCluster } from '../../helpers/redis-cluster.js';
 import { DAY, orderPlaced, type System, startSystem } from '../../helpers/system.js';
@@ -68,11 +68,11 @@ describe('on a Redis Cluster', () => {
     systemClosed = true;
     const redis = await connectRedis(cluster.url, 'request');
     try {
-      expect(await answersForKeys(redis)).toBe(true);
+      expect(await takesWritesForKeys(redis)).toBe(true);
       await cluster.stopTagNodes();
       // A keyless PING goes to any node, and the others still answer it.
       await expect.poll(() => redis.ping(), { timeout: 10_000 }).toBe('PONG');
-      for (let i = 0; i < 3; i += 1) expect(await answersForKeys(redis)).toBe(false);
+      for (let i = 0; i < 3; i += 1) expect(await takesWritesForKeys(redis)).toBe(false);
     } finally {
       redis.disconnect();
     }

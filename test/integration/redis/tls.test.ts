@@ -5,7 +5,11 @@ import { rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { answersForKeys, connectRedis, type RedisClient } from '../../../src/redis/connection.js';
+import {
+  connectRedis,
+  type RedisClient,
+  takesWritesForKeys,
+} from '../../../src/redis/connection.js';
 import { startTestRedis, TEST_TLS, type TestRedis, tlsQuery } from '../../helpers/redis-server.js';
 
 const servers: TestRedis[] = [];
@@ -41,7 +45,7 @@ describe('rediss:// with the files of the URL', () => {
       const redis = await connect(tlsServer.url, role);
       await redis.set(`{bc}:tls-${role}`, 'yes');
       expect(await redis.get(`{bc}:tls-${role}`)).toBe('yes');
-      expect(await answersForKeys(redis)).toBe(true);
+      expect(await takesWritesForKeys(redis)).toBe(true);
     }
   });
 
