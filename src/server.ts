@@ -72,32 +72,41 @@ function unparsedAnswer(code: string | undefined): [number, string, string, stri
   return [400, 'Bad Request', 'invalid_request', 'malformed HTTP request'];
 }
 
+/** The methods counted by name in the metrics of unparsed requests; any other is `other`. */
+const COUNTED_METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']);
+
 /**
- * A request Node could not parse (headers over 16 KiB, a broken request line) gets its error in
- * the shape of the API it was sent to, as far as its bytes tell: `{error, message}` for a
- * request line naming a path outside /provisioning, else a JSON string (the spec's error bodies
- * there). Fastify's default answers an object everywhere.
+ * A request Node could not parse (headers over 16 KiB, a broken request line, one that did not
+ * arrive in time) gets its error in the shape of the API it was sent to, as far as its bytes
+ * tell: `{error, message}` for a request line naming a path outside /provisioning, else a JSON
+ * string (the spec's error bodies there). Fastify's default answers an object everywhere. No
+ * route saw it, so no hook counts it: it is counted here, under the route `unparsed`.
  */
-function answerUnparsedRequest(
-  error: Error & { code?: string; rawPacket?: unknown },
-  socket: Socket,
-) {
-  if (error.code === 'ECONNRESET' || socket.destroyed) return;
-  const [status, reason, code, message] = unparsedAnswer(error.code);
-  const raw = error.rawPacket;
-  const line = Buffer.isBuffer(raw) ? raw.subarray(0, 512).toString('latin1') : '';
-  // The packet holds the request line only when it came in the same read as the error; without
-  // it, the JSON string (the spec's shape) is still JSON with the message for any client.
-  const target = /^[A-Z]+ (?:https?:\/\/[^/\s]*)?(\/\S*) HTTP\//.exec(line)?.[1];
-  const elsewhere = target !== undefined && !isProvisioningPath(target);
-  const body = JSON.stringify(elsewhere ? { error: code, message } : message);
-  if (socket.writable) {
-    socket.write(
-      `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json; charset=utf-8\r\n` +
-        `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
-    );
-  }
-  socket.destroy(error);
+function unparsedRequestAnswerer(metrics: Metrics | undefined) {
+  return (error: Error & { code?: string; rawPacket?: unknown }, socket: Socket) => {
+    if (error.code === 'ECONNRESET' || socket.destroyed) return;
+    const [status, reason, code, message] = unparsedAnswer(error.code);
+    const raw = error.rawPacket;
+    const line = Buffer.isBuffer(raw) ? raw.subarray(0, 512).toString('latin1') : '';
+    // The packet holds the request line only when it came in the same read as the error;
+    // without it, the JSON string (the spec's shape) is still JSON with the message for any
+    // client.
+    const [, method, target] = /^([A-Z]+) (?:https?:\/\/[^/\s]*)?(\/\S*) HTTP\//.exec(line) ?? [];
+    const elsewhere = target !== undefined && !isProvisioningPath(target);
+    const body = JSON.stringify(elsewhere ? { error: code, message } : message);
+    if (socket.writable) {
+      socket.write(
+        `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json; charset=utf-8\r\n` +
+          `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+      );
+    }
+    metrics?.requests.inc({
+      route: 'unparsed',
+      method: method === undefined ? 'unknown' : COUNTED_METHODS.has(method) ? method : 'other',
+      status: String(status),
+    });
+    socket.destroy(error);
+  };
 }
 
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
@@ -105,7 +114,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const app = Fastify({
     loggerInstance: deps.log as FastifyBaseLogger,
     bodyLimit: BODY_LIMIT_BYTES,
-    // Past it, Node answers 408 (answerUnparsedRequest) and closes the connection. Node reads
+    // Past it, Node answers 408 (unparsedRequestAnswerer) and closes the connection. Node reads
     // it when the server is made (Fastify's own setting, set on the server after, is not seen).
     requestTimeout,
     http: {
@@ -126,7 +135,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       }
       return sendError(reply, 400, 'invalid_request', error.message);
     },
-    clientErrorHandler: answerUnparsedRequest,
+    clientErrorHandler: unparsedRequestAnswerer(deps.metrics),
   });
   // The spec's calls are GETs with a JSON body; Fastify ignores GET bodies unless told.
   app.addHttpMethod('GET', { hasBody: true, overrideExisting: true });

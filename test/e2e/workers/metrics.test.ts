@@ -1,5 +1,8 @@
 // What operators read: counters, one per order made even when a job records it on a retry, and
 // readiness while a shutdown drains.
+import { once } from 'node:events';
+import type { AddressInfo } from 'node:net';
+import { connect } from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
 import { Queue } from 'bullmq';
 import { request } from 'undici';
@@ -8,7 +11,10 @@ import { renewalJobId } from '../../../jobs/renewals.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
 import { ChainStore } from '../../../src/chains/store.js';
 import { webhookJobId } from '../../../src/intake/webhooks.js';
+import { createLogger } from '../../../src/logger.js';
+import { createMetrics } from '../../../src/metrics.js';
 import { connectRedis } from '../../../src/redis/connection.js';
+import { buildApp } from '../../../src/server.js';
 import { DAY, jobState, orderPlaced, startSystem, useSystem } from '../../helpers/system.js';
 
 const system = useSystem();
@@ -194,6 +200,44 @@ describe('/readyz while a shutdown waits for active jobs', () => {
     } finally {
       restore();
       await draining.close();
+    }
+  });
+});
+
+describe('billing_http_requests_total for requests no route saw', () => {
+  it('counts those Node refused (431, 408) under the route "unparsed"', async () => {
+    const log = createLogger('silent');
+    const app = await buildApp({ log, metrics: createMetrics(), requestTimeoutMs: 300 });
+    await app.listen({ host: '127.0.0.1', port: 0 });
+    try {
+      const { port } = app.server.address() as AddressInfo;
+      const base = `http://127.0.0.1:${port}`;
+      const tooLarge = await request(`${base}/ops/chains/X`, {
+        headers: { 'x-filler': 'k'.repeat(20_000) },
+      });
+      expect(tooLarge.statusCode).toBe(431);
+      await tooLarge.body.dump();
+      // Half a request's head, then nothing: Node answers 408 once the request time is up.
+      const socket = connect(port, '127.0.0.1');
+      socket.on('error', () => {});
+      await once(socket, 'connect');
+      socket.write('POST /webhooks/events HTTP/1.1\r\nHost: x\r\n');
+      let answer = '';
+      socket.on('data', (data: Buffer) => {
+        answer += data.toString('latin1');
+      });
+      await once(socket, 'close');
+      expect(answer).toMatch(/^HTTP\/1\.1 408 /);
+
+      const text = await (await request(`${base}/metrics`)).body.text();
+      expect(text).toContain(
+        'billing_http_requests_total{route="unparsed",method="GET",status="431"} 1',
+      );
+      expect(text).toContain(
+        'billing_http_requests_total{route="unparsed",method="unknown",status="408"} 1',
+      );
+    } finally {
+      await app.close();
     }
   });
 });
