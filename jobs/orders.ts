@@ -4,6 +4,7 @@ import { type Job, UnrecoverableError } from 'bullmq';
 import { cancelChain } from '../src/chains/cancel.js';
 import { chainIdOf } from '../src/chains/keys.js';
 import {
+  type Chain,
   type HistoryEntry,
   type Intent,
   type NewChain,
@@ -136,11 +137,23 @@ async function placeOrder(
   return withChainLock(deps.chains, job, jobToken, chainId, async ({ chain, token }) => {
     if (chain) {
       // Placed before (a retry after the chain was recorded): only the customer's mark and the
-      // schedule may be missing.
-      await deps.chains.markCustomerKnown(ev.customer.id);
+      // schedule may be missing. The mark is the chain's customer's: a replay naming another
+      // customer created none, and its mark would spare that customer's first order the
+      // createCustomer it needs.
+      await deps.chains.markCustomerKnown(chain.customer);
       if (schedulesRenewals(chain)) {
         await ensureRenewalJob(deps.queues.renewals, chain, deps.clock);
       }
+      await noteNothingToDo(
+        deps,
+        job,
+        data,
+        { chain, token },
+        {
+          event: 'order.placed.ignored',
+          detail: `order ${ev.order.id} was placed already: nothing changed${placedDifferently(chain, ev)}`,
+        },
+      );
       return `already placed: ${ev.order.id}`;
     }
     const customerEntries = await ensureCustomer(deps, ev);
@@ -200,6 +213,16 @@ async function cancelOrder(
       // This job's earlier attempt may have saved the cancel and failed before the jobs went:
       // its retry removes them (reconcile leaves cancelled chains alone).
       await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, chain, deps.clock);
+      await noteNothingToDo(
+        deps,
+        job,
+        data,
+        { chain, token },
+        {
+          event: 'order.cancelled.ignored',
+          detail: `order ${chain.order} was cancelled already: nothing changed`,
+        },
+      );
       return `already cancelled: ${chain.order}`;
     }
     const saved = await cancelChain({
@@ -215,6 +238,44 @@ async function cancelOrder(
     await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, saved, deps.clock);
     return `cancelled: ${chain.order}`;
   });
+}
+
+/**
+ * Records on the chain an event that found nothing to do, with its webhook id as the cause, as
+ * every event's effect is recorded: unless entries of this delivery are there already (a retry
+ * of the job that placed or cancelled the order, or of this one after its entry was saved).
+ */
+async function noteNothingToDo(
+  deps: WorkerDeps,
+  job: Job,
+  data: EventJobData,
+  held: { chain: Chain; token: string },
+  entry: Pick<HistoryEntry, 'event' | 'detail'>,
+): Promise<void> {
+  const { chain, token } = held;
+  const history = await deps.chains.history(chain.id);
+  if (history.some((h) => h.cause.webhookId === data.webhookId)) return;
+  const now = deps.clock.now();
+  await deps.chains.save({
+    chainId: chain.id,
+    token,
+    previous: chain,
+    next: { ...chain, updatedAt: now },
+    history: [{ at: now, ...entry, cause: causeOf(job, data, chain.order) }],
+    release: false,
+  });
+}
+
+/** What a repeated order.placed says otherwise than its chain, none of which is applied. */
+function placedDifferently(chain: Chain, ev: OrderPlacedData): string {
+  const differences = [
+    ev.customer.id !== chain.customer && `customer ${ev.customer.id}, not ${chain.customer}`,
+    ev.order.product !== chain.product && `product ${ev.order.product}, not ${chain.product}`,
+    ev.order.duration !== chain.duration && `duration ${ev.order.duration}, not ${chain.duration}`,
+  ].filter((d) => d !== false);
+  return differences.length === 0
+    ? ''
+    : ` (this event names ${differences.join(', ')}: not applied)`;
 }
 
 export function makeProcessor(deps: WorkerDeps) {
