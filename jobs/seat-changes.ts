@@ -332,6 +332,11 @@ async function describeBought(deps: WorkerDeps, before: Chain, after: Chain): Pr
   return bought.join('; ') || 'nothing bought';
 }
 
+/** The cause of an entry a waiting add-on's job writes: the job, and the event that asked. */
+function waitingAddOnCause(job: Job, webhookId: string): HistoryEntry['cause'] {
+  return { jobId: job.id ?? '', ...(webhookId ? { webhookId } : {}) };
+}
+
 /**
  * A waiting add-on whose job comes only after the term it was for has ended (workers down, held
  * up): bought now it would start a whole term of its own on a chain whose term is over. An
@@ -347,6 +352,7 @@ async function settleLateAddOn(
 ): Promise<string> {
   const pending = chain.pendingAddOn as NonNullable<Chain['pendingAddOn']>;
   const waiting = `the waiting ${pending.licenses} licenses`;
+  const asked = markedWebhookId(pending.webhookId ?? chain.appliedSeatEvents.at(-1) ?? '');
   const record = (next: Chain, event: string, detail: string) =>
     deps.chains.save({
       chainId: chain.id,
@@ -355,7 +361,7 @@ async function settleLateAddOn(
       // The totals needed after the add-on's day are past the term as well: the renewal to come
       // carries the newest.
       next: { ...next, pendingAddOn: null, laterSeatTotals: [], updatedAt: now },
-      history: [{ at: now, event, detail, cause: { jobId: job.id ?? '' } }],
+      history: [{ at: now, event, detail, cause: waitingAddOnCause(job, asked) }],
       release: false,
     });
   // Nothing will renew it, marked expired or not yet (reconcile does that). One expired while its
@@ -439,7 +445,7 @@ async function buyDueAddOn(deps: WorkerDeps, job: Job, jobToken: string | undefi
           at: now,
           event: 'seats.buying',
           detail: `buying the waiting ${pending.licenses} licenses as add-on ${intent.orderId}`,
-          cause: { jobId: job.id ?? '' },
+          cause: waitingAddOnCause(job, event.webhookId),
         },
       ],
       release: false,

@@ -1655,13 +1655,38 @@ describe('the external variant (add-ons only)', () => {
     expect(await system.providerOrder('E-43.a2')).toBeNull();
   });
 
+  it('names the seat event that asked for a waiting add-on in every entry of its purchase', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'E-WC', licenses: 5 }));
+    const placed = await system.waitForChain('E-WC', () => true);
+    const neededAt = clock.now() + 5 * DAY;
+    await seats(system, 'E-WC', 8, { effectiveAt: neededAt }, 'wc-seats');
+    await system.waitForChain('E-WC', (c) => lastEvent(c) === 'seats.addon_scheduled');
+    clock.set(neededAt);
+    await system.promote('seat-changes', addOnJobId(chainIdOf('E-WC')));
+    const bought = await system.waitForChain('E-WC', (c) => c.addOns.length === 1);
+    expect(placed.term.expiresAt).toBeGreaterThan(neededAt);
+    const purchase = bought.history.filter((h) =>
+      ['seats.buying', 'seats.addon_ordered'].includes(h.event),
+    );
+    expect(purchase.map((h) => [h.event, h.cause.webhookId])).toEqual([
+      ['seats.buying', 'wc-seats'],
+      ['seats.addon_ordered', 'wc-seats'],
+    ]);
+  });
+
   describe('a waiting add-on whose job comes only after its term ended', () => {
     /** A chain of 5 with 3 more waiting for an hour before its term ends; the clock then past it. */
     async function waitingPastItsTerm(order: string, autoRenew: boolean, { overdue = false } = {}) {
       const startsAt = clock.now() - 10 * DAY;
       await system.send('order.placed', orderPlaced({ order, licenses: 5, startsAt, autoRenew }));
       const placed = await system.waitForChain(order, () => true);
-      await seats(system, order, 8, { effectiveAt: placed.term.expiresAt - 3600 });
+      await seats(
+        system,
+        order,
+        8,
+        { effectiveAt: placed.term.expiresAt - 3600 },
+        `seats-${order}`,
+      );
       await system.waitForChain(order, (c) => lastEvent(c) === 'seats.addon_scheduled');
       if (overdue) {
         await system.send('payment.overdue', { order });
@@ -1677,9 +1702,10 @@ describe('the external variant (add-ons only)', () => {
       await system.waitForChain('E-30', (c) => c.status === 'expired');
       await system.promote('seat-changes', addOnJobId(chainIdOf('E-30')));
       const chain = await system.waitForChain('E-30', (c) => lastEvent(c) === 'seats.ignored');
-      expect(chain.history.at(-1)?.detail).toBe(
-        'the waiting 3 licenses are not bought: the chain expired first',
-      );
+      expect(chain.history.at(-1)).toMatchObject({
+        detail: 'the waiting 3 licenses are not bought: the chain expired first',
+        cause: { webhookId: 'seats-E-30', jobId: addOnJobId(chainIdOf('E-30')) },
+      });
       expect(chain.addOns).toEqual([]);
       expect(await system.providerOrder('E-30.a1')).toBeNull();
     });
