@@ -23,9 +23,11 @@ function describeIssue(issue: z.core.$ZodIssue, prefix: string): string {
   if (issue.code === 'unrecognized_keys') {
     return `${path}: unknown field${issue.keys.length > 1 ? 's' : ''} ${issue.keys.map((k) => `"${k}"`).join(', ')}`;
   }
-  // A missing field, whatever its schema would have said of a wrong value (an enum's choices).
+  // A missing field, whatever its schema would have said of a wrong value (an enum's choices, a
+  // union's bare "Invalid input").
   const missing =
-    (issue.code === 'invalid_type' || issue.code === 'invalid_value') && issue.input === undefined;
+    ['invalid_type', 'invalid_value', 'invalid_union'].includes(issue.code) &&
+    issue.input === undefined;
   if (missing) return `${path}: is required`;
   return `${path}: ${issue.message}${givenValue(issue)}`;
 }
