@@ -322,14 +322,18 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
       const now = clock.now();
       const until = now + days * SECONDS_PER_DAY;
       const found: UpcomingRenewal[] = [];
+      const read: Chain[] = [];
       let page = await chains.dueUntil(until, UPCOMING_LIMIT);
       for (;;) {
-        // Left by records older than the rule that keeps them out: read once, then gone.
-        await chains.forgetUnlistedDue(page.chains);
+        read.push(...page.chains);
         found.push(...(await stillRenewing(page.chains, now)).map(upcomingRenewal));
         if (found.length >= UPCOMING_LIMIT || page.next === null) break;
         page = await chains.dueUntil(until, UPCOMING_LIMIT, page.next);
       }
+      // Left by records older than the rule that keeps them out: read once, then gone. Only
+      // once every page is read: the next page's cursor counts the entries at its time, and one
+      // taken out before would move a renewal there past it.
+      await chains.forgetUnlistedDue(read);
       return found
         .sort((a, b) => a.dueAt - b.dueAt || a.order.localeCompare(b.order))
         .slice(0, UPCOMING_LIMIT);

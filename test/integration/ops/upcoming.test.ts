@@ -1,7 +1,7 @@
 // `upcoming` (GET /ops/renewals, `renewals upcoming`) against a real redis-server.
 import { Queue } from 'bullmq';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { chainIdOf } from '../../../src/chains/keys.js';
+import { chainIdOf, indexKeys } from '../../../src/chains/keys.js';
 import type { Chain } from '../../../src/chains/records.js';
 import { ChainStore } from '../../../src/chains/store.js';
 import { manualClock } from '../../../src/clock.js';
@@ -79,4 +79,28 @@ describe('upcoming renewals', () => {
     expect(upcoming).toHaveLength(1_000);
     expect(upcoming.map((r) => r.order)).toEqual(orders.slice(0, 1_000));
   });
+
+  it('lists every renewal due where a page ended, though an entry left by an older record goes', async () => {
+    const t1 = NOW + DAY;
+    const t2 = NOW + 2 * DAY;
+    // 998 due at t1: the first page (1000 entries) ends two entries into t2.
+    for (let i = 0; i < 998; i += 1) {
+      await saveChain(`E-${String(i).padStart(3, '0')}`, { nextRenewalAt: t1 });
+    }
+    // At t2, in the index's order (by chain id): an expired chain that a version before the
+    // rule left in the due index, then two that renew.
+    const [legacy, first, second] = ['X-A', 'X-B', 'X-C', 'X-D', 'X-E', 'X-F']
+      .sort((a, b) => (chainIdOf(a) < chainIdOf(b) ? -1 : 1))
+      .slice(0, 3) as [string, string, string];
+    await saveChain(legacy, { status: 'expired', nextRenewalAt: t2 });
+    await db.redis.zadd(indexKeys.due, t2, chainIdOf(legacy));
+    await saveChain(first, { nextRenewalAt: t2 });
+    await saveChain(second, { nextRenewalAt: t2 });
+
+    const upcoming = await operations().upcoming(7);
+    expect(upcoming).toHaveLength(1_000);
+    expect(upcoming.slice(-2).map((r) => r.order)).toEqual([first, second].sort());
+    // The stale entry is gone once read.
+    expect(await db.redis.zscore(indexKeys.due, chainIdOf(legacy))).toBeNull();
+  }, 60_000);
 });
