@@ -246,10 +246,10 @@ async function registerBoard(
     // and logs nothing; an operator needs them in the log beside the rest.
     scope.addHook('onError', async (request, _reply, error) => {
       if ((error.statusCode ?? 500) < 500) return;
-      request.log.error(
-        { err: error, url: hideQuerySecrets(request.url) },
-        'Bull Board request failed',
-      );
+      const context = { err: error, url: hideQuerySecrets(request.url) };
+      // A 503 (Redis away) is a warning, as on every other route; anything else a fault.
+      if (isRedisUnavailable(error)) request.log.warn(context, 'Bull Board request failed for now');
+      else request.log.error(context, 'Bull Board request failed');
     });
     await scope.register(serverAdapter.registerPlugin(), { prefix: BOARD_PATH });
   });

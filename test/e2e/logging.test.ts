@@ -307,15 +307,29 @@ describe('Bull Board failures', () => {
     }
   });
 
-  it('answer 503 while Redis is away, as every other route does', async () => {
+  it('answer 503 while Redis is away, logged at warn, as every other route does', async () => {
     const server = await startTestRedis();
-    const system = await startSystem({ redisUrl: server.url });
+    const logged: string[] = [];
+    const sink = new Writable({
+      write(chunk: Buffer, _e, done) {
+        logged.push(...chunk.toString().split('\n').filter(Boolean));
+        done();
+      },
+    });
+    const system = await startSystem({ redisUrl: server.url, log: createLogger('warn', sink) });
     try {
       await server.stop();
       const res = await fetch(`${system.baseUrl}/admin/queues/api/queues`, {
         headers: { authorization: `Bearer ${OPS_TOKEN}` },
       });
       expect(res.status).toBe(503);
+      const lines = () =>
+        logged
+          .map((l) => JSON.parse(l) as { level: number; msg: string; url?: string })
+          .filter((l) => l.url === '/admin/queues/api/queues')
+          .map(({ level, msg }) => ({ level, msg }));
+      await vi.waitFor(() => expect(lines()).not.toEqual([]));
+      expect(lines()).toEqual([{ level: 40, msg: 'Bull Board request failed for now' }]);
     } finally {
       // Back, for the system to close its connections.
       await server.restart();
