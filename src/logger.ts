@@ -122,8 +122,12 @@ function decodedName(name: string): string {
  */
 const SECRET_NAME = /(?:password|passphrase|secret|token|api[-_]?key|signature|authorization)$/i;
 
-/** How deep scrubSecrets looks: log fields and errors nest a few levels at most. */
+/**
+ * How deep scrubSecrets looks: log fields and errors nest a few levels at most. What nests deeper
+ * is not logged (TOO_DEEP): unlooked-at, it could hold a secret.
+ */
 const MAX_DEPTH = 8;
+const TOO_DEEP = '[too deep to log]';
 
 /**
  * Which objects scrubSecrets looks into. A log line's fields (`plain`): plain objects and arrays
@@ -136,11 +140,12 @@ const MAX_DEPTH = 8;
 type Walk = 'plain' | 'any';
 
 /**
- * `value` with every secret-named field censored, at any depth (up to MAX_DEPTH), in the objects
- * `walk` names. Copies only what it changes: most log lines hold no secret and pass as they are.
+ * `value` with every secret-named field censored, at any depth (what lies below MAX_DEPTH is
+ * left out), in the objects `walk` names. Copies only what it changes: most log lines hold no secret and pass as they are.
  */
 function scrubSecrets(value: unknown, depth: number, walk: Walk): unknown {
-  if (value === null || typeof value !== 'object' || depth > MAX_DEPTH) return value;
+  if (value === null || typeof value !== 'object') return value;
+  if (depth > MAX_DEPTH) return Array.isArray(value) || walksInto(value, walk) ? TOO_DEEP : value;
   if (Array.isArray(value)) {
     const items = value.map((item) => scrubSecrets(item, depth + 1, walk));
     return items.some((item, i) => item !== value[i]) ? items : value;

@@ -174,6 +174,17 @@ describe('request logs', () => {
     expect(out).toContain('[redacted]');
   });
 
+  it('leave out what nests too deep to be looked at, rather than log it unredacted', () => {
+    const { log, captured } = capturingLogger();
+    let nested: Record<string, unknown> = { password: 'p-deep', note: 'kept?' };
+    for (let i = 0; i < 12; i += 1) nested = { level: nested };
+    log.info({ nested, shallow: { name: 'kept' } }, 'deep');
+    const out = captured.join('');
+    expect(out).not.toContain('p-deep');
+    expect(out).toContain('[too deep to log]');
+    expect(JSON.parse(out).shallow).toEqual({ name: 'kept' });
+  });
+
   it('redact secret fields at any depth, in arrays and in errors, and leave the rest', () => {
     const { log, captured } = capturingLogger();
     const call = { method: 'createUser', params: { user: { email: 'u@x.test', password: 'p-1' } } };
