@@ -443,7 +443,9 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
       } catch (error) {
         // Release the claim so the producer's retry is enqueued rather than taken as a duplicate.
         await release().catch((delError: unknown) => {
-          log.error(
+          // In an outage (the request answered 503) a warning, as every 503 is: it heals itself.
+          const level = isRedisUnavailable(delError) ? 'warn' : 'error';
+          log[level](
             { err: delError, key },
             `webhook id stays claimed after a failed enqueue: retries get in once the claim lapses (${PENDING_CLAIM_SECONDS} s)`,
           );

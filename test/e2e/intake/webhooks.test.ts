@@ -5,7 +5,7 @@ import { Writable } from 'node:stream';
 import { Queue, Worker } from 'bullmq';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import { request } from 'undici';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { manualClock } from '../../../src/clock.js';
 import type { EventType } from '../../../src/intake/events.js';
 import { signWebhook } from '../../../src/intake/sign.js';
@@ -698,6 +698,41 @@ describe('when Redis or the queue fails', () => {
     expect(answer.status).toBe(503);
     expect(answer.body.error).toBe('unavailable');
     expect(await redis.exists(webhookDedupKey('evt-dead'))).toBe(0);
+  });
+
+  it('warns, as for every 503, when an outage also keeps it from releasing the claim', async () => {
+    const deadQueue = makeQueue('orders', 1);
+    const other = await startApp({
+      redis,
+      queues: { ...queues, orders: deadQueue },
+      clock,
+      secret: SECRET,
+      dedupDays: 7,
+      enqueueTimeoutMs: 200,
+    });
+    // The claim is taken; by the time its release is sent, Redis is gone as well.
+    const evaluate = redis.eval.bind(redis);
+    let calls = 0;
+    const spy = vi.spyOn(redis, 'eval').mockImplementation(((
+      ...args: Parameters<typeof evaluate>
+    ) => {
+      calls += 1;
+      return calls === 1 ? evaluate(...args) : Promise.reject(new Error('Connection is closed.'));
+    }) as typeof redis.eval);
+    cleanups.push(async () => {
+      spy.mockRestore();
+      await other.app.close();
+      await deadQueue.close();
+    });
+
+    const url = `${other.baseUrl}/webhooks/events`;
+    const event = { type: 'order.cancelled', data: { order: 'A-1' } };
+    const answer = await deliver(event, { id: 'evt-dead-release', url });
+    expect(answer.status).toBe(503);
+    const line = logLines
+      .map((l) => JSON.parse(l))
+      .find((l) => String(l.msg).startsWith('webhook id stays claimed'));
+    expect(line).toMatchObject({ level: 40 });
   });
 
   it('answers 503 while Redis refuses writes for want of memory (noeviction)', async () => {
