@@ -141,7 +141,8 @@ type Walk = 'plain' | 'any';
 
 /**
  * `value` with every secret-named field censored, at any depth (what lies below MAX_DEPTH is
- * left out), in the objects `walk` names. Copies only what it changes: most log lines hold no secret and pass as they are.
+ * left out), in the objects `walk` names. Copies only what it changes: most log lines hold no
+ * secret and pass as they are.
  */
 function scrubSecrets(value: unknown, depth: number, walk: Walk): unknown {
   if (value === null || typeof value !== 'object') return value;
