@@ -102,8 +102,9 @@ async function removeSuspensionJob(queue: Queue, chain: Chain): Promise<{ partly
  * §4). A finished job of that id blocks a plain add, yet the chain still needs one: a job that
  * skipped because the chain did not say overdue yet (the overdue job died between scheduling it
  * and saving the chain), or because the chain was suspended already (an earlier episode awaiting
- * its manual reactivation, since confirmed). One that failed is replaced too, unless
- * `replaceFailed` is false (it then waits for a person). Answers whether it added one.
+ * its manual reactivation, since confirmed). A record in no list at all ('unknown': Redis lost
+ * the list) never runs and goes too. One that failed is replaced as well, unless `replaceFailed`
+ * is false (it then waits for a person). Answers whether it added one.
  */
 export async function ensureSuspensionJob(
   queue: Queue,
@@ -117,7 +118,8 @@ export async function ensureSuspensionJob(
   const existing = await queue.getJob(id);
   if (existing) {
     const state = await existing.getState();
-    if (state !== 'completed' && !(replaceFailed && state === 'failed')) return false;
+    const replaced = state === 'completed' || state === 'unknown';
+    if (!replaced && !(replaceFailed && state === 'failed')) return false;
     await existing.remove();
   }
   await queue.add(
@@ -130,21 +132,28 @@ export async function ensureSuspensionJob(
 
 /**
  * For each suspension job id, whether it stands as reconcile's ensureEpisodeSuspension (which
- * leaves a failed one to a person) would leave it: kept and not completed. Read in one round
- * trip without the chains' locks, for reconcile to pass over a chain in its grace period.
+ * leaves a failed one to a person) would leave it: kept, and waiting for its time or failed.
+ * Read in one round trip without the chains' locks, for reconcile to pass over a chain in its
+ * grace period. A job in neither set (running now or queued, or in no list at all: Redis lost
+ * the list) is looked at under the lock.
  */
 export async function suspensionJobsInPlace(
   queue: Queue,
   jobIds: readonly string[],
 ): Promise<boolean[]> {
   if (jobIds.length === 0) return [];
-  const { completed } = queue.keys as Record<string, string>;
+  const { delayed, failed } = queue.keys as Record<string, string>;
   const pipeline = (await queue.backend.client).pipeline();
   for (const id of jobIds) {
-    pipeline.runCommand('exists', [queue.toKey(id)]).runCommand('zscore', [completed, id]);
+    pipeline
+      .runCommand('exists', [queue.toKey(id)])
+      .runCommand('zscore', [delayed, id])
+      .runCommand('zscore', [failed, id]);
   }
   const values = await pipelineReplies(pipeline);
-  return jobIds.map((_, i) => values[2 * i] === 1 && values[2 * i + 1] === null);
+  return jobIds.map(
+    (_, i) => values[3 * i] === 1 && (values[3 * i + 1] !== null || values[3 * i + 2] !== null),
+  );
 }
 
 /** How many handled payment webhook ids a chain remembers (a job re-run long after is rare). */

@@ -85,15 +85,16 @@ function waitingAddOnJob(deps: WorkerDeps, chain: Chain): Promise<Job | undefine
 
 /**
  * Reconcile: the chain's waiting add-on job back when it is missing (a Redis restored without
- * it) or finished with the add-on still waiting. One that failed waits for a person, as a
- * renewal's does (Bull Board shows why). Answers whether it added one.
+ * it), in no list at all ('unknown': Redis lost the list; it would never run) or finished with
+ * the add-on still waiting. One that failed waits for a person, as a renewal's does (Bull Board
+ * shows why). Answers whether it added one.
  */
 export async function ensureAddOnJob(deps: WorkerDeps, chain: Chain) {
   const pending = chain.pendingAddOn;
   if (!pending || renewsNoMore(chain)) return false;
   const existing = await waitingAddOnJob(deps, chain);
   if (existing) {
-    if ((await existing.getState()) !== 'completed') return false;
+    if (!['completed', 'unknown'].includes(await existing.getState())) return false;
     await existing.remove();
   }
   await addAddOnJob(deps, chain, pending.startsAt);

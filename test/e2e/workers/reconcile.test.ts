@@ -163,6 +163,53 @@ describe('a Redis that lost the delayed list of renewals', () => {
   });
 });
 
+describe('a Redis that lost the delayed list of payment-signals, an overdue chain in its grace', () => {
+  const clock = manualClock(systemClock.now());
+  const system = useSystem({ clock, env: { PAYMENT_GRACE_DAYS: '3' } });
+
+  it('gets its suspension job back from reconcile, as a renewal job in no list is', async () => {
+    const order = 'LOSTLIST-S1';
+    await system.send('order.placed', orderPlaced({ order, startsAt: clock.now() - 2 * DAY }));
+    await system.waitForChain(order, () => true);
+    await system.send('payment.overdue', { order });
+    await system.waitForChain(order, (c) => c.payment === 'overdue');
+    const queue = system.queue('payment-signals');
+    const id = suspensionJobId(chainIdOf(order), 1);
+    expect(await jobState(queue, id)).toBe('delayed');
+
+    const client = await queue.backend.client;
+    await client.del(queue.keys.delayed as string);
+    expect(await jobState(queue, id)).toBe('unknown');
+
+    await reconcileRound(system, 'reconcile-lostlist-s1');
+    expect(await jobState(queue, id)).toBe('delayed');
+  });
+});
+
+describe('external: a Redis that lost the delayed list of seat-changes, an add-on waiting for its day', () => {
+  const clock = manualClock(systemClock.now());
+  const system = useSystem({ clock, env: { PARTNER_VARIANT: 'external' } });
+
+  it('gets the waiting add-on job back from reconcile, as a renewal job in no list is', async () => {
+    const order = 'LOSTLIST-A1';
+    await system.send('order.placed', orderPlaced({ order, licenses: 5, startsAt: clock.now() }));
+    await system.waitForChain(order, () => true);
+    const seats = { order, licenses: 8, effectiveAt: clock.now() + 5 * DAY };
+    expect((await system.send('seats.changed', seats)).status).toBe(202);
+    await system.waitForChain(order, (c) => c.history.at(-1)?.event === 'seats.addon_scheduled');
+    const queue = system.queue('seat-changes');
+    const id = addOnJobId(chainIdOf(order));
+    expect(await jobState(queue, id)).toBe('delayed');
+
+    const client = await queue.backend.client;
+    await client.del(queue.keys.delayed as string);
+    expect(await jobState(queue, id)).toBe('unknown');
+
+    await reconcileRound(system, 'reconcile-lostlist-a1');
+    expect(await jobState(queue, id)).toBe('delayed');
+  });
+});
+
 /** A chain whose seat job wrote its partial's intent and was then lost (or ran out of attempts). */
 async function seatPurchaseLeftHalfway(system: System, order: string) {
   const placed = await system.send(
