@@ -81,6 +81,8 @@ export async function cancelChain(input: {
       unfinishedSeatEvent: null,
       laterSeatTotals: [],
       unsuspending: false,
+      // Its orders are cancelled at the provider: none is left to reactivate there.
+      needsReactivation: false,
       nextRenewalAt: null,
       updatedAt: input.now,
     },

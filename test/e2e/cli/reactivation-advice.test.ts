@@ -50,6 +50,25 @@ describe('billing chains show: the action line of an add-on waiting for its reac
     });
   }, 60_000);
 
+  it('advises no reactivation for a chain cancelled while it waited for one', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'CR-1' }));
+    await system.waitForChain('CR-1', () => true);
+    await system.send('payment.overdue', { order: 'CR-1' });
+    await system.waitForChain('CR-1', (c) => c.status === 'suspended');
+    await system.send('payment.received', { order: 'CR-1' });
+    await system.waitForChain('CR-1', (c) => c.needsReactivation);
+    // Bought by mistake after all: cancelled, at the provider too (README: Cancelling).
+    expect((await system.ops('POST', '/ops/chains/CR-1/cancel')).status).toBe(200);
+
+    expect(await system.chain('CR-1')).toMatchObject({
+      status: 'cancelled',
+      needsReactivation: false,
+    });
+    const shown = await billing(['chains', 'show', 'CR-1']);
+    expect(shown.code).toBe(0);
+    expect(shown.stdout).not.toMatch(/^action/m);
+  });
+
   it('reactivates at the embedded provider the orders a payment asks for, each a whole chain', async () => {
     await suspendedWithAddOn('RA-2');
     await system.send('payment.received', { order: 'RA-2' });
