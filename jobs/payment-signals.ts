@@ -485,7 +485,9 @@ export async function finishUnsuspension(
     ],
     release: false,
   });
-  deps.metrics.suspensions.inc({ action: 'unsuspend' });
+  // The undo of a suspension counted: one left half done (a call failed, retried when the
+  // payment came) never recorded the chain suspended, nor counted it.
+  if (chain.status === 'suspended') deps.metrics.suspensions.inc({ action: 'unsuspend' });
   await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, saved, deps.clock, {
     overrideDeferral: true,
   });

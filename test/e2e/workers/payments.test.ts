@@ -10,6 +10,7 @@ import { renewalJobId } from '../../../jobs/renewals.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
 import { ChainStore } from '../../../src/chains/store.js';
 import type { ChainView } from '../../../src/chains/view.js';
+import type { ProvisioningClient } from '../../../src/client/provisioning-client.js';
 import { type ManualClock, manualClock, systemClock } from '../../../src/clock.js';
 import { addOnOrderId, renewalOrderId } from '../../../src/domain/ids.js';
 import { TransientError } from '../../../src/errors.js';
@@ -1562,4 +1563,46 @@ describe('the external variant: a confirmation retried after its job update fail
     const renewed = await system.waitForChain(order, (c) => c.term.count === 2, 10_000);
     expect(renewed.term.count).toBe(2);
   }, 60_000);
+});
+
+describe('marketplace, 3 days of grace: a payment meeting a suspension half done', () => {
+  const clock = manualClock(systemClock.now());
+  const system = useSystem({ clock, env: { PAYMENT_GRACE_DAYS: '3' } });
+  const SUSPENDS = 'billing_suspensions_total{action="suspend"}';
+  const UNSUSPENDS = 'billing_suspensions_total{action="unsuspend"}';
+
+  it('counts no unsuspension of a chain never recorded suspended: the two balance', async () => {
+    const startsAt = clock.now() - 10 * DAY;
+    await system.send('order.placed', orderPlaced({ order: 'MB-1', startsAt }));
+    await system.waitForChain('MB-1', () => true);
+    await system.send('seats.changed', { order: 'MB-1', licenses: 8 });
+    await system.waitForChain('MB-1', (c) => c.partials.length === 1);
+    await system.send('payment.overdue', { order: 'MB-1' });
+    await system.waitForChain('MB-1', (c) => c.payment === 'overdue');
+    const before = [await metricValue(system, SUSPENDS), await metricValue(system, UNSUSPENDS)];
+
+    // The grace period ends; the suspension suspends MB-1, then the provider fails on MB-1.p1
+    // (its job waits to retry).
+    clock.advance(3 * DAY);
+    const { provisioning } = system.started;
+    const failing: ProvisioningClient = Object.create(provisioning);
+    failing.suspendOrder = async (params) => {
+      if (params.id === 'MB-1.p1') throw new TransientError('provisioning_unavailable', 'away');
+      return provisioning.suspendOrder(params);
+    };
+    const job = await system.queue('payment-signals').getJob(suspensionJobId(chainIdOf('MB-1'), 1));
+    if (!job) throw new Error('no suspension job');
+    await expect(
+      makePaymentProcessor(workerDepsOf(system, { provisioning: failing }))(job),
+    ).rejects.toThrow('away');
+    expect(await providerStatus(system, 'MB-1')).toBe('suspended');
+
+    // The payment unsuspends what the suspension reached.
+    await system.send('payment.received', { order: 'MB-1' });
+    const paid = await system.waitForChain('MB-1', (c) => lastEvent(c) === 'chain.unsuspended');
+    expect(paid).toMatchObject({ status: 'active', payment: 'ok' });
+    expect(await providerStatus(system, 'MB-1')).toBe('active');
+    const after = [await metricValue(system, SUSPENDS), await metricValue(system, UNSUSPENDS)];
+    expect(after).toEqual(before);
+  }, 30_000);
 });
