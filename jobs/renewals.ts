@@ -6,7 +6,13 @@ import { cancelIfMade, markAddOnCancelled } from '../src/chains/cancel.js';
 import { expiryOf, saveExpired } from '../src/chains/expiry.js';
 import { governedNextRenewalAt } from '../src/chains/family.js';
 import { orderToChange } from '../src/chains/orders-in-force.js';
-import { type Chain, chainRecord, type Intent, intentRecord } from '../src/chains/records.js';
+import {
+  type Chain,
+  chainRecord,
+  type HistoryEntry,
+  type Intent,
+  intentRecord,
+} from '../src/chains/records.js';
 import type { ChainStore, SaveInput } from '../src/chains/store.js';
 import { type OrderResponse, renewalCountCanChange } from '../src/client/provisioning-client.js';
 import { type Clock, delayUntil, queueTimeMs } from '../src/clock.js';
@@ -839,6 +845,14 @@ async function joinSuspension(
   const { chain: main, token } = held;
   const now = deps.clock.now();
   const id = orderToChange(addOn, orderId, deps.provisioning.variant);
+  // The add-on's own entry (renewal.ordered) was written before its family was suspended: the
+  // family's history says what became of the order.
+  const joined = (when: string): HistoryEntry => ({
+    at: now,
+    event: 'renewal.suspended',
+    detail: `add-on ${addOn.order}: its renewal ${orderId}, ordered ${when}, is suspended on arrival: the payment is overdue`,
+    cause: { jobId: job.id ?? '', orderId },
+  });
   if (main.status === 'suspended') {
     // Its list, if it keeps one, names the order: an add-on whose term had ended before the
     // suspension was not reached by it.
@@ -848,6 +862,7 @@ async function joinSuspension(
       token,
       previous: main,
       next: { ...main, suspendedOrders: withSuspendedOrders(main, [id]), updatedAt: now },
+      history: [joined('while its family was suspended')],
       release: false,
     });
     return;
@@ -884,6 +899,7 @@ async function joinSuspension(
     token,
     previous: main,
     next: { ...main, suspensionCalls: [...calls, id], updatedAt: now },
+    history: [joined('while its family was being suspended')],
     release: false,
   });
 }

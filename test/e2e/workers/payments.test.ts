@@ -6,7 +6,7 @@ import {
   makeProcessor as makePaymentProcessor,
   suspensionJobId,
 } from '../../../jobs/payment-signals.js';
-import { renewalJobId } from '../../../jobs/renewals.js';
+import { makeRenewalProcessor, renewalJobId } from '../../../jobs/renewals.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
 import { ChainStore } from '../../../src/chains/store.js';
 import type { ChainView } from '../../../src/chains/view.js';
@@ -1604,5 +1604,51 @@ describe('marketplace, 3 days of grace: a payment meeting a suspension half done
     expect(await providerStatus(system, 'MB-1')).toBe('active');
     const after = [await metricValue(system, SUSPENDS), await metricValue(system, UNSUSPENDS)];
     expect(after).toEqual(before);
+  }, 30_000);
+});
+
+describe('marketplace add-ons, no grace: an add-on renewal whose order lands in a suspended family', () => {
+  const clock = manualClock(systemClock.now());
+  const system = useSystem({ clock, env: { PAYMENT_GRACE_DAYS: '0', SEAT_INCREASE: 'addon' } });
+
+  it("says in the family's history that the order was suspended on arrival", async () => {
+    const startsAt = clock.now() - 2 * DAY;
+    await system.send('order.placed', orderPlaced({ order: 'AR-1', startsAt }));
+    await system.waitForChain('AR-1', () => true);
+    await system.send('seats.changed', { order: 'AR-1', licenses: 8 });
+    const [addOn] = (await system.waitForChain('AR-1', (c) => c.addOns.length === 1)).addOns;
+    if (!addOn) throw new Error('no add-on');
+    const renewalOrder = `${addOn.order}.r2`;
+    clock.set(addOn.term.expiresAt - 6 * DAY);
+
+    // The provider takes its time with the add-on's renewal, decided while the payment was ok;
+    // meanwhile the payment goes overdue and (no grace) the family is suspended.
+    const { provisioning } = system.started;
+    const slow: ProvisioningClient = Object.create(provisioning);
+    // Through createOrder, not the one-step path that records the order with it.
+    (slow as { createRecorded?: unknown }).createRecorded = undefined;
+    slow.createOrder = async (params) => {
+      if (params.id === renewalOrder) {
+        await system.send('payment.overdue', { order: 'AR-1' });
+        await system.waitForChain('AR-1', (c) => c.status === 'suspended');
+      }
+      return provisioning.createOrder(params);
+    };
+    const job = await system.queue('renewals').getJob(renewalJobId(chainIdOf(addOn.order), 2));
+    if (!job) throw new Error('no add-on renewal job');
+    const renew = makeRenewalProcessor(workerDepsOf(system, { provisioning: slow }));
+    expect(await renew(job)).toBe(`renewed: ${renewalOrder}`);
+
+    expect(await providerStatus(system, renewalOrder)).toBe('suspended');
+    const family = await system.chain('AR-1');
+    expect(family.history.at(-1)).toMatchObject({
+      event: 'renewal.suspended',
+      detail: `add-on ${addOn.order}: its renewal ${renewalOrder}, ordered while its family was suspended, is suspended on arrival: the payment is overdue`,
+      cause: { orderId: renewalOrder },
+    });
+    // The payment unsuspends it with the rest.
+    await system.send('payment.received', { order: 'AR-1' });
+    await system.waitForChain('AR-1', (c) => c.status === 'active');
+    expect(await providerStatus(system, renewalOrder)).toBe('active');
   }, 30_000);
 });
