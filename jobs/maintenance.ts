@@ -276,7 +276,12 @@ async function reconcileAll(
   for (let offset = 0; ; offset += PAGE) {
     const ids = await deps.chains.pageOfChainIds(offset, PAGE);
     if (ids.length === 0) break;
-    const page = await deps.chains.getMany(ids);
+    const { chains: page, unreadable } = await deps.chains.getManyReadable(ids);
+    for (const { chainId, error } of unreadable) {
+      checked += 1;
+      failed += 1;
+      deps.log.error({ chainId, err: error }, 'chain record unreadable: not reconciled');
+    }
     const settled = await settledChains(deps, page, deps.clock.now(), queued).catch((error) => {
       // Redis failing that read fails no chain: each is then checked under its lock.
       deps.log.warn({ err: error }, 'reconcile checks a page under the locks');

@@ -279,15 +279,42 @@ export class ChainStore {
   }
 
   async getMany(chainIds: readonly string[]): Promise<Chain[]> {
+    const stored = await this.storedMany(chainIds);
+    return stored.map(([, chain, intent]) => decodeChain(chain, intent));
+  }
+
+  /**
+   * getMany for a reader that must get past a record it cannot read (reconcile: one record that
+   * does not parse, written by a newer version say, would otherwise stop every round there).
+   */
+  async getManyReadable(
+    chainIds: readonly string[],
+  ): Promise<{ chains: Chain[]; unreadable: { chainId: string; error: unknown }[] }> {
+    const chains: Chain[] = [];
+    const unreadable: { chainId: string; error: unknown }[] = [];
+    for (const [chainId, chain, intent] of await this.storedMany(chainIds)) {
+      try {
+        chains.push(decodeChain(chain, intent));
+      } catch (error) {
+        unreadable.push({ chainId, error });
+      }
+    }
+    return { chains, unreadable };
+  }
+
+  /** The stored records of those of `chainIds` that exist, in one round trip. */
+  private async storedMany(
+    chainIds: readonly string[],
+  ): Promise<[chainId: string, chain: string, intent: string | null][]> {
     if (chainIds.length === 0) return [];
     const keys = chainIds.flatMap((id) => [chainKeys(id).chain, chainKeys(id).intent]);
     const values = await this.redis.mget(keys);
-    const chains: Chain[] = [];
-    for (let i = 0; i < values.length; i += 2) {
-      const stored = values[i];
-      if (stored) chains.push(decodeChain(stored, values[i + 1] ?? null));
-    }
-    return chains;
+    const stored: [chainId: string, chain: string, intent: string | null][] = [];
+    chainIds.forEach((chainId, i) => {
+      const chain = values[2 * i];
+      if (chain) stored.push([chainId, chain, values[2 * i + 1] ?? null]);
+    });
+    return stored;
   }
 
   /**

@@ -163,6 +163,27 @@ describe('a Redis that lost the delayed list of renewals', () => {
   });
 });
 
+describe('a chain record reconcile cannot read', () => {
+  const system = useSystem();
+
+  it('is counted failed and logged, and the round goes on to the chains after it', async () => {
+    await placedTwoDaysAgo(system, 'UNREADABLE-1');
+    await placedTwoDaysAgo(system, 'UNREADABLE-2');
+    // The first written by a version that stores a status this one does not know.
+    const client = await system.queue('renewals').backend.client;
+    const key = chainKeys(chainIdOf('UNREADABLE-1')).chain;
+    const stored = (await client.get(key)) as string;
+    await client.set(key, stored.replace('"status":"active"', '"status":"paused"'));
+    // The second lost its renewal job.
+    const id = renewalJobId(chainIdOf('UNREADABLE-2'), 2);
+    await (await system.queue('renewals').getJob(id))?.remove();
+
+    const result = await reconcileRound(system, 'reconcile-unreadable');
+    expect(result.failed).toBe(1);
+    expect(await jobState(system.queue('renewals'), id)).toBe('delayed');
+  });
+});
+
 describe('a Redis that lost the delayed list of payment-signals, an overdue chain in its grace', () => {
   const clock = manualClock(systemClock.now());
   const system = useSystem({ clock, env: { PAYMENT_GRACE_DAYS: '3' } });
