@@ -244,7 +244,7 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
             );
           }
           // A payment overdue again since the one that asked for this reactivation: its grace
-          // period runs on, and its suspension (which skipped a chain still suspended) follows.
+          // period runs on, and its suspension job (made sure of here) follows.
           const overdueFrom =
             chain.payment === 'overdue' && chain.suspendAt !== null ? chain.suspendAt : null;
           const now = clock.now();
