@@ -513,10 +513,10 @@ describe('reconcile while an operator switches auto-renew on', () => {
     const deps = workerDepsOf(system);
     const { chains } = deps;
     // The operator's switch lands right after reconcile read the page holding the chain.
-    const readPage = chains.getMany.bind(chains);
-    chains.getMany = async (ids) => {
+    const readPage = chains.getManyReadable.bind(chains);
+    chains.getManyReadable = async (ids) => {
       const page = await readPage(ids);
-      if (page.some((c) => c.order === 'REC-1' && !c.autoRenew)) {
+      if (page.chains.some((c) => c.order === 'REC-1' && !c.autoRenew)) {
         const on = await system.ops('PUT', '/ops/chains/REC-1/auto-renew', { enabled: true });
         expect(on.status).toBe(200);
       }

@@ -1032,12 +1032,12 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
       switched ??= system.ops('PUT', '/ops/chains/A-21/auto-renew', { enabled: true });
       return switched;
     };
-    // The page itself is the first read of the main chain; the second, for its add-ons.
+    // The page is read with getManyReadable; getMany reads the main chain for its add-ons.
     const getMany = chains.getMany.bind(chains);
     let manyReads = 0;
     chains.getMany = async (ids) => {
       const found = await getMany(ids);
-      if (ids.includes(mainId) && ++manyReads === 2) await switchOn();
+      if (ids.includes(mainId) && ++manyReads === 1) await switchOn();
       return found;
     };
     const get = chains.get.bind(chains);
