@@ -24,7 +24,8 @@ function stopGroup(signal) {
   forwarded = true;
   signalGroup(signal);
 }
-for (const signal of ['SIGINT', 'SIGTERM']) process.on(signal, () => stopGroup(signal));
+// SIGHUP too: a closed terminal reaches this process's group, not the service's.
+for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) process.on(signal, () => stopGroup(signal));
 // Under `npm run quickstart &`, `kill $!` reaches npm's shell only: its end stops the service.
 whenOrphaned(() => stopGroup('SIGTERM'), parent);
 
