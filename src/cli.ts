@@ -356,7 +356,8 @@ function printChain(chain: ChainView, mainOrder: string): void {
     `term      #${chain.term.count} ${chain.term.orderId}: ${iso(chain.term.startsAt)} – ${iso(chain.term.expiresAt)}`,
     `renews    ${iso(chain.nextRenewalAt)}`,
   ];
-  if (chain.needsReactivation) {
+  // A cancelled chain has nothing to reactivate (records from before the cancel cleared it).
+  if (chain.needsReactivation && chain.status !== 'cancelled') {
     lines.push(
       chain.payment === 'overdue'
         ? `action    payment overdue again: confirm the reactivation before its grace period ends, or once paid: billing chains reactivated ${mainOrder}`
