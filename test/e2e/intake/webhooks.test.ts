@@ -651,6 +651,24 @@ describe('a signed request with a bad body', () => {
 });
 
 describe('when Redis or the queue fails', () => {
+  /** An intake whose orders queue talks to no Redis: its enqueue times out after 200 ms. */
+  async function appWithDeadOrdersQueue() {
+    const deadQueue = makeQueue('orders', 1);
+    const other = await startApp({
+      redis,
+      queues: { ...queues, orders: deadQueue },
+      clock,
+      secret: SECRET,
+      dedupDays: 7,
+      enqueueTimeoutMs: 200,
+    });
+    cleanups.push(async () => {
+      await other.app.close();
+      await deadQueue.close();
+    });
+    return other;
+  }
+
   it('answers 503 if the enqueue fails, removes the claim, and lets the retry through', async () => {
     const broken = makeQueue('orders', server.port);
     await broken.close();
@@ -678,19 +696,7 @@ describe('when Redis or the queue fails', () => {
   });
 
   it('answers 503 if the queue Redis is unreachable, after the enqueue timeout', async () => {
-    const deadQueue = makeQueue('orders', 1);
-    const other = await startApp({
-      redis,
-      queues: { ...queues, orders: deadQueue },
-      clock,
-      secret: SECRET,
-      dedupDays: 7,
-      enqueueTimeoutMs: 200,
-    });
-    cleanups.push(async () => {
-      await other.app.close();
-      await deadQueue.close();
-    });
+    const other = await appWithDeadOrdersQueue();
 
     const url = `${other.baseUrl}/webhooks/events`;
     const event = { type: 'order.cancelled', data: { order: 'A-1' } };
@@ -701,15 +707,7 @@ describe('when Redis or the queue fails', () => {
   });
 
   it('warns, as for every 503, when an outage also keeps it from releasing the claim', async () => {
-    const deadQueue = makeQueue('orders', 1);
-    const other = await startApp({
-      redis,
-      queues: { ...queues, orders: deadQueue },
-      clock,
-      secret: SECRET,
-      dedupDays: 7,
-      enqueueTimeoutMs: 200,
-    });
+    const other = await appWithDeadOrdersQueue();
     // The claim is taken; by the time its release is sent, Redis is gone as well.
     const evaluate = redis.eval.bind(redis);
     let calls = 0;
@@ -719,11 +717,7 @@ describe('when Redis or the queue fails', () => {
       calls += 1;
       return calls === 1 ? evaluate(...args) : Promise.reject(new Error('Connection is closed.'));
     }) as typeof redis.eval);
-    cleanups.push(async () => {
-      spy.mockRestore();
-      await other.app.close();
-      await deadQueue.close();
-    });
+    cleanups.push(async () => spy.mockRestore());
 
     const url = `${other.baseUrl}/webhooks/events`;
     const event = { type: 'order.cancelled', data: { order: 'A-1' } };
