@@ -1,4 +1,5 @@
 // Looking at processes a test started, and the ones they started in turn (Linux /proc).
+import type { ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 
 /** Whether a process with this pid exists (signal 0 only asks). */
@@ -32,4 +33,20 @@ export function commandLine(pid: number): string {
   } catch {
     return '';
   }
+}
+
+/** Resolves with the "billing service started" log line once the process printed it. */
+export function serviceStarted(
+  server: ChildProcess,
+): Promise<{ url: string; provisioning: string }> {
+  return new Promise((resolve, reject) => {
+    let buffer = '';
+    server.stdout?.on('data', (chunk: Buffer) => {
+      buffer += chunk.toString();
+      for (const line of buffer.split('\n')) {
+        if (line.includes('"billing service started"')) resolve(JSON.parse(line));
+      }
+    });
+    server.once('exit', (code) => reject(new Error(`exited early with ${code}`)));
+  });
 }

@@ -15,7 +15,7 @@ import { signWebhook } from '../../../src/intake/sign.js';
 import { UPCOMING_LIMIT } from '../../../src/ops/chain-operations.js';
 import { QUEUE_PREFIX } from '../../../src/queues.js';
 import { chainFor } from '../../helpers/chains.js';
-import { commandLine, descendants, isRunning } from '../../helpers/processes.js';
+import { commandLine, descendants, isRunning, serviceStarted } from '../../helpers/processes.js';
 import { listen } from '../../helpers/proxy.js';
 import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
 import { runScript } from '../../helpers/run-script.js';
@@ -241,20 +241,6 @@ function spawnBilling(redisUrl: string, extra: Record<string, string> = {}): Chi
   return spawn(process.execPath, [BIN, 'start'], {
     env: cleanEnv({ REDIS_URL: redisUrl, PORT: '0', LOG_LEVEL: 'info', ...extra }),
     stdio: ['ignore', 'pipe', 'pipe'],
-  });
-}
-
-/** Resolves with the "billing service started" log line once the process printed it. */
-function serviceStarted(server: ChildProcess): Promise<{ url: string; provisioning: string }> {
-  return new Promise((resolve, reject) => {
-    let buffer = '';
-    server.stdout?.on('data', (chunk: Buffer) => {
-      buffer += chunk.toString();
-      for (const line of buffer.split('\n')) {
-        if (line.includes('"billing service started"')) resolve(JSON.parse(line));
-      }
-    });
-    server.once('exit', (code) => reject(new Error(`exited early with ${code}`)));
   });
 }
 

@@ -2,7 +2,7 @@
 // its active jobs as on Ctrl-C (README, Stopping), under `npm start` (npm and its shell die of
 // the signal: the orphan watch must not add a second stop) and under `npm run quickstart` (the
 // service runs in a process group of its own: quickstart passes the signal on).
-import { type ChildProcess, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { signWebhook } from '../../../src/intake/sign.js';
-import { commandLine, descendants, isRunning } from '../../helpers/processes.js';
+import { commandLine, descendants, isRunning, serviceStarted } from '../../helpers/processes.js';
 import { listen } from '../../helpers/proxy.js';
 import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
 
@@ -35,19 +35,6 @@ afterAll(async () => {
   await redis.stop();
   await rm(dataDir, { recursive: true, force: true });
 });
-
-function serviceStarted(server: ChildProcess): Promise<{ url: string }> {
-  return new Promise((resolve, reject) => {
-    let buffer = '';
-    server.stdout?.on('data', (chunk: Buffer) => {
-      buffer += chunk.toString();
-      for (const line of buffer.split('\n')) {
-        if (line.includes('"billing service started"')) resolve(JSON.parse(line));
-      }
-    });
-    server.once('exit', (code) => reject(new Error(`exited early with ${code}`)));
-  });
-}
 
 describe('npm start in a terminal that closes (SIGHUP to its process group)', () => {
   it('stops once, draining its active job, as on Ctrl-C', async () => {
