@@ -31,7 +31,12 @@ import {
 import { RefusalError } from '../src/errors.js';
 import { formatInstant } from '../src/format.js';
 import { type EventJobData, eventJobData, eventSchemas } from '../src/intake/events.js';
-import { defaultJobOptions, pipelineReplies, removedUnlessRunning } from '../src/queues.js';
+import {
+  defaultJobOptions,
+  neverRunsAgain,
+  pipelineReplies,
+  removedUnlessRunning,
+} from '../src/queues.js';
 import { chainOfEvent, delayJobUntil, waitForIntent, withChainLock } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
 import { ensureFamilyRenewalJobs } from './renewals.js';
@@ -118,8 +123,7 @@ export async function ensureSuspensionJob(
   const existing = await queue.getJob(id);
   if (existing) {
     const state = await existing.getState();
-    const replaced = state === 'completed' || state === 'unknown';
-    if (!replaced && !(replaceFailed && state === 'failed')) return false;
+    if (!neverRunsAgain(state) && !(replaceFailed && state === 'failed')) return false;
     await existing.remove();
   }
   await queue.add(

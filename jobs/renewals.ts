@@ -35,6 +35,7 @@ import {
   defaultJobOptions,
   delayedFireTime,
   fireTimeOfScore,
+  neverRunsAgain,
   pipelineReplies,
   removedUnlessRunning,
 } from '../src/queues.js';
@@ -235,9 +236,9 @@ export async function ensureRenewalJob(
       }
       return;
     }
-    // A record in no list at all ('unknown': Redis lost the list, or an entry of it) runs never
-    // and blocks its id as a finished one does: it goes too, and the job is added again.
-    if (state === 'completed' || state === 'failed' || state === 'unknown') {
+    // A finished record, or one in no list at all (neverRunsAgain), goes, and the job is added
+    // again.
+    if (neverRunsAgain(state) || state === 'failed') {
       await existing.remove();
     } else {
       return;
@@ -454,7 +455,7 @@ export async function ensureFamilyRenewalJobs(
 async function restoredByAPerson(queue: Queue, chain: Chain): Promise<boolean> {
   const job = await queue.getJob(renewalJobId(chain.id, chain.term.count + 1));
   const state = await job?.getState();
-  return state !== undefined && !['failed', 'completed', 'unknown'].includes(state);
+  return state !== undefined && state !== 'failed' && !neverRunsAgain(state);
 }
 
 /**

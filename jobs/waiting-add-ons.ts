@@ -8,7 +8,7 @@ import type { Chain } from '../src/chains/records.js';
 import { delayUntil } from '../src/clock.js';
 import { addTerms } from '../src/domain/periods.js';
 import { TransientError } from '../src/errors.js';
-import { defaultJobOptions, removedUnlessRunning } from '../src/queues.js';
+import { defaultJobOptions, neverRunsAgain, removedUnlessRunning } from '../src/queues.js';
 import { waitForOtherJob } from './chain-lock.js';
 import type { WorkerDeps } from './deps.js';
 
@@ -94,7 +94,7 @@ export async function ensureAddOnJob(deps: WorkerDeps, chain: Chain) {
   if (!pending || renewsNoMore(chain)) return false;
   const existing = await waitingAddOnJob(deps, chain);
   if (existing) {
-    if (!['completed', 'unknown'].includes(await existing.getState())) return false;
+    if (!neverRunsAgain(await existing.getState())) return false;
     await existing.remove();
   }
   await addAddOnJob(deps, chain, pending.startsAt);

@@ -64,6 +64,15 @@ export async function delayedFireTime(queue: Queue, jobId: string): Promise<numb
   return fireTimeOfScore(await client.zscore(queue.keys.delayed as string, jobId));
 }
 
+/**
+ * Whether a job in `state` never runs again of itself while it blocks its id: completed, or in no
+ * list at all ('unknown': Redis lost the list, or an entry of it). Whether a failed one is to be
+ * replaced too is each caller's rule (some wait for a person).
+ */
+export function neverRunsAgain(state: string): boolean {
+  return state === 'completed' || state === 'unknown';
+}
+
 /** The replies of a pipeline on a queue's client, in order: the first one that failed throws. */
 export async function pipelineReplies(pipeline: {
   exec(): Promise<[Error | null, unknown][] | null>;
