@@ -83,22 +83,15 @@ export async function checkLateOrder(
     if (chain?.status !== 'cancelled') return 'skipped: chain not cancelled';
     const cancelled = await cancelIfMade(deps.provisioning, data.orderId);
     if (cancelled !== null) {
-      const now = deps.clock.now();
-      await deps.chains.save({
-        chainId: chain.id,
-        token,
-        previous: chain,
-        next: { ...chain, updatedAt: now },
-        history: [
-          {
-            at: now,
-            event: 'order.late',
-            detail: `${data.orderId} was made after its chain was cancelled (a request that had timed out): cancelled at the provider`,
-            cause: { jobId: job.id ?? '', orderId: data.orderId },
-          },
-        ],
-        release: false,
-      });
+      await deps.chains.recordEntry(
+        { chain, token },
+        {
+          at: deps.clock.now(),
+          event: 'order.late',
+          detail: `${data.orderId} was made after its chain was cancelled (a request that had timed out): cancelled at the provider`,
+          cause: { jobId: job.id ?? '', orderId: data.orderId },
+        },
+      );
       deps.log.warn(
         { chainId: chain.id, order: data.orderId },
         'an order made after its chain was cancelled was cancelled',

@@ -252,17 +252,12 @@ async function noteNothingToDo(
   held: { chain: Chain; token: string },
   entry: Pick<HistoryEntry, 'event' | 'detail'>,
 ): Promise<void> {
-  const { chain, token } = held;
-  const history = await deps.chains.history(chain.id);
+  const history = await deps.chains.history(held.chain.id);
   if (history.some((h) => h.cause.webhookId === data.webhookId)) return;
-  const now = deps.clock.now();
-  await deps.chains.save({
-    chainId: chain.id,
-    token,
-    previous: chain,
-    next: { ...chain, updatedAt: now },
-    history: [{ at: now, ...entry, cause: causeOf(job, data, chain.order) }],
-    release: false,
+  await deps.chains.recordEntry(held, {
+    at: deps.clock.now(),
+    ...entry,
+    cause: causeOf(job, data, held.chain.order),
   });
 }
 

@@ -197,6 +197,23 @@ export class ChainStore {
   }
 
   /**
+   * Saves `entry` into the chain's history, and nothing else of the chain but its `updatedAt`:
+   * what happened changed none of its state (an event with nothing to do, a late order
+   * cancelled). Under its lock, as any save.
+   */
+  async recordEntry(held: { chain: Chain; token: string }, entry: HistoryEntry): Promise<Chain> {
+    const { chain, token } = held;
+    return this.save({
+      chainId: chain.id,
+      token,
+      previous: chain,
+      next: { ...chain, updatedAt: entry.at },
+      history: [entry],
+      release: false,
+    });
+  }
+
+  /**
    * The keys and args of `save` (scripts/includes/save-chain.lua), for a script that commits the
    * save with another write (the embedded core's createOrderAndSaveChain). The caller reports
    * its outcome back: `saved` when written, `refuseSave` with the refusal code.
