@@ -128,6 +128,7 @@ export async function start(
   let apiQueues: Queues | undefined;
   let workers: Workers | null = null;
   let app: FastifyInstance | undefined;
+  let port = settings.PORT;
   let clock: Clock = runtime.clock;
   let stopping: Promise<void> | undefined;
   const stop = () => {
@@ -212,7 +213,8 @@ export async function start(
       });
     });
     // The port is known now (PORT=0 picks one): onboarding links a worker makes point there.
-    runtime.listeningOn(listeningPort(app, settings.PORT));
+    port = listeningPort(app, settings.PORT);
+    runtime.listeningOn(port);
     await made.applyWindow();
     // Workers start last: a start that fails before (a port in use) leaves the deployment's
     // queues as they were, the reconcile schedule of the processes already running included.
@@ -241,7 +243,6 @@ export async function start(
     announceGenerated(settings, secrets);
     throw error;
   }
-  const port = listeningPort(app, settings.PORT);
   const started: Started = { stop, port, runtime, provisioning, workers, clock };
   if (options.stopOnSignalsWithin !== undefined) {
     stopOnSignals(started, log, options.stopOnSignalsWithin);
