@@ -3,7 +3,6 @@
 import { ensureBuilt } from '../scripts/ensure-built.mjs';
 import { whenOrphaned } from '../scripts/parent-watch.mjs';
 
-const parent = process.ppid;
 ensureBuilt();
 const { runCli } = await import('../dist/src/cli.js');
 await runCli(process.argv);
@@ -13,5 +12,5 @@ await runCli(process.argv);
 // Watched once started (as scripts/start.mjs does): its signal listeners would otherwise keep
 // a signal that comes while it starts from stopping it.
 if (process.env.npm_command === 'exec' && process.argv[2] === 'start') {
-  whenOrphaned(() => process.kill(process.pid, 'SIGTERM'), parent);
+  whenOrphaned(() => process.kill(process.pid, 'SIGTERM'));
 }

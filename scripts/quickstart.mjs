@@ -3,10 +3,9 @@
 import { spawn } from 'node:child_process';
 import { constants } from 'node:os';
 import { setTimeout as delay } from 'node:timers/promises';
-import { whenOrphaned } from './parent-watch.mjs';
+import { STOP_SIGNALS, whenOrphaned } from './parent-watch.mjs';
 import { ensureDependencies, ensureRedisServer, projectRoot } from './setup.mjs';
 
-const parent = process.ppid;
 ensureRedisServer();
 ensureDependencies();
 
@@ -25,9 +24,9 @@ function stopGroup(signal) {
   signalGroup(signal);
 }
 // SIGHUP too: a closed terminal reaches this process's group, not the service's.
-for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) process.on(signal, () => stopGroup(signal));
+for (const signal of STOP_SIGNALS) process.on(signal, () => stopGroup(signal));
 // Under `npm run quickstart &`, `kill $!` reaches npm's shell only: its end stops the service.
-whenOrphaned(() => stopGroup('SIGTERM'), parent);
+whenOrphaned(() => stopGroup('SIGTERM'));
 
 child.on('error', (error) => {
   console.error(`could not run npm start: ${error.message}`);

@@ -2,9 +2,8 @@
 import { ensureBuilt } from './ensure-built.mjs';
 import { whenOrphaned } from './parent-watch.mjs';
 
-const parent = process.ppid;
 ensureBuilt();
 const { runCli } = await import('../dist/src/cli.js');
 await runCli([process.argv[0], 'billing', 'start', ...process.argv.slice(2)]);
 // Under `npm start &`, `kill $!` reaches npm's shell only: its end stops the service instead.
-whenOrphaned(() => process.kill(process.pid, 'SIGTERM'), parent);
+whenOrphaned(() => process.kill(process.pid, 'SIGTERM'));
