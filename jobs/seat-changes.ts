@@ -332,6 +332,14 @@ async function describeBought(deps: WorkerDeps, before: Chain, after: Chain): Pr
   return bought.join('; ') || 'nothing bought';
 }
 
+/**
+ * The mark of the seat event that asked for the chain's waiting add-on. Older waiting add-ons
+ * name no event: the last one applied asked for them.
+ */
+function askedForWaitingAddOn(chain: Chain): string {
+  return chain.pendingAddOn?.webhookId ?? chain.appliedSeatEvents.at(-1) ?? '';
+}
+
 /** The cause of an entry a waiting add-on's job writes: the job, and the event that asked. */
 function waitingAddOnCause(job: Job, webhookId: string): HistoryEntry['cause'] {
   return { jobId: job.id ?? '', ...(webhookId ? { webhookId } : {}) };
@@ -352,7 +360,7 @@ async function settleLateAddOn(
 ): Promise<string> {
   const pending = chain.pendingAddOn as NonNullable<Chain['pendingAddOn']>;
   const waiting = `the waiting ${pending.licenses} licenses`;
-  const asked = markedWebhookId(pending.webhookId ?? chain.appliedSeatEvents.at(-1) ?? '');
+  const asked = markedWebhookId(askedForWaitingAddOn(chain));
   const record = (next: Chain, event: string, detail: string) =>
     deps.chains.save({
       chainId: chain.id,
@@ -418,8 +426,7 @@ async function buyDueAddOn(deps: WorkerDeps, job: Job, jobToken: string | undefi
       return settleLateAddOn(deps, job, { chain, token }, addOns, now);
     }
     const total = pending.total ?? paidInForce(chain, addOns, now) + pending.licenses;
-    // Older waiting add-ons name no event: the last one applied asked for them.
-    const asked = pending.webhookId ?? chain.appliedSeatEvents.at(-1) ?? '';
+    const asked = askedForWaitingAddOn(chain);
     const event = {
       webhookId: markedWebhookId(asked),
       mark: markOf({ webhookId: asked, mark: pending.mark }),
