@@ -17,7 +17,7 @@ import { ChainStore } from '../../../src/chains/store.js';
 import type { ProvisioningClient } from '../../../src/client/provisioning-client.js';
 import { manualClock, queueTimeMs, systemClock } from '../../../src/clock.js';
 import { MalformedAnswerError, RefusalError, TransientError } from '../../../src/errors.js';
-import { delayedFireTime, QUEUE_PREFIX } from '../../../src/queues.js';
+import { delayedFireTime, QUEUE_PREFIX, type QueueName } from '../../../src/queues.js';
 import { connectRedis } from '../../../src/redis/connection.js';
 import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
 import {
@@ -145,21 +145,38 @@ describe('a restart after Redis lost a renewal job', () => {
   });
 });
 
+/**
+ * Takes the job `id` (delayed) out of every list of its queue, as a Redis that lost the queue's
+ * delayed list does (its record survives, in no list: it would never run), and expects one
+ * reconcile round to put it back among the delayed.
+ */
+async function expectBackAfterLostDelayedList(
+  system: System,
+  name: QueueName,
+  id: string,
+  roundId: string,
+) {
+  const queue = system.queue(name);
+  expect(await jobState(queue, id)).toBe('delayed');
+  const client = await queue.backend.client;
+  await client.del(queue.keys.delayed as string);
+  expect(await jobState(queue, id)).toBe('unknown');
+
+  await reconcileRound(system, roundId);
+  expect(await jobState(queue, id)).toBe('delayed');
+}
+
 describe('a Redis that lost the delayed list of renewals', () => {
   const system = useSystem();
 
   it('gets the renewal job back from reconcile, though its record survived', async () => {
     await placedTwoDaysAgo(system, 'ORPHAN-1');
-    const queue = system.queue('renewals');
-    const id = renewalJobId(chainIdOf('ORPHAN-1'), 2);
-    expect(await jobState(queue, id)).toBe('delayed');
-
-    const client = await queue.backend.client;
-    await client.del(queue.keys.delayed as string);
-    expect(await jobState(queue, id)).toBe('unknown');
-
-    await reconcileRound(system, 'reconcile-orphan');
-    expect(await jobState(queue, id)).toBe('delayed');
+    await expectBackAfterLostDelayedList(
+      system,
+      'renewals',
+      renewalJobId(chainIdOf('ORPHAN-1'), 2),
+      'reconcile-orphan',
+    );
   });
 });
 
@@ -194,16 +211,12 @@ describe('a Redis that lost the delayed list of payment-signals, an overdue chai
     await system.waitForChain(order, () => true);
     await system.send('payment.overdue', { order });
     await system.waitForChain(order, (c) => c.payment === 'overdue');
-    const queue = system.queue('payment-signals');
-    const id = suspensionJobId(chainIdOf(order), 1);
-    expect(await jobState(queue, id)).toBe('delayed');
-
-    const client = await queue.backend.client;
-    await client.del(queue.keys.delayed as string);
-    expect(await jobState(queue, id)).toBe('unknown');
-
-    await reconcileRound(system, 'reconcile-lostlist-s1');
-    expect(await jobState(queue, id)).toBe('delayed');
+    await expectBackAfterLostDelayedList(
+      system,
+      'payment-signals',
+      suspensionJobId(chainIdOf(order), 1),
+      'reconcile-lostlist-s1',
+    );
   });
 });
 
@@ -218,16 +231,12 @@ describe('external: a Redis that lost the delayed list of seat-changes, an add-o
     const seats = { order, licenses: 8, effectiveAt: clock.now() + 5 * DAY };
     expect((await system.send('seats.changed', seats)).status).toBe(202);
     await system.waitForChain(order, (c) => c.history.at(-1)?.event === 'seats.addon_scheduled');
-    const queue = system.queue('seat-changes');
-    const id = addOnJobId(chainIdOf(order));
-    expect(await jobState(queue, id)).toBe('delayed');
-
-    const client = await queue.backend.client;
-    await client.del(queue.keys.delayed as string);
-    expect(await jobState(queue, id)).toBe('unknown');
-
-    await reconcileRound(system, 'reconcile-lostlist-a1');
-    expect(await jobState(queue, id)).toBe('delayed');
+    await expectBackAfterLostDelayedList(
+      system,
+      'seat-changes',
+      addOnJobId(chainIdOf(order)),
+      'reconcile-lostlist-a1',
+    );
   });
 });
 
