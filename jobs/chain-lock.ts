@@ -83,8 +83,10 @@ const OWNER_WAIT_MAX_MS = 60_000;
  * its next attempt (at most OWNER_WAIT_MAX_MS). Seat purchases are finished by whichever job
  * holds the chain, and a first order is never on a chain before it is recorded. A renewal waiting
  * out a provider's outage retries on its backoff, up to 15 minutes apart, and looking every 2
- * seconds meanwhile only loads Redis and the log. Looks again in 2 seconds when that job is not delayed (running
- * now, about to, or gone: reconcile gives a renewal intent's job back).
+ * seconds meanwhile only loads Redis and the log; one that failed for good (its chain flagged)
+ * runs again only when a person retries it, so the job looks once a minute until then. Looks
+ * again in 2 seconds when that job is neither (running now, about to, or gone: reconcile gives a
+ * renewal intent's job back).
  */
 export async function waitForIntent(
   queues: Record<QueueName, Queue>,
@@ -92,15 +94,25 @@ export async function waitForIntent(
   jobToken: string | undefined,
   intent: Intent,
 ): Promise<never> {
-  const ownerFiresAt =
+  const ownerAttempt =
     intent.kind === 'renewal' && intent.jobId !== null
-      ? await delayedFireTime(queues[QUEUES.renewals], intent.jobId)
+      ? await nextAttemptOf(queues[QUEUES.renewals], intent.jobId)
       : null;
   const queueNow = queueTimeMs();
   const soon = queueNow + OTHER_JOB_RETRY_SECONDS * 1000;
   // A second after the owner's attempt, to find its work done.
-  const afterOwner = Math.min((ownerFiresAt ?? 0) + 1000, queueNow + OWNER_WAIT_MAX_MS);
+  const afterOwner = Math.min((ownerAttempt ?? 0) + 1000, queueNow + OWNER_WAIT_MAX_MS);
   return putBack(job, jobToken, Math.max(soon, afterOwner));
+}
+
+/**
+ * When a job's next attempt is due (queue time, ms): its fire time when delayed, never
+ * (Infinity) when failed, null when it runs now, is about to, or is gone.
+ */
+async function nextAttemptOf(queue: Queue, jobId: string): Promise<number | null> {
+  const firesAt = await delayedFireTime(queue, jobId);
+  if (firesAt !== null) return firesAt;
+  return (await queue.getJobState(jobId)) === 'failed' ? Number.POSITIVE_INFINITY : null;
 }
 
 /** Puts the job back in the delayed set until `until` (epoch seconds by `clock`). */

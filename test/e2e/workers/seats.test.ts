@@ -301,7 +301,7 @@ describe('marketplace, co-terminated partial orders (the default)', () => {
   const clock = manualClock(systemClock.now());
   const system = useSystem({ clock });
 
-  it('waits for the next attempt of a renewal left half done, not every 2 seconds', async () => {
+  it('waits for the next attempt of a renewal left half done, not every 2 seconds, nor for a failed one', async () => {
     const placed = await place(system, 'W-1', 5);
     const renewal = renewalJobId(chainIdOf('W-1'), 2);
     const orderId = renewalOrderId('W-1', 2);
@@ -337,6 +337,13 @@ describe('marketplace, co-terminated partial orders (the default)', () => {
     };
     // A renewal due much later may still run sooner (retried by a person): a minute at most.
     await (await renewals.getJob(renewal))?.changeDelay(10 * 60_000);
+    expect(await waitAfterRunning(60_000)).toBeLessThan(70_000);
+
+    // A renewal that failed for good runs again only when a person retries it: a minute too.
+    const redis = system.started.runtime.redis;
+    await redis.zrem(renewals.keys.delayed as string, renewal);
+    await redis.zadd(renewals.keys.failed as string, Date.now(), renewal);
+    expect(await renewals.getJobState(renewal)).toBe('failed');
     expect(await waitAfterRunning(60_000)).toBeLessThan(70_000);
 
     // With the renewal's job gone (reconcile gives it back), it looks again in 2 seconds.
