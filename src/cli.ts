@@ -457,12 +457,21 @@ function addChainCommands(program: Command): void {
     .command('upcoming')
     .description('renewals due within some days, earliest first')
     .option('--within <days>', 'how many days ahead', parseDays, 7)
+    .option('--all', `every one, not only the first ${UPCOMING_LIMIT}`)
     .option('--json', 'print JSON')
-    .action(async (opts: { within: number; json?: boolean }) => {
-      const renewals = await withChainOperations((ops) => ops.upcoming(opts.within));
-      if (renewals.length === UPCOMING_LIMIT) {
+    .action(async (opts: { within: number; all?: boolean; json?: boolean }) => {
+      const { renewals, next } = await withChainOperations(async (ops) => {
+        const first = await ops.upcoming(opts.within);
+        let page = first;
+        while (opts.all && page.next !== null) {
+          page = await ops.upcoming(opts.within, page.next);
+          first.renewals.push(...page.renewals);
+        }
+        return { renewals: first.renewals, next: page.next };
+      });
+      if (next !== null) {
         process.stderr.write(
-          `billing: the first ${UPCOMING_LIMIT} renewals are listed, and more may be due within ${opts.within} day${opts.within === 1 ? '' : 's'}: give a smaller --within\n`,
+          `billing: the first ${UPCOMING_LIMIT} renewals are listed, and more may be due within ${opts.within} day${opts.within === 1 ? '' : 's'}: --all lists every one\n`,
         );
       }
       if (opts.json) {

@@ -31,10 +31,10 @@ export interface RenewalClaim {
 
 export type ClaimResult = LockResult | { kind: 'claimed'; chain: Chain };
 
-/** Where a page of the due index starts: at `dueAt`, past the first `skip` chains due then. */
+/** Where a page of the due index starts: right after the chain `chainId`, read as due at `dueAt`. */
 export interface DueCursor {
   dueAt: number;
-  skip: number;
+  chainId: string;
 }
 
 export interface SaveInput {
@@ -370,32 +370,27 @@ export class ChainStore {
 
   /**
    * Chains whose renewal fires at or before `until` (epoch seconds), earliest first, `limit` at
-   * most, from `after` on (where the page before ended): and the cursor of the next page, null
-   * after the last. Paged by time, so each page costs the same however deep it is.
+   * most, right after `after` (where the page before ended): and the cursor of the next page,
+   * null after the last. Each page costs the same however deep it is, and a page that ends among
+   * thousands due at the same second goes on from there, even if its last chain renewed since.
    */
   async dueUntil(
     until: number,
     limit = 1000,
-    after: DueCursor = { dueAt: Number.NEGATIVE_INFINITY, skip: 0 },
+    after?: DueCursor,
   ): Promise<{ chains: Chain[]; next: DueCursor | null }> {
-    const reply = await this.redis.zrangebyscore(
-      indexKeys.due,
-      Number.isFinite(after.dueAt) ? String(after.dueAt) : '-inf',
-      String(until),
-      'WITHSCORES',
-      'LIMIT',
-      String(after.skip),
-      String(limit),
-    );
+    const reply = (await callScript(
+      this.redis,
+      'duePage',
+      [indexKeys.due],
+      [until, limit, after?.dueAt ?? '', after?.chainId ?? ''],
+    )) as string[];
     const ids = reply.filter((_, i) => i % 2 === 0);
-    const scores = reply.filter((_, i) => i % 2 === 1).map(Number);
-    const last = scores.at(-1);
-    let next: DueCursor | null = null;
-    if (ids.length === limit && last !== undefined) {
-      // The entries at the last page's time come first in the next page: skip those read.
-      const atLast = scores.filter((score) => score === last).length;
-      next = { dueAt: last, skip: atLast + (after.dueAt === last ? after.skip : 0) };
-    }
+    const lastId = ids.at(-1);
+    const next =
+      ids.length === limit && lastId !== undefined
+        ? { dueAt: Number(reply.at(-1)), chainId: lastId }
+        : null;
     return { chains: await this.getMany(ids), next };
   }
 

@@ -1,12 +1,13 @@
 // What an operator can do to chains, shared by the ops API and the CLI.
 import type { Queue } from 'bullmq';
+import { z } from 'zod';
 import { settleLateOrderCheck } from '../../jobs/late-orders.js';
 import { ensureSuspensionJob } from '../../jobs/payment-signals.js';
 import { ensureFamilyRenewalJobs } from '../../jobs/renewals.js';
 import { cancelChain } from '../chains/cancel.js';
 import { governedNextRenewalAt, mainChainsOf } from '../chains/family.js';
 import type { Cause, Chain, ChainWithHistory } from '../chains/records.js';
-import type { ChainStore } from '../chains/store.js';
+import type { ChainStore, DueCursor } from '../chains/store.js';
 import { type ChainView, chainView, type ShownChain, shownNextRenewalAt } from '../chains/view.js';
 import type { ProvisioningClient } from '../client/provisioning-client.js';
 import type { Clock } from '../clock.js';
@@ -77,6 +78,23 @@ function governedView(main: Chain, addOn: ChainWithHistory): ShownChain {
 
 /** `GET /ops/renewals` answers at most this many. */
 export const UPCOMING_LIMIT = 1000;
+
+/**
+ * Where the next page of upcoming renewals starts, as API callers and the CLI pass it back
+ * (`next`, then `after`): the due time and chain id of the last chain the page read. Opaque to
+ * them; it stays good however the renewals change in between.
+ */
+export function dueCursorText(cursor: DueCursor): string {
+  return `${cursor.dueAt}.${cursor.chainId}`;
+}
+
+export const dueCursorFromText = z
+  .string()
+  .regex(/^\d{1,15}\.c[A-Za-z0-9_-]{22}$/, 'must be the `next` of an earlier answer')
+  .transform((text): DueCursor => {
+    const [dueAt, chainId] = text.split('.') as [string, string];
+    return { dueAt: Number(dueAt), chainId };
+  });
 
 function upcomingRenewal(chain: Chain): UpcomingRenewal {
   return {
@@ -314,29 +332,34 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
     },
 
     /**
-     * The first `UPCOMING_LIMIT` renewals that fire within `days`, earliest first. The due
-     * index also holds add-ons whose main chain no longer renews them, so it is read page by
-     * page until the answer is full: dropping those from one page would hide renewals due later.
+     * The next `UPCOMING_LIMIT` renewals that fire within `days`, earliest first, after `after`
+     * (where the page before ended): and where the page after starts, null when none is left.
+     * The due index also holds add-ons whose main chain no longer renews them, so it is read
+     * until the page is full: dropping those from one read would hide renewals due later.
      */
-    async upcoming(days: number): Promise<UpcomingRenewal[]> {
+    async upcoming(
+      days: number,
+      after?: DueCursor,
+    ): Promise<{ renewals: UpcomingRenewal[]; next: DueCursor | null }> {
       const now = clock.now();
       const until = now + days * SECONDS_PER_DAY;
-      const found: UpcomingRenewal[] = [];
+      const renewals: UpcomingRenewal[] = [];
       const read: Chain[] = [];
-      let page = await chains.dueUntil(until, UPCOMING_LIMIT);
-      for (;;) {
+      let next = after ?? null;
+      do {
+        // Never more than the page has room for, so it ends where its last read ended.
+        const page = await chains.dueUntil(
+          until,
+          UPCOMING_LIMIT - renewals.length,
+          next ?? undefined,
+        );
         read.push(...page.chains);
-        found.push(...(await stillRenewing(page.chains, now)).map(upcomingRenewal));
-        if (found.length >= UPCOMING_LIMIT || page.next === null) break;
-        page = await chains.dueUntil(until, UPCOMING_LIMIT, page.next);
-      }
-      // Left by records older than the rule that keeps them out: read once, then gone. Only
-      // once every page is read: the next page's cursor counts the entries at its time, and one
-      // taken out before would move a renewal there past it.
+        renewals.push(...(await stillRenewing(page.chains, now)).map(upcomingRenewal));
+        next = page.next;
+      } while (next !== null && renewals.length < UPCOMING_LIMIT);
+      // Left by records older than the rule that keeps them out: read once, then gone.
       await chains.forgetUnlistedDue(read);
-      return found
-        .sort((a, b) => a.dueAt - b.dueAt || a.order.localeCompare(b.order))
-        .slice(0, UPCOMING_LIMIT);
+      return { renewals, next };
     },
   };
 }

@@ -14,7 +14,12 @@ import { utf8Header } from '../http-headers.js';
 import { isRedisUnavailable } from '../redis/connection.js';
 import { decimalDigits, describeIssues } from '../validation.js';
 import { requireOpsToken } from './auth.js';
-import { type ChainOperationsDeps, makeChainOperations } from './chain-operations.js';
+import {
+  type ChainOperationsDeps,
+  dueCursorFromText,
+  dueCursorText,
+  makeChainOperations,
+} from './chain-operations.js';
 
 export interface OpsDeps extends ChainOperationsDeps {
   token: string;
@@ -35,6 +40,7 @@ const renewalsQuery = z.strictObject({
       z.int('must be a whole number of days').min(0).max(3660, 'must be at most 3660 days'),
     )
     .default(7),
+  after: dueCursorFromText.optional(),
 });
 const operatorHeader = z
   .string()
@@ -121,8 +127,9 @@ export function opsRoutes(deps: OpsDeps) {
     });
 
     app.get('/ops/renewals', async (request) => {
-      const { within } = parse(renewalsQuery, request.query, 'query');
-      return { renewals: await operations.upcoming(within) };
+      const { within, after } = parse(renewalsQuery, request.query, 'query');
+      const { renewals, next } = await operations.upcoming(within, after);
+      return { renewals, next: next && dueCursorText(next) };
     });
   };
 }

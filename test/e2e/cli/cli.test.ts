@@ -440,7 +440,7 @@ describe('billing commands that hash no partner key', () => {
 });
 
 describe('billing renewals upcoming', () => {
-  it('says on stderr when more renewals may be due than the 1000 it lists', async () => {
+  it('says on stderr when more renewals may be due than the 1000 it lists, and --all lists them all', async () => {
     const db = new Redis(`${redis.url}/3`);
     try {
       const store = new ChainStore(db);
@@ -457,8 +457,16 @@ describe('billing renewals upcoming', () => {
         UPCOMING_LIMIT,
       );
       expect(listed.stderr).toContain(
-        'billing: the first 1000 renewals are listed, and more may be due within 1 day: give a smaller --within',
+        'billing: the first 1000 renewals are listed, and more may be due within 1 day: --all lists every one',
       );
+      const all = await billing(['renewals', 'upcoming', '--within', '1', '--all', '--json'], env);
+      expect(all).toMatchObject({ code: 0, stderr: '' });
+      const orders = (JSON.parse(all.stdout) as { renewals: { order: string }[] }).renewals.map(
+        (r) => r.order,
+      );
+      expect(orders).toHaveLength(UPCOMING_LIMIT + 1);
+      expect(orders.at(-1)).toBe(`UP-${UPCOMING_LIMIT}`);
+      expect(new Set(orders).size).toBe(UPCOMING_LIMIT + 1);
       const fewer = await billing(['renewals', 'upcoming', '--within', '0'], env);
       expect(fewer).toMatchObject({ code: 0, stderr: '' });
     } finally {

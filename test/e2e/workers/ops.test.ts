@@ -214,7 +214,36 @@ describe('the ops API', () => {
     const renewals = (res.body as { renewals: { order: string; dueAt: number }[] }).renewals;
     expect(renewals.map((r) => r.order)).toEqual(['OPS-1', 'OPS-2']);
     expect(renewals[0]?.dueAt).toBeLessThanOrEqual(renewals[1]?.dueAt ?? 0);
+    expect(res.body).toMatchObject({ next: null });
   });
+
+  it("goes on from a page's end with after=<its next>", async () => {
+    const all = await system.ops('GET', '/ops/renewals?within=60');
+    const first = (all.body as { renewals: { order: string; dueAt: number }[] }).renewals[0];
+    const chainId = chainIdOf(first?.order as string);
+    const rest = await system.ops(
+      'GET',
+      `/ops/renewals?within=60&after=${first?.dueAt}.${chainId}`,
+    );
+    expect(rest.status).toBe(200);
+    expect((rest.body as { renewals: { order: string }[] }).renewals.map((r) => r.order)).toEqual([
+      'OPS-2',
+    ]);
+  });
+
+  it.each(['', 'abc', '1797862162', '1797862162.OPS-1', `-1.${chainIdOf('OPS-1')}`])(
+    'refuses renewals?after=%s, naming the field',
+    async (after) => {
+      const res = await system.ops('GET', `/ops/renewals?after=${encodeURIComponent(after)}`);
+      expect(res).toEqual({
+        status: 400,
+        body: {
+          error: 'invalid_request',
+          message: expect.stringMatching(/^query\.after: must be the `next` of an earlier answer/),
+        },
+      });
+    },
+  );
 
   it.each(['cancel', 'reactivated'])(
     'refuses a body on %s (it takes none), changing nothing',

@@ -492,6 +492,28 @@ describe('ChainStore indexes', () => {
     }
   });
 
+  it('goes on where a page ended when its last chain has moved or left since, or one before it', async () => {
+    // Many chains due at one second: the index keeps them in byte order of their ids, which the
+    // next page follows whatever the server's collation (upper case sorts before lower case).
+    const orders = Array.from({ length: 12 }, (_, i) => `tie-${i}`);
+    for (const order of orders) await create(chainFor(order, { nextRenewalAt: NOW + DAY }));
+    const inIndexOrder = [...orders].sort((a, b) =>
+      Buffer.compare(Buffer.from(chainIdOf(a)), Buffer.from(chainIdOf(b))),
+    );
+    const first = await store.dueUntil(NOW + DAY, 4);
+    expect(first.chains.map((c) => c.order)).toEqual(inIndexOrder.slice(0, 4));
+    const cursor = first.next as NonNullable<typeof first.next>;
+    // The page's last chain renewed (due a month later), and one listed before it left.
+    await db.redis.zadd(indexKeys.due, NOW + 30 * DAY, cursor.chainId);
+    await db.redis.zrem(indexKeys.due, chainIdOf(inIndexOrder[1] as string));
+    const second = await store.dueUntil(NOW + DAY, 4, cursor);
+    expect(second.chains.map((c) => c.order)).toEqual(inIndexOrder.slice(4, 8));
+    // Now a chain listed before the cursor moves on: the cursor itself still places the page.
+    await db.redis.zrem(indexKeys.due, chainIdOf(inIndexOrder[5] as string));
+    const third = await store.dueUntil(NOW + DAY, 4, second.next ?? undefined);
+    expect(third.chains.map((c) => c.order)).toEqual(inIndexOrder.slice(8, 12));
+  });
+
   it('leaves out a chain that renews only after a payment or a person (expired, flagged)', async () => {
     await create(chainFor('expired', { status: 'expired', nextRenewalAt: NOW + DAY }));
     await create(chainFor('flagged', { flagged: 'refused', nextRenewalAt: NOW + DAY }));

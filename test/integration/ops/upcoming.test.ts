@@ -65,19 +65,24 @@ describe('upcoming renewals', () => {
     }
     await saveChain('LATER', { nextRenewalAt: NOW + 3 * DAY });
 
-    expect(await operations().upcoming(7)).toEqual([
-      { order: 'LATER', customer: 'cust-1', dueAt: NOW + 3 * DAY, expiresAt: NOW + 11 * DAY },
-    ]);
+    expect(await operations().upcoming(7)).toEqual({
+      renewals: [
+        { order: 'LATER', customer: 'cust-1', dueAt: NOW + 3 * DAY, expiresAt: NOW + 11 * DAY },
+      ],
+      next: null,
+    });
   });
 
-  it('answers at most 1000 renewals, the earliest', async () => {
+  it('answers at most 1000 renewals, the earliest, and where the next ones start', async () => {
     const orders = Array.from({ length: 1_002 }, (_, i) => `O-${String(i).padStart(4, '0')}`);
     for (const [i, order] of orders.entries()) {
       await saveChain(order, { nextRenewalAt: NOW + i });
     }
     const upcoming = await operations().upcoming(7);
-    expect(upcoming).toHaveLength(1_000);
-    expect(upcoming.map((r) => r.order)).toEqual(orders.slice(0, 1_000));
+    expect(upcoming.renewals.map((r) => r.order)).toEqual(orders.slice(0, 1_000));
+    const rest = await operations().upcoming(7, upcoming.next ?? undefined);
+    expect(rest).toEqual({ renewals: expect.any(Array), next: null });
+    expect(rest.renewals.map((r) => r.order)).toEqual(orders.slice(1_000));
   });
 
   it('lists every renewal due where a page ended, though an entry left by an older record goes', async () => {
@@ -97,9 +102,9 @@ describe('upcoming renewals', () => {
     await saveChain(first, { nextRenewalAt: t2 });
     await saveChain(second, { nextRenewalAt: t2 });
 
-    const upcoming = await operations().upcoming(7);
-    expect(upcoming).toHaveLength(1_000);
-    expect(upcoming.slice(-2).map((r) => r.order)).toEqual([first, second].sort());
+    const { renewals } = await operations().upcoming(7);
+    expect(renewals).toHaveLength(1_000);
+    expect(renewals.slice(-2).map((r) => r.order)).toEqual([first, second]);
     // The stale entry is gone once read.
     expect(await db.redis.zscore(indexKeys.due, chainIdOf(legacy))).toBeNull();
   }, 60_000);
