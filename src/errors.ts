@@ -23,6 +23,14 @@ export class NotFoundError extends RefusalError {
   }
 }
 
+/** A request whose input does not hold (its message names the field): it changed nothing. */
+export class InvalidRequestError extends RefusalError {
+  constructor(message: string) {
+    super('invalid_request', message);
+    this.name = 'InvalidRequestError';
+  }
+}
+
 /** Try later: Redis or a remote service is unreachable, a lock is held, a request timed out. */
 export class TransientError extends Error {
   constructor(

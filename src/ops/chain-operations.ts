@@ -6,6 +6,7 @@ import { ensureSuspensionJob } from '../../jobs/payment-signals.js';
 import { ensureFamilyRenewalJobs } from '../../jobs/renewals.js';
 import { cancelChain } from '../chains/cancel.js';
 import { governedNextRenewalAt, mainChainsOf } from '../chains/family.js';
+import { chainIdOf } from '../chains/keys.js';
 import type { Cause, Chain, ChainWithHistory } from '../chains/records.js';
 import type { ChainStore, DueCursor } from '../chains/store.js';
 import { type ChainView, chainView, type ShownChain, shownNextRenewalAt } from '../chains/view.js';
@@ -13,7 +14,7 @@ import type { ProvisioningClient } from '../client/provisioning-client.js';
 import type { Clock } from '../clock.js';
 import { SECONDS_PER_DAY } from '../domain/periods.js';
 import { withNextRenewalAt } from '../domain/renewal.js';
-import { NotFoundError, RefusalError } from '../errors.js';
+import { InvalidRequestError, NotFoundError, RefusalError } from '../errors.js';
 import { formatInstant } from '../format.js';
 import { withOperatorLock } from './operator-lock.js';
 
@@ -78,6 +79,9 @@ function governedView(main: Chain, addOn: ChainWithHistory): ShownChain {
 
 /** `GET /ops/renewals` answers at most this many. */
 export const UPCOMING_LIMIT = 1000;
+
+/** The most main chains one answer of a customer's chains carries (each with its history). */
+export const CUSTOMER_CHAINS_LIMIT = 100;
 
 /**
  * Where the next page of upcoming renewals starts, as API callers and the CLI pass it back
@@ -326,9 +330,38 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
         { repeatFinishes: true },
       ),
 
-    async ofCustomer(customer: string): Promise<ChainView[]> {
-      const all = await chains.listByCustomer(customer);
-      return Promise.all(all.filter((c) => c.mainChain === null).map(view));
+    /**
+     * A page of the customer's main chains (their add-ons inside them), oldest first: the first
+     * `CUSTOMER_CHAINS_LIMIT`, or those after the chain of the order `after`; `next` names the
+     * order to pass as `after` for the page that follows, null after the last. Records are read
+     * a page at a time, so a customer with thousands of chains costs what one page does.
+     */
+    async ofCustomer(
+      customer: string,
+      after?: string,
+    ): Promise<{ chains: ChainView[]; next: string | null }> {
+      const ids = await chains.customerChainIds(customer);
+      let from = 0;
+      if (after !== undefined) {
+        const at = ids.indexOf(chainIdOf(after));
+        if (at === -1) {
+          throw new InvalidRequestError(
+            `query.after: no chain of customer ${customer} has the order ${JSON.stringify(after)}`,
+          );
+        }
+        from = at + 1;
+      }
+      const mains: Chain[] = [];
+      while (mains.length < CUSTOMER_CHAINS_LIMIT && from < ids.length) {
+        const batch = ids.slice(from, from + CUSTOMER_CHAINS_LIMIT - mains.length);
+        from += batch.length;
+        mains.push(...(await chains.getMany(batch)).filter((c) => c.mainChain === null));
+      }
+      const last = mains.at(-1);
+      return {
+        chains: await Promise.all(mains.map(view)),
+        next: from < ids.length && last ? last.order : null,
+      };
     },
 
     /**

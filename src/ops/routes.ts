@@ -4,6 +4,7 @@ import { z } from 'zod';
 import type { Cause } from '../chains/records.js';
 import {
   ConfigError,
+  InvalidRequestError,
   MalformedAnswerError,
   NotFoundError,
   RefusalError,
@@ -27,6 +28,7 @@ export interface OpsDeps extends ChainOperationsDeps {
 
 const orderParam = z.object({ order: z.string().min(1).max(128) });
 const customerParam = z.object({ customer: z.string().min(1).max(128) });
+const customerChainsQuery = z.strictObject({ after: z.string().min(1).max(128).optional() });
 /** Actions that take no input: a body, if sent at all, is `{}` (a typo'd option is refused). */
 const noBody = z.strictObject({}).optional();
 const autoRenewBody = z.strictObject(
@@ -51,12 +53,9 @@ const operatorHeader = z
   .regex(/^[^\p{Cc}\p{Cf}\p{Zl}\p{Zp}]*$/u, 'must not contain control or format characters')
   .default('ops-api');
 
-class InvalidRequest extends RefusalError {}
-
 function parse<T>(schema: z.ZodType<T>, value: unknown, where: string): T {
   const parsed = schema.safeParse(value, { reportInput: true });
-  if (!parsed.success)
-    throw new InvalidRequest('invalid_request', describeIssues(parsed.error, where));
+  if (!parsed.success) throw new InvalidRequestError(describeIssues(parsed.error, where));
   return parsed.data;
 }
 
@@ -73,7 +72,8 @@ export function opsRoutes(deps: OpsDeps) {
     app.addHook('onRequest', requireOpsToken(deps.token));
     app.setErrorHandler((error: FastifyError, request, reply) => {
       if (error instanceof NotFoundError) return sendError(reply, 404, error.code, error.message);
-      if (error instanceof InvalidRequest) return sendError(reply, 400, error.code, error.message);
+      if (error instanceof InvalidRequestError)
+        return sendError(reply, 400, error.code, error.message);
       if (error instanceof RefusalError) {
         request.log.warn({ code: error.code, refusal: error.message }, 'ops request refused');
         return sendError(reply, error.code === 'chain_busy' ? 409 : 422, error.code, error.message);
@@ -123,7 +123,8 @@ export function opsRoutes(deps: OpsDeps) {
 
     app.get('/ops/customers/:customer/chains', async (request) => {
       const { customer } = parse(customerParam, request.params, 'params');
-      return { chains: await operations.ofCustomer(customer) };
+      const { after } = parse(customerChainsQuery, request.query, 'query');
+      return operations.ofCustomer(customer, after);
     });
 
     app.get('/ops/renewals', async (request) => {

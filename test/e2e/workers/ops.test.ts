@@ -179,9 +179,26 @@ describe('the ops API', () => {
     const res = await system.ops('GET', '/ops/customers/ops-cust/chains');
     const chains = (res.body as { chains: { order: string }[] }).chains.map((c) => c.order);
     expect(chains.sort()).toEqual(['OPS-1', 'OPS-2']);
+    expect(res.body).toMatchObject({ next: null });
+    const first = chains[0] as string;
+    const after = await system.ops('GET', `/ops/customers/ops-cust/chains?after=${first}`);
+    expect((after.body as { chains: { order: string }[] }).chains.map((c) => c.order)).toEqual(
+      chains.slice(1),
+    );
     expect(await system.ops('GET', '/ops/customers/nobody/chains')).toEqual({
       status: 200,
-      body: { chains: [] },
+      body: { chains: [], next: null },
+    });
+    expect(await system.ops('GET', '/ops/customers/ops-cust/chains?after=NOPE')).toEqual({
+      status: 400,
+      body: {
+        error: 'invalid_request',
+        message: 'query.after: no chain of customer ops-cust has the order "NOPE"',
+      },
+    });
+    expect(await system.ops('GET', '/ops/customers/ops-cust/chains?limit=5')).toMatchObject({
+      status: 400,
+      body: { error: 'invalid_request', message: expect.stringMatching(/^query/) },
     });
   });
 

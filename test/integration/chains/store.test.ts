@@ -581,12 +581,13 @@ describe('ChainStore indexes', () => {
     await create(chainFor('b-newer', { customer: 'cust:1', createdAt: NOW + 2 }));
     await create(chainFor('a-older', { customer: 'cust:1', createdAt: NOW + 1 }));
     await create(chainFor('other', { customer: 'cust-2', createdAt: NOW }));
-    expect((await store.listByCustomer('cust:1')).map((c) => c.order)).toEqual([
-      'a-older',
-      'b-newer',
-    ]);
-    expect((await store.listByCustomer('cust-2')).map((c) => c.order)).toEqual(['other']);
-    expect(await store.listByCustomer('nobody')).toEqual([]);
+    await create(chainFor('c-same-second', { customer: 'cust:1', createdAt: NOW + 2 }));
+    const [first, second] = [chainIdOf('b-newer'), chainIdOf('c-same-second')].sort((a, b) =>
+      Buffer.compare(Buffer.from(a), Buffer.from(b)),
+    );
+    expect(await store.customerChainIds('cust:1')).toEqual([chainIdOf('a-older'), first, second]);
+    expect(await store.customerChainIds('cust-2')).toEqual([chainIdOf('other')]);
+    expect(await store.customerChainIds('nobody')).toEqual([]);
   });
 
   it('pages through every chain id, oldest first, keeping the creation order on updates', async () => {

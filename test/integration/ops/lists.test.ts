@@ -1,11 +1,13 @@
-// `upcoming` (GET /ops/renewals, `renewals upcoming`) against a real redis-server.
+// The ops lists against a real redis-server: `upcoming` (GET /ops/renewals, `renewals upcoming`)
+// and `ofCustomer` (GET /ops/customers/:customer/chains).
 import { Queue } from 'bullmq';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { chainIdOf, indexKeys } from '../../../src/chains/keys.js';
 import type { Chain } from '../../../src/chains/records.js';
 import { ChainStore } from '../../../src/chains/store.js';
 import { manualClock } from '../../../src/clock.js';
-import { makeChainOperations } from '../../../src/ops/chain-operations.js';
+import { InvalidRequestError } from '../../../src/errors.js';
+import { CUSTOMER_CHAINS_LIMIT, makeChainOperations } from '../../../src/ops/chain-operations.js';
 import { chainFor } from '../../helpers/chains.js';
 import { useTestRedisConnection } from '../../helpers/redis-server.js';
 
@@ -108,4 +110,49 @@ describe('upcoming renewals', () => {
     // The stale entry is gone once read.
     expect(await db.redis.zscore(indexKeys.due, chainIdOf(legacy))).toBeNull();
   }, 60_000);
+});
+
+describe("a customer's chains", () => {
+  it('pages them oldest first, add-ons inside their main chain, each main chain once', async () => {
+    const count = 2 * CUSTOMER_CHAINS_LIMIT + 5;
+    // In threes per second, so pages end among chains created in the same second.
+    const mains = Array.from({ length: count }, (_, i) => `K-${i}`);
+    for (const [i, order] of mains.entries()) {
+      const addOns = i % 50 === 0 ? [`${order}.a1`] : [];
+      const createdAt = NOW - 30 * DAY + Math.floor(i / 3);
+      await saveChain(order, { customer: 'many', createdAt, addOns: addOns.map(chainIdOf) });
+      for (const addOn of addOns) {
+        await saveChain(addOn, { customer: 'many', createdAt, mainChain: chainIdOf(order) });
+      }
+    }
+    await saveChain('ELSEWHERE', { customer: 'other' });
+
+    const listed: string[] = [];
+    const pageSizes: number[] = [];
+    let after: string | undefined;
+    for (;;) {
+      const page = await operations().ofCustomer('many', after);
+      pageSizes.push(page.chains.length);
+      listed.push(...page.chains.map((c) => c.order));
+      if (page.next === null) break;
+      expect(page.next).toBe(page.chains.at(-1)?.order);
+      after = page.next;
+    }
+    expect(pageSizes).toEqual([CUSTOMER_CHAINS_LIMIT, CUSTOMER_CHAINS_LIMIT, 5]);
+    expect([...listed].sort()).toEqual([...mains].sort());
+    // Oldest first: by the second each was created in.
+    const createdSecond = (order: string) => Math.floor(Number(order.slice(2)) / 3);
+    expect(listed.map(createdSecond)).toEqual([...listed.map(createdSecond)].sort((a, b) => a - b));
+    const withAddOn = (await operations().ofCustomer('many')).chains[0];
+    expect(withAddOn?.addOns.map((a) => a.order)).toEqual(['K-0.a1']);
+  }, 60_000);
+
+  it('refuses an `after` that names no chain of the customer, and answers none for a stranger', async () => {
+    await saveChain('MINE', { customer: 'me' });
+    await saveChain('THEIRS', { customer: 'them' });
+    await expect(operations().ofCustomer('me', 'THEIRS')).rejects.toThrow(
+      new InvalidRequestError('query.after: no chain of customer me has the order "THEIRS"'),
+    );
+    expect(await operations().ofCustomer('nobody')).toEqual({ chains: [], next: null });
+  });
 });
