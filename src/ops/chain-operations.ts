@@ -147,6 +147,11 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
     return (await governedRead(chain)).view;
   }
 
+  async function lastEventOf(chain: Chain): Promise<string | undefined> {
+    const [read] = await chains.getManyWithHistory([chain.id]);
+    return read?.history.at(-1)?.event;
+  }
+
   async function find(order: string): Promise<Chain> {
     const chain = await chains.getByOrder(order);
     if (!chain) throw new NotFoundError('chain_not_found', `no chain has an order ${order}`);
@@ -157,13 +162,14 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
    * Changes a chain and makes its renewal job, and its add-ons' (which it governs), match the
    * new state, both under its lock: two quick changes (off, then on) cannot meet in between,
    * where the first one's job update would undo the second's. `work` returns the chain it was
-   * given when there is nothing to change. `repeatFinishes`: a repeat of the request that finds
-   * the change made is how an operator finishes one whose job update failed (a 503, retried).
+   * given when there is nothing to change. `isRepeat`: whether a request that changed nothing
+   * repeats one that made the change, which is how an operator finishes one whose job update
+   * failed (a 503, retried).
    */
   async function change(
     order: string,
     work: (held: { chain: Chain; token: string }) => Promise<Chain>,
-    { repeatFinishes = false }: { repeatFinishes?: boolean } = {},
+    { isRepeat }: { isRepeat?: (chain: Chain) => Promise<boolean> } = {},
   ) {
     const found = await find(order);
     const saved = await withOperatorLock(chains, found.id, async (held) => {
@@ -174,7 +180,7 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
       // Switching auto-renew on also gives a flagged chain's failed renewal its job back (the
       // cause fixed, README).
       await ensureFamilyRenewalJobs(deps.renewals, chains, changed, clock, {
-        overrideDeferral: changed !== held.chain || repeatFinishes,
+        overrideDeferral: changed !== held.chain || ((await isRepeat?.(changed)) ?? false),
         restoreFlagged: !held.chain.autoRenew && changed.autoRenew,
       });
       return changed;
@@ -327,7 +333,9 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
             release: false,
           });
         },
-        { repeatFinishes: true },
+        // Only a repeat of the confirmation itself: a chain never suspended keeps a renewal the
+        // provider's window put off waiting, as any request that changes nothing does.
+        { isRepeat: async (chain) => (await lastEventOf(chain)) === 'chain.reactivated' },
       ),
 
     /**
