@@ -123,8 +123,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     },
     exposeHeadRoutes: false,
     // Order and customer ids run to 128 characters, more once URL-encoded (Fastify's default
-    // of 100 would answer a long id 414); the routes' own schemas bound them.
-    routerOptions: { maxParamLength: 1536 },
+    // of 100 would answer a long id 414); the routes' own schemas bound them, and name the
+    // field. As long as any request line Node takes (its 16 KiB header limit answers 431), so
+    // the router never refuses a long id in words that name none.
+    routerOptions: { maxParamLength: 16 * 1024 },
     // What Fastify refuses before any route (a URL it cannot decode) answers in the shape of
     // the API the path falls under, like every other error.
     frameworkErrors: (error, request, reply) => {

@@ -31,6 +31,11 @@ const customerParam = z.object({ customer: z.string().min(1).max(128) });
 const customerChainsQuery = z.strictObject({ after: z.string().min(1).max(128).optional() });
 /** Actions that take no input: a body, if sent at all, is `{}` (a typo'd option is refused). */
 const noBody = z.strictObject({}).optional();
+/**
+ * A query where a route reads none: an option sent there (`cancel?dryRun=true`) is refused, not
+ * ignored while the change it was meant to qualify goes ahead.
+ */
+const noQuery = z.strictObject({});
 const autoRenewBody = z.strictObject(
   { enabled: z.boolean('must be a boolean') },
   'must be {"enabled": true|false}',
@@ -100,23 +105,27 @@ export function opsRoutes(deps: OpsDeps) {
 
     app.get('/ops/chains/:order', async (request) => {
       const { order } = parse(orderParam, request.params, 'params');
+      parse(noQuery, request.query, 'query');
       return operations.show(order);
     });
 
     app.put('/ops/chains/:order/auto-renew', async (request) => {
       const { order } = parse(orderParam, request.params, 'params');
+      parse(noQuery, request.query, 'query');
       const { enabled } = parse(autoRenewBody, request.body, 'body');
       return operations.setAutoRenew(order, enabled, causeOf(request));
     });
 
     app.post('/ops/chains/:order/cancel', async (request) => {
       const { order } = parse(orderParam, request.params, 'params');
+      parse(noQuery, request.query, 'query');
       parse(noBody, request.body, 'body');
       return operations.cancel(order, causeOf(request));
     });
 
     app.post('/ops/chains/:order/reactivated', async (request) => {
       const { order } = parse(orderParam, request.params, 'params');
+      parse(noQuery, request.query, 'query');
       parse(noBody, request.body, 'body');
       return operations.reactivated(order, causeOf(request));
     });

@@ -421,6 +421,34 @@ describe('the ops API', () => {
     });
   });
 
+  it.each([
+    ['POST', '/ops/chains/OPS-Q/cancel?dryRun=true', undefined],
+    ['PUT', '/ops/chains/OPS-Q/auto-renew?enabled=false', { enabled: true }],
+    ['POST', '/ops/chains/OPS-Q/reactivated?force=1', undefined],
+    ['GET', '/ops/chains/OPS-Q?view=full', undefined],
+  ] as const)(
+    'refuses a query on %s %s (it reads none), changing nothing',
+    async (method, path, body) => {
+      await system.send('order.placed', orderPlaced({ order: 'OPS-Q', autoRenew: false }));
+      const before = await system.waitForChain('OPS-Q', () => true);
+      const res = await system.ops(method, path, body);
+      expect(res).toEqual({
+        status: 400,
+        body: { error: 'invalid_request', message: expect.stringMatching(/^query: /) },
+      });
+      expect(await system.chain('OPS-Q')).toEqual(before);
+    },
+  );
+
+  it.each([
+    ['order', (id: string) => `/ops/chains/${id}`],
+    ['customer', (id: string) => `/ops/customers/${id}/chains`],
+  ])('names params.%s when an id is far too long', async (field, path) => {
+    const res = await system.ops('GET', path('x'.repeat(4000)));
+    expect(res.status).toBe(400);
+    expect((res.body as { message: string }).message).toMatch(new RegExp(`^params\\.${field}: `));
+  });
+
   it('serves a chain whose order id is as long as intake allows', async () => {
     const order = `L-${'x'.repeat(102)}`;
     await system.send('order.placed', orderPlaced({ order, customer: `C-${'y'.repeat(126)}` }));
