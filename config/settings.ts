@@ -3,7 +3,7 @@ import { isIP } from 'node:net';
 import { z } from 'zod';
 import { ConfigError } from '../src/errors.js';
 import { describeHost, hideUrlPasswords, parseRedisTarget } from '../src/redis/target.js';
-import { decimalDigits } from '../src/validation.js';
+import { decimalDigits, UNPRINTABLE } from '../src/validation.js';
 
 /** An empty variable counts as unset (DESIGN §6), so `PORT=` falls back to the default. */
 const unsetWhenEmpty = (value: unknown) => (value === '' ? undefined : value);
@@ -159,6 +159,7 @@ export const settingDefinitions = {
       .min(1)
       .max(200)
       .refine((name) => name.trim() !== '', 'must not be blank')
+      .refine((name) => !UNPRINTABLE.test(name), 'must not contain control or format characters')
       .default('default'),
     describe: 'embedded mode: the partner account the workers act for (created at boot)',
   },

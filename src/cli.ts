@@ -20,7 +20,7 @@ import { workersSide } from './provisioning-client-factory.js';
 import { QUEUE_PREFIX, QUEUES } from './queues.js';
 import { isRedisUnavailable } from './redis/connection.js';
 import { describeRedisTarget } from './redis/target.js';
-import { decimalDigits } from './validation.js';
+import { decimalDigits, UNPRINTABLE } from './validation.js';
 
 function settingsOrExit(): Settings {
   try {
@@ -155,16 +155,34 @@ export function buildCli(): Command {
             `--name must be 1..200 characters, got ${JSON.stringify(opts.name)}`,
           );
         }
-        const { partner, apiKey } = await withRuntime(async (rt) => {
+        // `partners list` prints it: a tab or a bidi override would garble the table.
+        if (UNPRINTABLE.test(name)) {
+          throw new ConfigError(
+            'invalid_flag',
+            `--name must not contain control or format characters, got ${JSON.stringify(opts.name)}`,
+          );
+        }
+        const { partner, apiKey, settings } = await withRuntime(async (rt, settings) => {
           // A key hashed with another secret than the API's would be printed and never work.
           await rt.holdKeyHashSecret();
-          return rt.partners.create({
+          const created = await rt.partners.create({
             name,
             variant: opts.variant,
             renewalWindowDays: opts.renewalWindowDays,
             now: rt.clock.now(),
           });
+          return { ...created, settings };
         });
+        if (partner.name === settings.PARTNER_NAME) {
+          // The service makes its own partner at start, held to its settings.
+          process.stderr.write(
+            partner.variant !== settings.PARTNER_VARIANT
+              ? `billing: ${partner.name} is the workers' partner (PARTNER_NAME), and the service starts only with PARTNER_VARIANT=${partner.variant} now (it is ${settings.PARTNER_VARIANT}): set it, or choose another name for this partner.\n`
+              : partner.renewalWindowDays !== settings.PARTNER_RENEWAL_WINDOW_DAYS
+                ? `billing: ${partner.name} is the workers' partner (PARTNER_NAME): the service's next start sets its window to PARTNER_RENEWAL_WINDOW_DAYS=${settings.PARTNER_RENEWAL_WINDOW_DAYS}; set PARTNER_RENEWAL_WINDOW_DAYS=${partner.renewalWindowDays} to keep it.\n`
+                : `billing: ${partner.name} is the workers' partner (PARTNER_NAME): the service acts for it.\n`,
+          );
+        }
         if (opts.json) {
           process.stdout.write(
             `${JSON.stringify({ name: partner.name, variant: partner.variant, apiKey })}\n`,

@@ -67,3 +67,10 @@ export function describeIssues(error: z.ZodError, prefix = ''): string {
 export function decimalDigits(value: unknown): unknown {
   return typeof value === 'string' && /^[0-9]+$/.test(value) ? Number(value) : value;
 }
+
+/**
+ * A character that would shift, break or reverse what follows it where a name is printed (a
+ * table, a history line): a control or format character (a tab, a bidi override) or a line or
+ * paragraph separator.
+ */
+export const UNPRINTABLE = /[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]/u;

@@ -13,7 +13,7 @@ import {
 import { sendError, sendUnrecognisedError } from '../http-errors.js';
 import { utf8Header } from '../http-headers.js';
 import { isRedisUnavailable } from '../redis/connection.js';
-import { decimalDigits, describeIssues } from '../validation.js';
+import { decimalDigits, describeIssues, UNPRINTABLE } from '../validation.js';
 import { requireOpsToken } from './auth.js';
 import {
   type ChainOperationsDeps,
@@ -55,7 +55,7 @@ const operatorHeader = z
   .max(100, 'must be at most 100 characters')
   // It is printed in a chain's history (`billing chains show`): a tab, a line separator or a
   // bidi override would shift, break or reverse what follows it there.
-  .regex(/^[^\p{Cc}\p{Cf}\p{Zl}\p{Zp}]*$/u, 'must not contain control or format characters')
+  .refine((name) => !UNPRINTABLE.test(name), 'must not contain control or format characters')
   .default('ops-api');
 
 function parse<T>(schema: z.ZodType<T>, value: unknown, where: string): T {

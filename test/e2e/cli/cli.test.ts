@@ -122,6 +122,48 @@ describe('billing partners', () => {
     );
     expect(window.code).not.toBe(0);
     expect(window.stderr).toContain('--renewal-window-days');
+    // `partners list` prints names: a bell or a bidi override would garble its table.
+    for (const name of ['p3\x07bell', 'a\u202Eb']) {
+      const unprintable = await billing(
+        ['partners', 'add', '--name', name, '--variant', 'external'],
+        env,
+      );
+      expect(unprintable).toMatchObject({
+        code: 2,
+        stderr: `billing: --name must not contain control or format characters, got ${JSON.stringify(name)}\n`,
+      });
+    }
+    const list = await billing(['partners', 'list', '--json'], env);
+    expect(list.stdout).not.toContain('bell');
+  });
+
+  it('says what the service will do with its own partner, made by hand before it starts', async () => {
+    const env = { REDIS_URL: redis.url, PARTNER_NAME: 'cli-own', PARTNER_VARIANT: 'external' };
+    const other = await billing(
+      ['partners', 'add', '--name', 'cli-own', '--variant', 'marketplace'],
+      env,
+    );
+    expect(other.code).toBe(0);
+    expect(other.stderr).toBe(
+      "billing: cli-own is the workers' partner (PARTNER_NAME), and the service starts only with PARTNER_VARIANT=marketplace now (it is external): set it, or choose another name for this partner.\n",
+    );
+    const envWindow = { ...env, PARTNER_NAME: 'cli-own-2' };
+    const window = await billing(
+      [
+        'partners',
+        'add',
+        '--name',
+        'cli-own-2',
+        '--variant',
+        'external',
+        '--renewal-window-days',
+        '30',
+      ],
+      envWindow,
+    );
+    expect(window.stderr).toBe(
+      "billing: cli-own-2 is the workers' partner (PARTNER_NAME): the service's next start sets its window to PARTNER_RENEWAL_WINDOW_DAYS=15; set PARTNER_RENEWAL_WINDOW_DAYS=30 to keep it.\n",
+    );
   });
 
   it('stops on an invalid setting with a message naming the variable', async () => {
@@ -168,7 +210,13 @@ describe('billing partners', () => {
 
   it("says that the service's next start resets the window of its own partner", async () => {
     const env = { REDIS_URL: redis.url, PARTNER_NAME: 'cli-workers' };
-    await billing(['partners', 'add', '--name', 'cli-workers', '--variant', 'marketplace'], env);
+    const added = await billing(
+      ['partners', 'add', '--name', 'cli-workers', '--variant', 'marketplace'],
+      env,
+    );
+    expect(added.stderr).toBe(
+      "billing: cli-workers is the workers' partner (PARTNER_NAME): the service acts for it.\n",
+    );
     const changed = await billing(
       ['partners', 'set-window', '--name', 'cli-workers', '--days', '20'],
       env,

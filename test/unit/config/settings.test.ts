@@ -45,6 +45,7 @@ describe('loadSettings', () => {
     ['PUBLIC_URL', 'https://billing.example/?'],
     ['PUBLIC_URL', 'https://billing.example/#'],
     ['PARTNER_NAME', '   '],
+    ['PARTNER_NAME', 'acme\tworkers'],
     ['HOST', 'not a host'],
     ['HOST', ' '],
     ['HOST', 'http://example.com'],
