@@ -35,6 +35,6 @@ export async function withOperatorLock(
   }
   throw new RefusalError(
     'chain_busy',
-    'a job is changing this chain right now; try again in a moment',
+    'a job or another request is changing this chain right now; try again in a moment',
   );
 }
