@@ -53,7 +53,8 @@ function webhookSecret() {
 }
 
 function serviceUrl() {
-  const given = args.values.url ?? process.env.BILLING_URL ?? 'http://127.0.0.1:3000';
+  // An empty variable is unset, as for the service's settings and this script's others.
+  const given = args.values.url ?? (process.env.BILLING_URL || 'http://127.0.0.1:3000');
   const from = args.values.url !== undefined ? '--url' : 'BILLING_URL';
   let url;
   try {

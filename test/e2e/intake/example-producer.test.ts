@@ -38,6 +38,18 @@ describe('examples/send-webhook.mjs', () => {
     expect(jobs.filter((job) => job.data.webhookId === 'ex-1')).toHaveLength(1);
   });
 
+  it('takes an empty BILLING_URL as unset, and --url over it', async () => {
+    const args = ['seats.changed', '{"order":"EX-U","licenses":8}'];
+    const unset = await send([...args, '--id', 'ex-u-1'], { BILLING_URL: '' });
+    // Sent to the default address (whatever answers there, or nothing): not refused as usage.
+    expect(unset.code).not.toBe(2);
+    expect(unset.stderr).not.toContain('BILLING_URL must be');
+    const given = await send([...args, '--url', system.baseUrl, '--id', 'ex-u-2'], {
+      BILLING_URL: '',
+    });
+    expect(given).toMatchObject({ code: 0, stdout: '202 {"id":"ex-u-2"}\n' });
+  });
+
   it('sends an id beyond Latin-1 as the UTF-8 it signs (README: "Any text")', async () => {
     const args = ['order.cancelled', '{"order":"EX-NONE"}', '--url', system.baseUrl];
     const sent = await send([...args, '--id', 'evt-€-1']);
