@@ -83,6 +83,11 @@ export async function checkLateOrder(
     if (chain?.status !== 'cancelled') return 'skipped: chain not cancelled';
     const cancelled = await cancelIfMade(deps.provisioning, data.orderId);
     if (cancelled !== null) {
+      // A check run again after its entry was saved (its worker died before BullMQ heard it was
+      // done) finds the order cancelled again, which the provider answers alike: one entry.
+      if (await recordedLate(deps, chain.id, data.orderId)) {
+        return `cancelled late order: ${data.orderId} (recorded before)`;
+      }
       await deps.chains.recordEntry(
         { chain, token },
         {
@@ -104,4 +109,12 @@ export async function checkLateOrder(
     await job.updateData({ ...data, check: next });
     return delayJobUntil(job, jobToken, data.since + after, deps.clock);
   });
+}
+
+/** Whether the chain's history already says that `orderId` was made late and cancelled. */
+async function recordedLate(deps: WorkerDeps, chainId: string, orderId: string): Promise<boolean> {
+  const [read] = await deps.chains.getManyWithHistory([chainId]);
+  return (read?.history ?? []).some(
+    (entry) => entry.event === 'order.late' && entry.cause.orderId === orderId,
+  );
 }

@@ -9,7 +9,13 @@ import {
 import { chainIdOf } from '../../../src/chains/keys.js';
 import type { CreateOrderInput } from '../../../src/client/provisioning-client.js';
 import { systemClock } from '../../../src/clock.js';
-import { leftByDeadJob, orderPlaced, type System, useSystem } from '../../helpers/system.js';
+import {
+  leftByDeadJob,
+  orderPlaced,
+  runAgain,
+  type System,
+  useSystem,
+} from '../../helpers/system.js';
 
 const now = () => systemClock.now();
 
@@ -76,6 +82,12 @@ describe('a cancel that found an in-flight order missing', () => {
     });
     expect((await system.providerOrder('LATE-1.p1'))?.status).toBe('cancelled');
     expect(await checkState(system, 'LATE-1.p1')).toBe('completed');
+
+    // Its worker died before BullMQ recorded it completed: the stalled check runs it again, and
+    // the provider answers the second cancel as it did the first.
+    await runAgain(system.queue('orders'), lateOrderCheckJobId('LATE-1.p1'));
+    const again = await system.chain('LATE-1');
+    expect(again.history.filter((h) => h.event === 'order.late')).toHaveLength(1);
   });
 
   it('looks again at each check time, then stops when the order never came', async () => {
