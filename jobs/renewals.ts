@@ -28,6 +28,7 @@ import { isRenewalWindowRefusal } from '../src/domain/renewal-window.js';
 import {
   suspendedForNonPayment,
   suspendedOnArrival,
+  suspensionRefusedOnArrival,
   withSuspendedOrders,
 } from '../src/domain/suspension.js';
 import { RefusalError, TransientError } from '../src/errors.js';
@@ -647,7 +648,10 @@ function renewalRecord(
   held: { chain: Chain; token: string | null },
   intent: Intent,
   order: RenewedOrder,
-  { joinsSuspension = false }: { joinsSuspension?: boolean } = {},
+  {
+    joinsSuspension = false,
+    suspensionRefused,
+  }: { joinsSuspension?: boolean; suspensionRefused?: string } = {},
 ): Renewal {
   const at = deps.clock.now();
   const renewed = renewedChain(deps, held.chain, intent, order, at);
@@ -663,7 +667,10 @@ function renewalRecord(
           ]),
         }
       : renewed;
-  const suspended = suspendedOnArrival(joinsSuspension);
+  const suspended =
+    suspensionRefused === undefined
+      ? suspendedOnArrival(joinsSuspension)
+      : suspensionRefusedOnArrival(suspensionRefused);
   return {
     next,
     save: {
@@ -963,11 +970,28 @@ async function settleRecordedTerm(
   }
 }
 
-/** Suspends a renewal's order; idempotent, so a retry after a crash suspends it again. */
-async function suspendRenewalOrder(deps: WorkerDeps, chain: Chain, orderId: string) {
-  await deps.provisioning.suspendOrder({
-    id: orderToChange(chain, orderId, deps.provisioning.variant),
-  });
+/**
+ * Suspends a renewal's order; idempotent, so a retry after a crash suspends it again. Answers
+ * null, or the provider's refusal (logged): a retry would meet it again, and the order is made,
+ * so the renewal goes on (its record, the next term's job) with the order active.
+ */
+async function suspendRenewalOrder(
+  deps: WorkerDeps,
+  chain: Chain,
+  orderId: string,
+): Promise<string | null> {
+  const id = orderToChange(chain, orderId, deps.provisioning.variant);
+  try {
+    await deps.provisioning.suspendOrder({ id });
+    return null;
+  } catch (error) {
+    if (!(error instanceof RefusalError)) throw error;
+    deps.log.error(
+      { order: id, err: error },
+      'the provider refused to suspend a renewal ordered while its family is suspended',
+    );
+    return error.message;
+  }
 }
 
 /** The chain after its renewal order came back. */
@@ -1096,11 +1120,15 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
         // (waiting on this lock) cannot unsuspend the chain in between.
         const joining = replayed && (await inSuspendedFamily(deps, current));
         let sent: Sent;
+        let made: RenewedOrder | undefined;
         try {
           sent = await sendRenewal(
             deps,
             sending,
-            (order) => renewalRecord(deps, job, held, sending, order, { joinsSuspension: joining }),
+            (order) => {
+              made = order;
+              return renewalRecord(deps, job, held, sending, order, { joinsSuspension: joining });
+            },
             { withRecord: !joining },
           );
         } catch (error) {
@@ -1110,8 +1138,17 @@ export function makeRenewalProcessor(deps: WorkerDeps) {
         // An add-on's order is suspended by alignWithFamily, under its main chain's lock: its
         // read here is not, and a payment applied since would leave it suspended while paid
         // (external: with no reactivation asked for it).
-        if (joining && current.mainChain === null) {
-          await suspendRenewalOrder(deps, current, sending.orderId);
+        if (joining && current.mainChain === null && made) {
+          const refusal = await suspendRenewalOrder(deps, current, sending.orderId);
+          // The order is made: recorded as the provider left it, active, and said so.
+          if (refusal !== null) {
+            sent = {
+              ...sent,
+              renewal: renewalRecord(deps, job, held, sending, made, {
+                suspensionRefused: refusal,
+              }),
+            };
+          }
         }
         const renewed = await finishRenewal(deps, jobLog, sending, sent);
         // An add-on always aligns: also a fresh decision read its main chain without the lock.

@@ -27,6 +27,7 @@ import {
 import {
   suspendedForNonPayment,
   suspendedOnArrival,
+  suspensionRefusedOnArrival,
   withSuspendedOrders,
 } from '../src/domain/suspension.js';
 import { RefusalError } from '../src/errors.js';
@@ -35,6 +36,26 @@ import type { WorkerDeps } from './deps.js';
 import { describeTerm, sendIntent } from './intents.js';
 import { ensureRenewalJob } from './renewals.js';
 import { removeAddOnJob, scheduleAddOnJob } from './waiting-add-ons.js';
+
+/**
+ * Suspends a purchase that joins its family's suspension: null once suspended, or the provider's
+ * refusal. The order is made and must be recorded: a refusal thrown here would leave its intent
+ * for every later job of the chain to meet again, none able to record it. Refused, it stays
+ * active, which the purchase's history entry says, with the provider's words, for a person.
+ */
+async function suspendOnPurchase(deps: WorkerDeps, orderId: string): Promise<string | null> {
+  try {
+    await deps.provisioning.suspendOrder({ id: orderId });
+    return null;
+  } catch (error) {
+    if (!(error instanceof RefusalError)) throw error;
+    deps.log.error(
+      { order: orderId, err: error },
+      'the provider refused to suspend an order bought while its family is suspended',
+    );
+    return error.message;
+  }
+}
 
 /** How many applied seat webhook ids a chain remembers, so a retried job never applies one twice. */
 const REMEMBERED_EVENTS = 50;
@@ -983,10 +1004,15 @@ export async function finishSeatIntent(
   // Orders of a chain suspended for non-payment are suspended: one bought meanwhile joins them.
   // A chain awaiting its manual reactivation (external) keeps a new one active, paid (nothing
   // would ever reactivate it) or overdue again within the grace (its suspension takes it along).
-  const joinsSuspension =
-    suspendedForNonPayment(chain) && !(options.settlingPayment && chain.status !== 'suspended');
-  if (joinsSuspension) await deps.provisioning.suspendOrder({ id: intent.orderId });
-  const onArrival = suspendedOnArrival(joinsSuspension);
+  const refusal =
+    suspendedForNonPayment(chain) && !(options.settlingPayment && chain.status !== 'suspended')
+      ? await suspendOnPurchase(deps, intent.orderId)
+      : undefined;
+  const joinsSuspension = refusal === null;
+  const onArrival =
+    refusal === undefined || refusal === null
+      ? suspendedOnArrival(joinsSuspension)
+      : suspensionRefusedOnArrival(refusal);
   // A suspension that found nothing in force left the chain unsuspended: the order joining it
   // suspends the chain, for the payment to unsuspend (or reactivate) it.
   const suspendsChain = joinsSuspension && chain.status !== 'suspended';

@@ -47,6 +47,11 @@ export function suspendedOnArrival(joinsSuspension: boolean): string {
   return joinsSuspension ? '; suspended on arrival: the payment is overdue' : '';
 }
 
+/** The same for an order the provider refused to suspend (its words): it stays active. */
+export function suspensionRefusedOnArrival(refusal: string): string {
+  return `; the provider refused to suspend it (${JSON.stringify(refusal)}): it stays active while the payment is overdue`;
+}
+
 /**
  * A chain's suspended orders (`suspendedOrders`) once `ids` are suspended too: a chain not
  * suspended before starts a list; a suspended one's list grows, unless it is unknown (a record

@@ -7,13 +7,14 @@ import {
   suspensionJobId,
 } from '../../../jobs/payment-signals.js';
 import { makeRenewalProcessor, renewalJobId } from '../../../jobs/renewals.js';
+import { makeProcessor as makeSeatProcessor } from '../../../jobs/seat-changes.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
 import { ChainStore } from '../../../src/chains/store.js';
 import type { ChainView } from '../../../src/chains/view.js';
 import type { ProvisioningClient } from '../../../src/client/provisioning-client.js';
 import { type ManualClock, manualClock, systemClock } from '../../../src/clock.js';
 import { addOnOrderId, renewalOrderId } from '../../../src/domain/ids.js';
-import { TransientError } from '../../../src/errors.js';
+import { RefusalError, TransientError } from '../../../src/errors.js';
 import { formatInstant } from '../../../src/format.js';
 import { webhookDedupKey, webhookJobId } from '../../../src/intake/webhooks.js';
 import { makeChainOperations } from '../../../src/ops/chain-operations.js';
@@ -770,6 +771,48 @@ describe('marketplace with no grace', () => {
 
   it('says a partial bought while suspended is suspended on arrival', async () => {
     await boughtWhileSuspended(system, 'N-8', 'N-8.p1', 'seats.partial_ordered');
+  });
+
+  it('records a partial bought while suspended that the provider refuses to suspend, active', async () => {
+    await system.send('order.placed', orderPlaced({ order: 'N-9' }));
+    await system.waitForChain('N-9', () => true);
+    await system.send('payment.overdue', { order: 'N-9' });
+    await system.waitForChain('N-9', (c) => c.status === 'suspended');
+    const { provisioning } = system.started;
+    const refusing: ProvisioningClient = Object.create(provisioning);
+    refusing.suspendOrder = async (params) => {
+      if (params.id === 'N-9.p1') throw new RefusalError('provisioning_refused', 'not now');
+      return provisioning.suspendOrder(params);
+    };
+    const at = systemClock.now();
+    const seatJob = {
+      id: 'seats-N-9',
+      name: 'seats.changed N-9',
+      data: {
+        webhookId: 'wh-seats-n9',
+        type: 'seats.changed',
+        data: { order: 'N-9', licenses: 8 },
+        occurredAt: at,
+        receivedAt: at,
+        sequence: 1,
+      },
+    } as unknown as Job;
+    // The order is made: it is recorded, not left as an intent every later job would meet.
+    await makeSeatProcessor(workerDepsOf(system, { provisioning: refusing }))(seatJob);
+    const chain = await system.chain('N-9');
+    expect(chain).toMatchObject({ status: 'suspended', nextLicenses: 8 });
+    expect(chain.partials.map((p) => p.orderId)).toEqual(['N-9.p1']);
+    expect(chain.history.at(-1)).toMatchObject({
+      event: 'seats.partial_ordered',
+      detail: expect.stringContaining(
+        '; the provider refused to suspend it ("not now"): it stays active while the payment is overdue',
+      ),
+    });
+    expect(await providerStatus(system, 'N-9.p1')).toBe('active');
+
+    await system.send('payment.received', { order: 'N-9' });
+    await system.waitForChain('N-9', (c) => c.status === 'active');
+    expect(await providerStatus(system, 'N-9')).toBe('active');
   });
 
   it('applies a payment event run again after its save once, also with events applied since', async () => {

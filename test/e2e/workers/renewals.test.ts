@@ -7,6 +7,7 @@ import type { WorkerDeps } from '../../../jobs/deps.js';
 import { makeProcessor as makeOrdersProcessor } from '../../../jobs/orders.js';
 import {
   ensureRenewalJob,
+  makeRenewalProcessor,
   type PreparedRenewal,
   prepareRenewal,
   type RenewalJobData,
@@ -16,7 +17,7 @@ import type { Chain } from '../../../src/chains/records.js';
 import { ChainStore } from '../../../src/chains/store.js';
 import { systemClock } from '../../../src/clock.js';
 import { addTerms } from '../../../src/domain/periods.js';
-import { TransientError } from '../../../src/errors.js';
+import { RefusalError, TransientError } from '../../../src/errors.js';
 import { MAX_EPOCH_SECONDS } from '../../../src/provisioning/schemas.js';
 import { QUEUE_PREFIX } from '../../../src/queues.js';
 import { readScripts } from '../../../src/redis/lua-scripts.js';
@@ -581,6 +582,43 @@ describe('a renewal intent replayed after its chain was suspended', () => {
     ]);
     expect((await system.providerOrder('SUSP-R.r2'))?.status).toBe('suspended');
     expect((await system.providerOrder('SUSP-R'))?.status).toBe('suspended');
+  });
+});
+
+describe('a renewal intent replayed after its chain was suspended, the provider refusing to suspend it', () => {
+  it('records the renewal with its order active, says so, and schedules the next term', async () => {
+    await placedWithAutoRenewOff('SUSP-X', 25);
+    await system.started.provisioning.suspendOrder({ id: 'SUSP-X' });
+    const left = await leftByDeadJob(system, 'SUSP-X', 'dead-renewal-job', (chain) => ({
+      autoRenew: true,
+      payment: 'overdue',
+      status: 'suspended',
+      nextRenewalAt: now() + DAY,
+      intent: renewalIntentOf(chain),
+    }));
+    await ensureRenewalJob(
+      renewals,
+      { ...left, autoRenew: true, nextRenewalAt: now() + DAY },
+      systemClock,
+    );
+    const job = await renewalJob('SUSP-X', 2);
+    if (!job) throw new Error('no renewal job');
+    const { provisioning } = system.started;
+    const refusing = Object.create(provisioning) as typeof provisioning;
+    refusing.suspendOrder = async (params) => {
+      if (params.id === 'SUSP-X.r2') throw new RefusalError('provisioning_refused', 'not now');
+      return provisioning.suspendOrder(params);
+    };
+
+    const renew = makeRenewalProcessor(workerDepsOf(system, { provisioning: refusing }));
+    expect(await renew(job)).toBe('renewed: SUSP-X.r2');
+    const chain = await system.chain('SUSP-X');
+    expect(chain.term.count).toBe(2);
+    expect(chain.history.at(-1)?.detail).toMatch(
+      /^renewal SUSP-X\.r2: .*; the provider refused to suspend it \("not now"\): it stays active while the payment is overdue$/,
+    );
+    expect((await system.providerOrder('SUSP-X.r2'))?.status).toBe('active');
+    expect(await (await renewalJob('SUSP-X', 3))?.getState()).toBe('delayed');
   });
 });
 
