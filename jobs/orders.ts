@@ -1,7 +1,7 @@
 // The `orders` queue: a placed order becomes a chain (customer, first order, renewal schedule);
 // a cancelled one is cancelled at the provider and stops renewing.
 import { type Job, UnrecoverableError } from 'bullmq';
-import { cancelChain } from '../src/chains/cancel.js';
+import { cancelChain, markAddOnsCancelled } from '../src/chains/cancel.js';
 import { chainIdOf } from '../src/chains/keys.js';
 import {
   type Chain,
@@ -213,6 +213,12 @@ async function cancelOrder(
       // This job's earlier attempt may have saved the cancel and failed before the jobs went:
       // its retry removes them (reconcile leaves cancelled chains alone).
       await ensureFamilyRenewalJobs(deps.queues.renewals, deps.chains, chain, deps.clock);
+      await markAddOnsCancelled(
+        deps.chains,
+        await deps.chains.getMany(chain.addOns),
+        now,
+        causeOf(job, data, ev.order),
+      );
       await noteNothingToDo(
         deps,
         job,

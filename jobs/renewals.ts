@@ -2,7 +2,12 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type Job, type Queue, UnrecoverableError } from 'bullmq';
 import { z } from 'zod';
-import { cancelIfMade, markAddOnCancelled } from '../src/chains/cancel.js';
+import {
+  addOnCancelledEntry,
+  cancelIfMade,
+  cancelledWithMainChain,
+  markAddOnCancelled,
+} from '../src/chains/cancel.js';
 import { expiryOf, saveExpired } from '../src/chains/expiry.js';
 import { governedNextRenewalAt } from '../src/chains/family.js';
 import { orderToChange } from '../src/chains/orders-in-force.js';
@@ -1298,11 +1303,16 @@ async function dropCancelledRenewal(
   });
   const now = deps.clock.now();
   const cause = { jobId: job.id ?? '', orderId: intent.orderId };
-  const saved = await deps.chains.save({
+  // An add-on is recorded cancelled with its main chain in the same save: a job that died
+  // between two saves would leave it active, and its late order check would take it for a
+  // cancel that never happened and stop looking.
+  const addOnToCancel = chain.mainChain !== null && chain.status !== 'cancelled';
+  const dropped = { ...chain, intent: null, updatedAt: now };
+  await deps.chains.save({
     chainId: chain.id,
     token,
     previous: chain,
-    next: { ...chain, intent: null, updatedAt: now },
+    next: addOnToCancel ? cancelledWithMainChain(dropped, now) : dropped,
     history: [
       {
         at: now,
@@ -1315,12 +1325,10 @@ async function dropCancelledRenewal(
               : `renewal ${intent.orderId} not sent: its chain was cancelled; ${cancelled} cancelled at the provider, with ${intent.orderId} if it was made`,
         cause,
       },
+      ...(addOnToCancel ? [addOnCancelledEntry(now, cause)] : []),
     ],
     release: false,
   });
-  if (saved.mainChain !== null) {
-    await markAddOnCancelled(deps.chains, saved, now, cause, { held: { chain: saved, token } });
-  }
   return 'skipped: cancelled';
 }
 

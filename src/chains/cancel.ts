@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto';
 import type { ProvisioningClient } from '../client/provisioning-client.js';
 import { RefusalError } from '../errors.js';
 import { familyOrdersInForce } from './orders-in-force.js';
-import type { Cause, Chain } from './records.js';
+import type { Cause, Chain, HistoryEntry } from './records.js';
 import type { ChainStore } from './store.js';
 
 /**
@@ -96,8 +96,22 @@ export async function cancelChain(input: {
     ],
     release: false,
   });
-  for (const addOn of addOns) await markAddOnCancelled(input.chains, addOn, input.now, input.cause);
+  await markAddOnsCancelled(input.chains, addOns, input.now, input.cause);
   return saved;
+}
+
+/**
+ * Records a cancelled chain's add-ons as cancelled with it. Also run by a repeat of the cancel
+ * (a retried job, an operator's second request): the first may have died between its save and
+ * these, which would otherwise wait for reconcile.
+ */
+export async function markAddOnsCancelled(
+  chains: ChainStore,
+  addOns: readonly Chain[],
+  now: number,
+  cause: Cause,
+): Promise<void> {
+  for (const addOn of addOns) await markAddOnCancelled(chains, addOn, now, cause);
 }
 
 /**
@@ -118,15 +132,8 @@ export async function markAddOnCancelled(
       chainId: addOn.id,
       token,
       previous: chain,
-      next: { ...chain, status: 'cancelled', nextRenewalAt: null, updatedAt: now },
-      history: [
-        {
-          at: now,
-          event: 'chain.cancelled',
-          detail: options.detail ?? 'cancelled with its main chain',
-          cause,
-        },
-      ],
+      next: cancelledWithMainChain(chain, now),
+      history: [addOnCancelledEntry(now, cause, options.detail)],
       release: false,
     });
   if (options.held) {
@@ -145,4 +152,18 @@ export async function markAddOnCancelled(
   } finally {
     await chains.unlock(addOn.id, token);
   }
+}
+
+/** An add-on as recorded once its main chain is cancelled. */
+export function cancelledWithMainChain(addOn: Chain, now: number): Chain {
+  return { ...addOn, status: 'cancelled', nextRenewalAt: null, updatedAt: now };
+}
+
+/** The history entry of an add-on recorded as cancelled with its main chain. */
+export function addOnCancelledEntry(
+  now: number,
+  cause: Cause,
+  detail = 'cancelled with its main chain',
+): HistoryEntry {
+  return { at: now, event: 'chain.cancelled', detail, cause };
 }

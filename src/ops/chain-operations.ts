@@ -4,7 +4,7 @@ import { z } from 'zod';
 import { settleLateOrderCheck } from '../../jobs/late-orders.js';
 import { ensureSuspensionJob } from '../../jobs/payment-signals.js';
 import { ensureFamilyRenewalJobs } from '../../jobs/renewals.js';
-import { cancelChain } from '../chains/cancel.js';
+import { cancelChain, markAddOnsCancelled } from '../chains/cancel.js';
 import { governedNextRenewalAt, mainChainsOf } from '../chains/family.js';
 import { chainIdOf } from '../chains/keys.js';
 import type { Cause, Chain, ChainWithHistory } from '../chains/records.js';
@@ -243,7 +243,10 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
 
     cancel: (order: string, cause: Cause) =>
       change(order, async ({ chain, token }) => {
-        if (chain.status === 'cancelled') return chain;
+        if (chain.status === 'cancelled') {
+          await markAddOnsCancelled(chains, await chains.getMany(chain.addOns), clock.now(), cause);
+          return chain;
+        }
         const { provisioning, orders } = deps;
         if (!provisioning || !orders) {
           throw new Error('cancelling a chain needs a provisioning client and the orders queue');

@@ -5,7 +5,7 @@ import { promisify } from 'node:util';
 import { Job, Worker } from 'bullmq';
 import { describe, expect, it, vi } from 'vitest';
 import { lateOrderCheckJobId } from '../../../jobs/late-orders.js';
-import { renewalJobId } from '../../../jobs/renewals.js';
+import { makeRenewalProcessor, renewalJobId } from '../../../jobs/renewals.js';
 import { makeProcessor as makeSeatProcessor } from '../../../jobs/seat-changes.js';
 import { ADD_ON_DUE, addOnJobId } from '../../../jobs/waiting-add-ons.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
@@ -1156,6 +1156,78 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     expect(check?.data).toMatchObject({ chainId: chainIdOf('A-13.a1'), orderId: 'A-13.a1.r2' });
     expect(await check?.getState()).toBe('delayed');
     expect(chain.addOns[0]).toMatchObject({ status: 'cancelled', term: { count: 1 } });
+  });
+
+  it.each([
+    ['an operator', 'A-15'],
+    ['order.cancelled', 'A-16'],
+  ])(
+    'marks the add-ons that a cancel which died after its save left, when %s repeats it',
+    async (by, order) => {
+      await place(system, order, 5);
+      await seats(system, order, 8);
+      const bought = await system.waitForChain(order, (c) => c.addOns.length === 1);
+      const addOnId = chainIdOf((bought.addOns[0] as ChainView['addOns'][number]).order);
+      // The cancel saved its main chain and died before it marked the add-on.
+      await leftByDeadJob(system, order, 'dead-cancel', () => ({
+        status: 'cancelled',
+        nextRenewalAt: null,
+      }));
+      const stored = () => new ChainStore(system.started.runtime.redis).get(addOnId);
+      expect(await stored()).toMatchObject({ status: 'active' });
+
+      if (by === 'an operator') {
+        expect((await system.ops('POST', `/ops/chains/${order}/cancel`)).status).toBe(200);
+      } else {
+        await system.send('order.cancelled', { order });
+      }
+      await expect
+        .poll(async () => (await stored())?.status, { timeout: 10_000 })
+        .toBe('cancelled');
+    },
+  );
+
+  it('records an add-on cancelled in the same save as its dropped renewal', async () => {
+    await place(system, 'A-14', 5);
+    await seats(system, 'A-14', 8);
+    const bought = await system.waitForChain('A-14', (c) => c.addOns.length === 1);
+    const addOn = bought.addOns[0] as ChainView['addOns'][number];
+    clock.set(addOn.term.expiresAt - 7 * DAY);
+    const retry = renewalJobId(chainIdOf(addOn.order), 2);
+    await (await system.queue('renewals').getJob(retry))?.changeDelay(60 * 60_000);
+    const params = {
+      customer: bought.customer,
+      id: `${addOn.order}.r2`,
+      product: addOn.product,
+      licenses: 3,
+      duration: addOn.duration,
+      startsAt: addOn.term.expiresAt,
+      parent: addOn.order,
+    };
+    await leftByDeadJob(system, addOn.order, 'retrying-renewal-job', () => ({
+      intent: { kind: 'renewal', method: 'createOrder', orderId: params.id, params, jobId: null },
+    }));
+    // The main chain's cancel could not mark the add-on: its renewal job held it then.
+    await leftByDeadJob(system, 'A-14', 'cancel-job', () => ({
+      status: 'cancelled',
+      nextRenewalAt: null,
+    }));
+
+    // The renewal job drops its intent; its worker dies right after its first save.
+    const chains = new ChainStore(system.started.runtime.redis);
+    const save = chains.save.bind(chains);
+    let saves = 0;
+    chains.save = async (input) => {
+      saves += 1;
+      if (saves > 1) throw new Error('the worker died');
+      return save(input);
+    };
+    const job = await system.queue('renewals').getJob(retry);
+    if (!job) throw new Error('no renewal job');
+    await makeRenewalProcessor(workerDepsOf(system, { chains }))(job).catch(() => undefined);
+
+    const stored = await new ChainStore(system.started.runtime.redis).get(chainIdOf(addOn.order));
+    expect(stored).toMatchObject({ status: 'cancelled', intent: null, nextRenewalAt: null });
   });
 
   it('after an early renewal, starts an add-on with the next term when only that term is short', async () => {
