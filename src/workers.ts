@@ -150,7 +150,11 @@ export async function startWorkers(input: {
       if (final) log.error({ err: error }, 'job failed');
       else log.warn({ err: error, attempt: job?.attemptsMade }, 'job failed, will retry');
     });
-    worker.on('error', (error) => deps.log.error({ err: error, queue: name }, 'worker error'));
+    // Redis away is what waiting fixes (the queues log it at warn too); anything else is not.
+    worker.on('error', (error) => {
+      const level = isRedisUnavailable(error) ? 'warn' : 'error';
+      deps.log[level]({ err: error, queue: name }, 'worker error');
+    });
     return worker;
   });
   try {

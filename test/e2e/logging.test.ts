@@ -318,7 +318,7 @@ describe('Bull Board failures', () => {
     }
   });
 
-  it('answer 503 while Redis is away, logged at warn, as every other route does', async () => {
+  it('answer 503 while Redis is away, logged at warn, as every other route and the workers do', async () => {
     const server = await startTestRedis();
     const logged: string[] = [];
     const sink = new Writable({
@@ -341,6 +341,18 @@ describe('Bull Board failures', () => {
           .map(({ level, msg }) => ({ level, msg }));
       await vi.waitFor(() => expect(lines()).not.toEqual([]));
       expect(lines()).toEqual([{ level: 40, msg: 'Bull Board request failed for now' }]);
+      // The workers' connections meet the outage too: a warning, as the queues', not an error.
+      const outageLines = () =>
+        logged
+          .map((l) => JSON.parse(l) as { level: number; msg: string; err?: { code?: string } })
+          .filter((l) => l.err?.code === 'ECONNREFUSED');
+      await vi.waitFor(
+        () => expect(outageLines().some((l) => l.msg === 'worker error')).toBe(true),
+        {
+          timeout: 5_000,
+        },
+      );
+      expect(outageLines().filter((l) => l.level >= 50)).toEqual([]);
     } finally {
       // Back, for the system to close its connections.
       await server.restart();
