@@ -7,7 +7,13 @@ import { BullMQAdapter } from '@bull-board/api/bullMQAdapter';
 import { errorHandler as boardErrorAnswer } from '@bull-board/api/dist/handlers/error.js';
 import { FastifyAdapter } from '@bull-board/fastify';
 import type { Queue } from 'bullmq';
-import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify';
+import Fastify, {
+  type FastifyBaseLogger,
+  type FastifyError,
+  type FastifyInstance,
+  type FastifyReply,
+  type FastifyRequest,
+} from 'fastify';
 import { JSON_ONLY, sendError, sendUnrecognisedError } from './http-errors.js';
 import { type WebhookDeps, webhookRoutes } from './intake/webhooks.js';
 import { FORBIDDEN_KEY_MESSAGE, NOT_UTF8_MESSAGE, parsesAsJson, utf8Text } from './json-body.js';
@@ -109,6 +115,29 @@ function unparsedRequestAnswerer(metrics: Metrics | undefined) {
   };
 }
 
+/**
+ * Counts and logs, once answered, a request Fastify refused before any route: it runs no hooks
+ * for it, so neither the request counter nor its `request completed` line would see it.
+ */
+function countedAndLoggedUnrouted(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  metrics: Metrics | undefined,
+): void {
+  reply.raw.once('finish', () => {
+    const status = reply.raw.statusCode;
+    metrics?.requests.inc({
+      route: 'unparsed',
+      method: COUNTED_METHODS.has(request.method) ? request.method : 'other',
+      status: String(status),
+    });
+    request.log.info(
+      { res: { statusCode: status }, responseTime: reply.elapsedTime },
+      'request completed',
+    );
+  });
+}
+
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const requestTimeout = deps.requestTimeoutMs ?? REQUEST_TIMEOUT_MS;
   const app = Fastify({
@@ -130,9 +159,11 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     // What Fastify refuses before any route (a URL it cannot decode) answers in the shape of
     // the API the path falls under, like every other error.
     frameworkErrors: (error, request, reply) => {
+      countedAndLoggedUnrouted(request, reply, deps.metrics);
       if (isProvisioningPath(request.url)) {
         if (!deps.provisioning) return sendProvisioningError(reply, 400, error.message);
-        void answerAfterKeyCheck(deps.provisioning.partners, request, reply, [400, error.message]);
+        const answer = [400, 'bad_url', error.message] as const;
+        void answerAfterKeyCheck(deps.provisioning.partners, request, reply, answer);
         return;
       }
       return sendError(reply, 400, 'invalid_request', error.message);

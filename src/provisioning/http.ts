@@ -65,7 +65,7 @@ export async function answerAfterKeyCheck(
   partners: PartnerDirectory,
   request: FastifyRequest,
   reply: FastifyReply,
-  [status, message]: readonly [number, string],
+  [status, code, message]: readonly [number, string, string],
 ) {
   try {
     await callerOf(partners, request);
@@ -75,6 +75,8 @@ export async function answerAfterKeyCheck(
     request.log.error({ err: error }, 'provisioning failed');
     return sendError(reply, 500, 'internal error');
   }
+  // A 400 is a refusal the caller caused, logged as the routes log theirs.
+  if (status === 400) request.log.info({ code, refusal: message }, 'provisioning refused');
   return sendError(reply, status, message);
 }
 
@@ -168,10 +170,11 @@ export function provisioningNotFound(
   request: FastifyRequest,
   reply: FastifyReply,
 ) {
-  const answer: [number, string] = isProvisioningAddress(request.url)
-    ? [400, methodNotAllowed(request.method)]
+  const answer: [number, string, string] = isProvisioningAddress(request.url)
+    ? [400, 'method_not_allowed', methodNotAllowed(request.method)]
     : [
         404,
+        'no_such_path',
         `no such path: ${request.method} ${pathOf(request.url)} (the interface is ${PROVISIONING_PATH})`,
       ];
   return answerAfterKeyCheck(partners, request, reply, answer);
