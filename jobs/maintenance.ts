@@ -12,6 +12,7 @@ import { renewalDueAt } from '../src/domain/renewal.js';
 import { ConfigError, MalformedAnswerError, RefusalError, TransientError } from '../src/errors.js';
 import { formatInstant } from '../src/format.js';
 import { defaultJobOptions } from '../src/queues.js';
+import { isRedisUnavailable } from '../src/redis/connection.js';
 import { WORKER_KEY_ROOT } from '../src/redis/key-space.js';
 import type { WorkerDeps } from './deps.js';
 import {
@@ -296,7 +297,11 @@ async function reconcileAll(
         // One chain that cannot be reconciled now (its provider away for an unsuspension)
         // must not keep every chain after it, the same ones each round, from theirs.
         failed += 1;
-        deps.log.warn({ chainId: chain.id, err: error }, 'chain not reconciled this round');
+        // Waiting fixes a provider or Redis away (the next round tries again); anything else is
+        // a fault a person must see, at the level an alert watches.
+        const level =
+          error instanceof TransientError || isRedisUnavailable(error) ? 'warn' : 'error';
+        deps.log[level]({ chainId: chain.id, err: error }, 'chain not reconciled this round');
       }
     }
   }

@@ -21,6 +21,7 @@ import { RefusalError, TransientError } from '../../../src/errors.js';
 import { MAX_EPOCH_SECONDS } from '../../../src/provisioning/schemas.js';
 import { QUEUE_PREFIX } from '../../../src/queues.js';
 import { readScripts } from '../../../src/redis/lua-scripts.js';
+import { capturingLogger } from '../../helpers/logger.js';
 import {
   DAY,
   leftByDeadJob,
@@ -549,9 +550,28 @@ describe('reconcile when one chain cannot be reconciled now', () => {
       throw new TransientError('provisioning_unavailable', 'the provider is unreachable');
     };
 
-    const result = await reconcileRound(system, 'reconcile-one-down', { provisioning: down });
+    const { log, captured } = capturingLogger();
+    const result = await reconcileRound(system, 'reconcile-one-down', { provisioning: down, log });
     expect(result.failed).toBe(1);
     expect(await (await renewalJob('REC-M', 2))?.getState()).toBe('delayed');
+    const notReconciled = () =>
+      captured
+        .join('')
+        .split('\n')
+        .filter(Boolean)
+        .map((line) => JSON.parse(line) as { level: number; msg: string })
+        .filter((line) => line.msg === 'chain not reconciled this round');
+    // The provider away: the next round tries again, a warning.
+    expect(notReconciled().map((line) => line.level)).toEqual([40]);
+
+    // A fault waiting does not fix (here a bug's plain Error): at error, for a person.
+    const broken = Object.create(provisioning) as typeof provisioning;
+    broken.unsuspendOrder = async () => {
+      throw new Error('undefined is not a function');
+    };
+    captured.length = 0;
+    await reconcileRound(system, 'reconcile-one-broken', { provisioning: broken, log });
+    expect(notReconciled().map((line) => line.level)).toEqual([50]);
   });
 });
 
