@@ -51,6 +51,7 @@ import type { WorkerDeps } from './deps.js';
 import { describeTerm, sendIntent } from './intents.js';
 import { settleLateOrderCheck } from './late-orders.js';
 import { finishPendingSeatPurchase } from './seat-purchases.js';
+import { suspendOnArrival } from './suspend-on-arrival.js';
 
 /**
  * The renewal intent decided when the job was scheduled, from the chain at `version`: it holds for
@@ -977,26 +978,14 @@ async function settleRecordedTerm(
 
 /**
  * Suspends a renewal's order; idempotent, so a retry after a crash suspends it again. Answers
- * null, or the provider's refusal (logged): a retry would meet it again, and the order is made,
- * so the renewal goes on (its record, the next term's job) with the order active.
+ * null, or the provider's refusal: the renewal goes on (its record, the next term's job).
  */
-async function suspendRenewalOrder(
-  deps: WorkerDeps,
-  chain: Chain,
-  orderId: string,
-): Promise<string | null> {
-  const id = orderToChange(chain, orderId, deps.provisioning.variant);
-  try {
-    await deps.provisioning.suspendOrder({ id });
-    return null;
-  } catch (error) {
-    if (!(error instanceof RefusalError)) throw error;
-    deps.log.error(
-      { order: id, err: error },
-      'the provider refused to suspend a renewal ordered while its family is suspended',
-    );
-    return error.message;
-  }
+function suspendRenewalOrder(deps: WorkerDeps, chain: Chain, orderId: string) {
+  return suspendOnArrival(
+    deps,
+    orderToChange(chain, orderId, deps.provisioning.variant),
+    'renewal',
+  );
 }
 
 /** The chain after its renewal order came back. */

@@ -35,27 +35,8 @@ import { formatInstant } from '../src/format.js';
 import type { WorkerDeps } from './deps.js';
 import { describeTerm, sendIntent } from './intents.js';
 import { ensureRenewalJob } from './renewals.js';
+import { suspendOnArrival } from './suspend-on-arrival.js';
 import { removeAddOnJob, scheduleAddOnJob } from './waiting-add-ons.js';
-
-/**
- * Suspends a purchase that joins its family's suspension: null once suspended, or the provider's
- * refusal. The order is made and must be recorded: a refusal thrown here would leave its intent
- * for every later job of the chain to meet again, none able to record it. Refused, it stays
- * active, which the purchase's history entry says, with the provider's words, for a person.
- */
-async function suspendOnPurchase(deps: WorkerDeps, orderId: string): Promise<string | null> {
-  try {
-    await deps.provisioning.suspendOrder({ id: orderId });
-    return null;
-  } catch (error) {
-    if (!(error instanceof RefusalError)) throw error;
-    deps.log.error(
-      { order: orderId, err: error },
-      'the provider refused to suspend an order bought while its family is suspended',
-    );
-    return error.message;
-  }
-}
 
 /** How many applied seat webhook ids a chain remembers, so a retried job never applies one twice. */
 const REMEMBERED_EVENTS = 50;
@@ -1006,7 +987,7 @@ export async function finishSeatIntent(
   // would ever reactivate it) or overdue again within the grace (its suspension takes it along).
   const refusal =
     suspendedForNonPayment(chain) && !(options.settlingPayment && chain.status !== 'suspended')
-      ? await suspendOnPurchase(deps, intent.orderId)
+      ? await suspendOnArrival(deps, intent.orderId, 'purchase')
       : undefined;
   const joinsSuspension = refusal === null;
   const onArrival =

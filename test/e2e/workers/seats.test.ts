@@ -1107,16 +1107,17 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
   });
 
   /**
-   * A chain with an add-on whose renewal job sent its order (made at the provider when `made`),
-   * lost the answer and waits to retry, its intent on the add-on; then the main chain is
-   * cancelled. Answers the retry's job id.
+   * A chain with an add-on whose renewal job sent its order, lost the answer and waits to retry
+   * (an hour from now), its intent on the add-on. Answers the order's params and the job's id.
    */
-  async function addOnRenewalInFlightAtCancel(order: string, { made }: { made: boolean }) {
+  async function addOnRenewalInFlight(order: string) {
     await place(system, order, 5);
     await seats(system, order, 8);
     const bought = await system.waitForChain(order, (c) => c.addOns.length === 1);
     const addOn = bought.addOns[0] as ChainView['addOns'][number];
     clock.set(addOn.term.expiresAt - 7 * DAY);
+    const retry = renewalJobId(chainIdOf(addOn.order), 2);
+    await (await system.queue('renewals').getJob(retry))?.changeDelay(60 * 60_000);
     const params = {
       customer: bought.customer,
       id: `${addOn.order}.r2`,
@@ -1129,9 +1130,17 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
     await leftByDeadJob(system, addOn.order, 'retrying-renewal-job', () => ({
       intent: { kind: 'renewal', method: 'createOrder', orderId: params.id, params, jobId: null },
     }));
+    return { addOn, params, retry };
+  }
+
+  /**
+   * A chain with an add-on whose renewal job sent its order (made at the provider when `made`),
+   * lost the answer and waits to retry, its intent on the add-on; then the main chain is
+   * cancelled. Answers the retry's job id.
+   */
+  async function addOnRenewalInFlightAtCancel(order: string, { made }: { made: boolean }) {
+    const { params, retry } = await addOnRenewalInFlight(order);
     if (made) await system.started.provisioning.createOrder(params);
-    const retry = renewalJobId(chainIdOf(addOn.order), 2);
-    await (await system.queue('renewals').getJob(retry))?.changeDelay(60 * 60_000);
     await system.ops('POST', `/ops/chains/${order}/cancel`);
     // The job is kept (due at once): it alone knows the order may be made.
     expect(await system.queue('renewals').getJob(retry)).toBeDefined();
@@ -1188,25 +1197,7 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
   );
 
   it('records an add-on cancelled in the same save as its dropped renewal', async () => {
-    await place(system, 'A-14', 5);
-    await seats(system, 'A-14', 8);
-    const bought = await system.waitForChain('A-14', (c) => c.addOns.length === 1);
-    const addOn = bought.addOns[0] as ChainView['addOns'][number];
-    clock.set(addOn.term.expiresAt - 7 * DAY);
-    const retry = renewalJobId(chainIdOf(addOn.order), 2);
-    await (await system.queue('renewals').getJob(retry))?.changeDelay(60 * 60_000);
-    const params = {
-      customer: bought.customer,
-      id: `${addOn.order}.r2`,
-      product: addOn.product,
-      licenses: 3,
-      duration: addOn.duration,
-      startsAt: addOn.term.expiresAt,
-      parent: addOn.order,
-    };
-    await leftByDeadJob(system, addOn.order, 'retrying-renewal-job', () => ({
-      intent: { kind: 'renewal', method: 'createOrder', orderId: params.id, params, jobId: null },
-    }));
+    const { addOn, retry } = await addOnRenewalInFlight('A-14');
     // The main chain's cancel could not mark the add-on: its renewal job held it then.
     await leftByDeadJob(system, 'A-14', 'cancel-job', () => ({
       status: 'cancelled',
