@@ -208,7 +208,7 @@ describe('a flagged chain whose term ends', () => {
     expect(expired).toMatchObject({ status: 'expired', nextRenewalAt: null });
     expect(expired.history.at(-1)).toMatchObject({ event: 'chain.expired' });
     const upcoming = await system.ops('GET', '/ops/renewals?within=30');
-    expect(upcoming.body).toEqual({ renewals: [] });
+    expect(upcoming.body).toEqual({ renewals: [], next: null });
 
     // The cause fixed, the operator switches auto-renew off and on: the term starts now.
     clock.advance(3600);

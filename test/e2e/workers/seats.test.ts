@@ -1168,8 +1168,8 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
   });
 
   it.each([
-    ['an operator', 'A-15'],
-    ['order.cancelled', 'A-16'],
+    ['an operator', 'A-61'],
+    ['order.cancelled', 'A-62'],
   ])(
     'marks the add-ons that a cancel which died after its save left, when %s repeats it',
     async (by, order) => {
@@ -1197,9 +1197,9 @@ describe('marketplace with SEAT_INCREASE=addon', () => {
   );
 
   it('records an add-on cancelled in the same save as its dropped renewal', async () => {
-    const { addOn, retry } = await addOnRenewalInFlight('A-14');
+    const { addOn, retry } = await addOnRenewalInFlight('A-60');
     // The main chain's cancel could not mark the add-on: its renewal job held it then.
-    await leftByDeadJob(system, 'A-14', 'cancel-job', () => ({
+    await leftByDeadJob(system, 'A-60', 'cancel-job', () => ({
       status: 'cancelled',
       nextRenewalAt: null,
     }));
