@@ -85,6 +85,11 @@ export const renewalJobData = z.object({
   dueAt: z.int(),
   /** Set when the job put itself off (payment overdue, provider window): reconcile keeps it. */
   deferredUntil: z.int().optional(),
+  /**
+   * What it waits for: a repeated confirmation of a reactivation reconsiders a wait for payment
+   * only, never one the provider's window asked for. Unset on jobs put off before it was kept.
+   */
+  deferredFor: z.enum(['payment', 'provider_window']).optional(),
   prepared: preparedRenewal.optional(),
 });
 export type RenewalJobData = z.infer<typeof renewalJobData>;
@@ -94,9 +99,13 @@ export type RenewalJobData = z.infer<typeof renewalJobData>;
  * decides afresh when it fires again, and an intent prepared before whatever made it wait (an
  * overdue payment, a provider's window) would only be tried and refused first.
  */
-function deferredJobData(data: RenewalJobData, until: number): RenewalJobData {
+function deferredJobData(
+  data: RenewalJobData,
+  until: number,
+  deferredFor: NonNullable<RenewalJobData['deferredFor']>,
+): RenewalJobData {
   const { prepared: _stale, ...rest } = data;
-  return { ...rest, deferredUntil: until };
+  return { ...rest, deferredUntil: until, deferredFor };
 }
 
 /** Deterministic per chain and term, so scheduling twice collapses into one job. */
@@ -191,7 +200,8 @@ export async function ensureRenewalJob(
   chain: Chain,
   clock: Clock,
   options: {
-    overrideDeferral?: boolean;
+    /** Whether a job put off is reconsidered now: any, or only one waiting for a payment. */
+    overrideDeferral?: boolean | 'payment';
     prepared?: PreparedRenewal | undefined;
     /**
      * Whether a job that is active right now is waited for (a moment) first; default true. One
@@ -228,10 +238,15 @@ export async function ensureRenewalJob(
       // A job that put itself off (overdue payment, provider window) keeps its time unless the
       // reason went away (a payment, an operator): reconcile must not re-send it every round.
       const deferredUntil = deferredUntilOf(existing.data);
-      if (stillPutOff(deferredUntil, now) && !options.overrideDeferral) return;
+      const overridden =
+        options.overrideDeferral === true ||
+        (options.overrideDeferral === 'payment' &&
+          renewalJobData.safeParse(existing.data).data?.deferredFor !== 'provider_window');
+      if (stillPutOff(deferredUntil, now) && !overridden) return;
       const firesAt = await delayedFireTime(queue, id);
       const keepsBackoff =
-        !options.overrideDeferral && backingOff(existing.attemptsMade, firesAt, nextRenewalAt, now);
+        options.overrideDeferral !== true &&
+        backingOff(existing.attemptsMade, firesAt, nextRenewalAt, now);
       if (!keepsBackoff && !firesAsScheduled(firesAt, nextRenewalAt, clock)) {
         await existing.changeDelay(delayUntil(clock, nextRenewalAt));
       }
@@ -446,7 +461,7 @@ export async function ensureFamilyRenewalJobs(
   chains: ChainStore,
   main: Chain,
   clock: Clock,
-  options: { overrideDeferral?: boolean; restoreFlagged?: boolean } = {},
+  options: { overrideDeferral?: boolean | 'payment'; restoreFlagged?: boolean } = {},
 ): Promise<void> {
   if (schedulesRenewals(main) || options.restoreFlagged || (await restoredByAPerson(queue, main))) {
     await ensureRenewalJob(queue, main, clock, options);
@@ -475,7 +490,7 @@ async function ensureAddOnRenewalJobs(
   chains: ChainStore,
   main: Chain,
   clock: Clock,
-  options: { overrideDeferral?: boolean; restoreFlagged?: boolean } = {},
+  options: { overrideDeferral?: boolean | 'payment'; restoreFlagged?: boolean } = {},
 ): Promise<void> {
   for (const addOn of await chains.getMany(main.addOns)) {
     if (!schedulesRenewals(addOn) && !options.restoreFlagged) continue;
@@ -1173,7 +1188,9 @@ async function notRenewing(
 ): Promise<string> {
   if (decision.kind === 'wait') {
     if (decision.reason === 'payment_overdue') await expireWhileUnpaid(deps, job, held, now);
-    if (decision.reason !== 'not_due') await job.updateData(deferredJobData(data, decision.until));
+    if (decision.reason !== 'not_due') {
+      await job.updateData(deferredJobData(data, decision.until, 'payment'));
+    }
     return delayJobUntil(job, jobToken, decision.until, deps.clock);
   }
   const { chain } = held;
@@ -1392,7 +1409,9 @@ async function handleRefusal(
       release: false,
     });
     const retryAt = Math.min(now + WINDOW_RETRY_SECONDS, chain.term.expiresAt);
-    await job.updateData(deferredJobData(renewalJobData.parse(job.data), retryAt));
+    await job.updateData(
+      deferredJobData(renewalJobData.parse(job.data), retryAt, 'provider_window'),
+    );
     return delayJobUntil(job, jobToken, retryAt, deps.clock);
   }
   return flagChain(deps, job, held, `the provider refused ${intent.orderId}: ${error.message}`);

@@ -180,7 +180,10 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
       // Switching auto-renew on also gives a flagged chain's failed renewal its job back (the
       // cause fixed, README).
       await ensureFamilyRenewalJobs(deps.renewals, chains, changed, clock, {
-        overrideDeferral: changed !== held.chain || ((await isRepeat?.(changed)) ?? false),
+        // A repeat reconsiders only a renewal waiting for the payment the confirmation was
+        // about: one the provider's window put off since (the family's, add-ons' too) waits.
+        overrideDeferral:
+          changed !== held.chain || ((await isRepeat?.(changed)) ? 'payment' : false),
         restoreFlagged: !held.chain.autoRenew && changed.autoRenew,
       });
       return changed;
