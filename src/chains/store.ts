@@ -389,20 +389,20 @@ export class ChainStore {
     until: number,
     limit = 1000,
     after?: DueCursor,
-  ): Promise<{ chains: Chain[]; next: DueCursor | null }> {
+  ): Promise<{ chains: Chain[]; entries: DueCursor[]; next: DueCursor | null }> {
     const reply = (await callScript(
       this.redis,
       'duePage',
       [indexKeys.due],
       [until, limit, after?.dueAt ?? '', after?.chainId ?? ''],
     )) as string[];
-    const ids = reply.filter((_, i) => i % 2 === 0);
-    const lastId = ids.at(-1);
-    const next =
-      ids.length === limit && lastId !== undefined
-        ? { dueAt: Number(reply.at(-1)), chainId: lastId }
-        : null;
-    return { chains: await this.getMany(ids), next };
+    // Each entry as read from the index, where a page may end: its chain may have moved since.
+    const entries: DueCursor[] = [];
+    for (let i = 0; i < reply.length; i += 2) {
+      entries.push({ chainId: reply[i] as string, dueAt: Number(reply[i + 1]) });
+    }
+    const next = entries.length === limit ? (entries.at(-1) ?? null) : null;
+    return { chains: await this.getMany(entries.map((e) => e.chainId)), entries, next };
   }
 
   /**

@@ -394,18 +394,23 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
       const read: Chain[] = [];
       let next = after ?? null;
       do {
-        // Never more than the page has room for, so it ends where its last read ended.
-        const page = await chains.dueUntil(
-          until,
-          UPCOMING_LIMIT - renewals.length,
-          next ?? undefined,
-        );
+        const page = await chains.dueUntil(until, UPCOMING_LIMIT, next ?? undefined);
         read.push(...page.chains);
-        renewals.push(...(await stillRenewing(page.chains, now)).map(upcomingRenewal));
         next = page.next;
+        const renewing = new Map((await stillRenewing(page.chains, now)).map((c) => [c.id, c]));
+        for (const [i, entry] of page.entries.entries()) {
+          const chain = renewing.get(entry.chainId);
+          if (chain) renewals.push(upcomingRenewal(chain));
+          if (renewals.length < UPCOMING_LIMIT) continue;
+          // Full before the page's end: the next page starts after the last renewal listed.
+          if (i < page.entries.length - 1) next = entry;
+          break;
+        }
       } while (next !== null && renewals.length < UPCOMING_LIMIT);
       // Left by records older than the rule that keeps them out: read once, then gone.
       await chains.forgetUnlistedDue(read);
+      // In the index's order, which a chain saved since it was read may have left (stable).
+      renewals.sort((a, b) => a.dueAt - b.dueAt);
       return { renewals, next };
     },
   };

@@ -87,6 +87,43 @@ describe('upcoming renewals', () => {
     expect(rest.renewals.map((r) => r.order)).toEqual(orders.slice(1_000));
   });
 
+  it('reads whole pages past add-ons their main chain no longer renews, and resumes after the last listed', async () => {
+    for (let i = 0; i < 999; i += 1) {
+      await saveChain(`F-${String(i).padStart(3, '0')}`, { nextRenewalAt: NOW + DAY });
+    }
+    const stopped = Array.from({ length: 1_500 }, (_, i) => `STOP.a${i + 1}`);
+    await saveChain('STOP', {
+      autoRenew: false,
+      nextRenewalAt: null,
+      addOns: stopped.map(chainIdOf),
+    });
+    for (const order of stopped) {
+      await saveChain(order, { mainChain: chainIdOf('STOP'), nextRenewalAt: NOW + 2 * DAY });
+    }
+    await saveChain('G-1', { nextRenewalAt: NOW + 3 * DAY });
+    await saveChain('G-2', { nextRenewalAt: NOW + 4 * DAY });
+
+    const reads: number[] = [];
+    const dueUntil = store.dueUntil.bind(store);
+    store.dueUntil = async (...args) => {
+      const page = await dueUntil(...args);
+      reads.push(page.entries.length);
+      return page;
+    };
+    const first = await operations().upcoming(7);
+    expect(first.renewals).toHaveLength(1000);
+    expect(first.renewals.at(-1)?.order).toBe('G-1');
+    // Pages of 1000, not one entry at a time once 999 are listed.
+    expect(reads).toEqual([1000, 1000, 501]);
+    const rest = await operations().upcoming(7, first.next ?? undefined);
+    expect(rest).toEqual({
+      renewals: [
+        { order: 'G-2', customer: 'cust-1', dueAt: NOW + 4 * DAY, expiresAt: NOW + 11 * DAY },
+      ],
+      next: null,
+    });
+  }, 120_000);
+
   it('lists every renewal due where a page ended, though an entry left by an older record goes', async () => {
     const t1 = NOW + DAY;
     const t2 = NOW + 2 * DAY;
