@@ -237,11 +237,10 @@ export async function ensureRenewalJob(
     if (state === 'delayed') {
       // A job that put itself off (overdue payment, provider window) keeps its time unless the
       // reason went away (a payment, an operator): reconcile must not re-send it every round.
-      const deferredUntil = deferredUntilOf(existing.data);
+      const { deferredUntil, deferredFor } = deferralOf(existing.data);
       const overridden =
         options.overrideDeferral === true ||
-        (options.overrideDeferral === 'payment' &&
-          renewalJobData.safeParse(existing.data).data?.deferredFor !== 'provider_window');
+        (options.overrideDeferral === 'payment' && deferredFor !== 'provider_window');
       if (stillPutOff(deferredUntil, now) && !overridden) return;
       const firesAt = await delayedFireTime(queue, id);
       const keepsBackoff =
@@ -391,9 +390,10 @@ export async function renewalJobsInPlace(
   });
 }
 
-/** When a renewal job's data says it put itself off until (an overdue payment, a window). */
-function deferredUntilOf(data: unknown): number | undefined {
-  return renewalJobData.safeParse(data).data?.deferredUntil;
+/** Until when, and why, a renewal job's data says it put itself off (a payment, a window). */
+function deferralOf(data: unknown): Pick<RenewalJobData, 'deferredUntil' | 'deferredFor'> {
+  const parsed = renewalJobData.safeParse(data).data;
+  return { deferredUntil: parsed?.deferredUntil, deferredFor: parsed?.deferredFor };
 }
 
 /** Whether a job that put itself off until `deferredUntil` still waits for its reason at `now`. */
@@ -418,7 +418,7 @@ async function putOffJobs(queue: Queue, ids: readonly string[], now: number): Pr
     } catch {
       return; // unreadable: ensureRenewalJob, under the lock, decides
     }
-    if (stillPutOff(deferredUntilOf(parsed), now)) found.add(ids[i] as string);
+    if (stillPutOff(deferralOf(parsed).deferredUntil, now)) found.add(ids[i] as string);
   });
   return found;
 }

@@ -985,15 +985,12 @@ export async function finishSeatIntent(
   // Orders of a chain suspended for non-payment are suspended: one bought meanwhile joins them.
   // A chain awaiting its manual reactivation (external) keeps a new one active, paid (nothing
   // would ever reactivate it) or overdue again within the grace (its suspension takes it along).
-  const refusal =
-    suspendedForNonPayment(chain) && !(options.settlingPayment && chain.status !== 'suspended')
-      ? await suspendOnArrival(deps, intent.orderId, 'purchase')
-      : undefined;
-  const joinsSuspension = refusal === null;
+  const joins =
+    suspendedForNonPayment(chain) && !(options.settlingPayment && chain.status !== 'suspended');
+  const refusal = joins ? await suspendOnArrival(deps, intent.orderId, 'purchase') : null;
+  const joinsSuspension = joins && refusal === null;
   const onArrival =
-    refusal === undefined || refusal === null
-      ? suspendedOnArrival(joinsSuspension)
-      : suspensionRefusedOnArrival(refusal);
+    refusal === null ? suspendedOnArrival(joinsSuspension) : suspensionRefusedOnArrival(refusal);
   // A suspension that found nothing in force left the chain unsuspended: the order joining it
   // suspends the chain, for the payment to unsuspend (or reactivate) it.
   const suspendsChain = joinsSuspension && chain.status !== 'suspended';
