@@ -369,6 +369,17 @@ export function renewalIntentOf(chain: Chain, licenses = chain.licenses): Intent
 }
 
 /**
+ * `order`'s payment goes overdue and, once its chain is suspended (a system with no grace
+ * period), is received: an external chain then awaits its manual reactivation, returned.
+ */
+export async function paidAwaitingReactivation(system: System, order: string): Promise<ChainView> {
+  await system.send('payment.overdue', { order });
+  await system.waitForChain(order, (c) => c.status === 'suspended');
+  await system.send('payment.received', { order });
+  return system.waitForChain(order, (c) => c.needsReactivation);
+}
+
+/**
  * The chain of `order` as a job that died left it: `change` written under that job's own lock
  * token (so the save checks as any job's would), then the lock released. A job that has just
  * written what the test waited for may still hold the chain for a moment: its lock is waited

@@ -3,7 +3,7 @@
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { runScript } from '../../helpers/run-script.js';
-import { orderPlaced, useSystem } from '../../helpers/system.js';
+import { orderPlaced, paidAwaitingReactivation, useSystem } from '../../helpers/system.js';
 
 const BIN = join(import.meta.dirname, '../../../bin/billing.js');
 
@@ -53,10 +53,7 @@ describe('billing chains show: the action line of an add-on waiting for its reac
   it('advises no reactivation for a chain cancelled while it waited for one', async () => {
     await system.send('order.placed', orderPlaced({ order: 'CR-1' }));
     await system.waitForChain('CR-1', () => true);
-    await system.send('payment.overdue', { order: 'CR-1' });
-    await system.waitForChain('CR-1', (c) => c.status === 'suspended');
-    await system.send('payment.received', { order: 'CR-1' });
-    await system.waitForChain('CR-1', (c) => c.needsReactivation);
+    await paidAwaitingReactivation(system, 'CR-1');
     // Bought by mistake after all: cancelled, at the provider too (README: Cancelling).
     expect((await system.ops('POST', '/ops/chains/CR-1/cancel')).status).toBe(200);
 

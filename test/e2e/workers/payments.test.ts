@@ -25,6 +25,7 @@ import {
   leftByDeadJob,
   metricValue,
   orderPlaced,
+  paidAwaitingReactivation,
   renewalIntentOf,
   renewalJobOffMs,
   runAgain,
@@ -1068,10 +1069,7 @@ describe('the external variant', () => {
   it('leaves active an add-on bought while it awaits its reactivation, paid', async () => {
     await system.send('order.placed', orderPlaced({ order: 'X-2' }));
     await system.waitForChain('X-2', () => true);
-    await system.send('payment.overdue', { order: 'X-2' });
-    await system.waitForChain('X-2', (c) => c.status === 'suspended');
-    await system.send('payment.received', { order: 'X-2' });
-    await system.waitForChain('X-2', (c) => c.needsReactivation);
+    await paidAwaitingReactivation(system, 'X-2');
 
     // The customer has paid: nothing would ever reactivate an add-on suspended now.
     await system.send('seats.changed', { order: 'X-2', licenses: 7 });

@@ -9,7 +9,14 @@ import { renewalJobId } from '../../../jobs/renewals.js';
 import { chainIdOf } from '../../../src/chains/keys.js';
 import { ChainStore } from '../../../src/chains/store.js';
 import { manualClock, systemClock } from '../../../src/clock.js';
-import { DAY, orderPlaced, type System, startSystem, useSystem } from '../../helpers/system.js';
+import {
+  DAY,
+  orderPlaced,
+  paidAwaitingReactivation,
+  type System,
+  startSystem,
+  useSystem,
+} from '../../helpers/system.js';
 
 describe('a no-op reactivation beside a renewal put off for the provider window', () => {
   const clock = manualClock(systemClock.now());
@@ -81,10 +88,7 @@ describe('a no-op reactivation after an add-on renewal was put off by the provid
     await system.send('seats.changed', { order, licenses: 7 });
     const bought = await system.waitForChain(order, (c) => c.addOns.length === 1);
     const addOnOrder = bought.addOns[0]?.order as string;
-    await system.send('payment.overdue', { order });
-    await system.waitForChain(order, (c) => c.status === 'suspended');
-    await system.send('payment.received', { order });
-    await system.waitForChain(order, (c) => c.needsReactivation);
+    await paidAwaitingReactivation(system, order);
     // The confirmation, done in full.
     expect((await system.ops('POST', `/ops/chains/${order}/reactivated`)).status).toBe(200);
 

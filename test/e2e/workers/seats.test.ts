@@ -27,6 +27,7 @@ import {
   lastEvent,
   leftByDeadJob,
   orderPlaced,
+  paidAwaitingReactivation,
   reconcileRound,
   runAgain,
   type System,
@@ -2532,10 +2533,7 @@ describe('external, a late waiting add-on on a chain awaiting its reactivation',
     await seats(system, 'E-57', 8, { effectiveAt: placed.term.expiresAt - 3600 });
     await system.waitForChain('E-57', (c) => lastEvent(c) === 'seats.addon_scheduled');
     // Suspended for non-payment, then paid: it waits for an operator, with no renewal time.
-    await system.send('payment.overdue', { order: 'E-57' });
-    await system.waitForChain('E-57', (c) => c.status === 'suspended');
-    await system.send('payment.received', { order: 'E-57' });
-    await system.waitForChain('E-57', (c) => c.needsReactivation);
+    await paidAwaitingReactivation(system, 'E-57');
 
     // The add-on's job comes only after the term ended (workers down).
     clock.set(placed.term.expiresAt + DAY);
