@@ -365,16 +365,18 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
         }
         from = at + 1;
       }
+      // One main chain past the page, if any: only then is there a next page (the ids left
+      // after a full page may all be add-ons, listed inside their main chains already).
       const mains: Chain[] = [];
-      while (mains.length < CUSTOMER_CHAINS_LIMIT && from < ids.length) {
-        const batch = ids.slice(from, from + CUSTOMER_CHAINS_LIMIT - mains.length);
+      while (mains.length <= CUSTOMER_CHAINS_LIMIT && from < ids.length) {
+        const batch = ids.slice(from, from + CUSTOMER_CHAINS_LIMIT + 1 - mains.length);
         from += batch.length;
         mains.push(...(await chains.getMany(batch)).filter((c) => c.mainChain === null));
       }
-      const last = mains.at(-1);
+      const page = mains.slice(0, CUSTOMER_CHAINS_LIMIT);
       return {
-        chains: await Promise.all(mains.map(view)),
-        next: from < ids.length && last ? last.order : null,
+        chains: await Promise.all(page.map(view)),
+        next: mains.length > CUSTOMER_CHAINS_LIMIT ? (page.at(-1)?.order ?? null) : null,
       };
     },
 

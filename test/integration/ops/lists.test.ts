@@ -184,6 +184,22 @@ describe("a customer's chains", () => {
     expect(withAddOn?.addOns.map((a) => a.order)).toEqual(['K-0.a1']);
   }, 60_000);
 
+  it('ends on a full page when only add-ons follow it, with no empty page after', async () => {
+    const mains = Array.from({ length: CUSTOMER_CHAINS_LIMIT }, (_, i) => `F-${i}`);
+    for (const [i, order] of mains.entries()) {
+      await saveChain(order, { customer: 'full', createdAt: NOW - 30 * DAY + i });
+    }
+    // Added to the first main chain after the last one was placed: its id sorts last.
+    await saveChain('F-0.a1', {
+      customer: 'full',
+      createdAt: NOW - DAY,
+      mainChain: chainIdOf('F-0'),
+    });
+    const page = await operations().ofCustomer('full');
+    expect(page.chains.map((c) => c.order)).toEqual(mains);
+    expect(page.next).toBeNull();
+  }, 60_000);
+
   it('refuses an `after` that names no chain of the customer, and answers none for a stranger', async () => {
     await saveChain('MINE', { customer: 'me' });
     await saveChain('THEIRS', { customer: 'them' });
