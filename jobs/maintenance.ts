@@ -11,6 +11,7 @@ import type { Chain } from '../src/chains/records.js';
 import { renewalDueAt } from '../src/domain/renewal.js';
 import { ConfigError, MalformedAnswerError, RefusalError, TransientError } from '../src/errors.js';
 import { formatInstant } from '../src/format.js';
+import { inLanes } from '../src/in-lanes.js';
 import { defaultJobOptions } from '../src/queues.js';
 import { isRedisUnavailable } from '../src/redis/connection.js';
 import { WORKER_KEY_ROOT } from '../src/redis/key-space.js';
@@ -34,6 +35,12 @@ import { ensureAddOnJob } from './waiting-add-ons.js';
 export const schema = z.object({}).loose();
 
 const PAGE = 500;
+/**
+ * How many chains of a page that need more than a look reconcile checks at once: after a Redis
+ * restored from a backup, or one that lost a queue, every chain does, and each takes several
+ * round trips (and perhaps a provider call), one after another.
+ */
+const RECONCILE_LANES = 8;
 export const RECONCILE_SCHEDULER_ID = 'reconcile';
 
 /** The one-off round a start asks for (see scheduleMaintenance). */
@@ -288,22 +295,28 @@ async function reconcileAll(
       deps.log.warn({ err: error }, 'reconcile checks a page under the locks');
       return new Set<string>();
     });
-    for (const chain of page) {
-      checked += 1;
-      if (settled.has(chain.id)) continue;
-      try {
-        if (await reconcileChain(deps, chain, job)) expired += 1;
-      } catch (error) {
-        // One chain that cannot be reconciled now (its provider away for an unsuspension)
-        // must not keep every chain after it, the same ones each round, from theirs.
-        failed += 1;
-        // Waiting fixes a provider or Redis away (the next round tries again); anything else is
-        // a fault a person must see, at the level an alert watches.
-        const level =
-          error instanceof TransientError || isRedisUnavailable(error) ? 'warn' : 'error';
-        deps.log[level]({ chainId: chain.id, err: error }, 'chain not reconciled this round');
-      }
-    }
+    checked += page.length;
+    const unsettled = page.filter((chain) => !settled.has(chain.id));
+    // A family's chains one after another (an add-on reads its main chain), families side by side.
+    await inLanes(
+      unsettled,
+      (chain) => chain.mainChain ?? chain.id,
+      RECONCILE_LANES,
+      async (chain) => {
+        try {
+          if (await reconcileChain(deps, chain, job)) expired += 1;
+        } catch (error) {
+          // One chain that cannot be reconciled now (its provider away for an unsuspension)
+          // must not keep every chain after it, the same ones each round, from theirs.
+          failed += 1;
+          // Waiting fixes a provider or Redis away (the next round tries again); anything else is
+          // a fault a person must see, at the level an alert watches.
+          const level =
+            error instanceof TransientError || isRedisUnavailable(error) ? 'warn' : 'error';
+          deps.log[level]({ chainId: chain.id, err: error }, 'chain not reconciled this round');
+        }
+      },
+    );
   }
   deps.log.info({ checked, expired, failed }, 'reconciled chains');
   return { checked, expired, failed };
