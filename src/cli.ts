@@ -272,14 +272,17 @@ function addOrderCommands(program: Command): void {
     .argument('<orders...>', 'order ids, as a reactivation.needed history entry lists them')
     .option('--partner <name>', 'the partner whose orders they are (default: PARTNER_NAME)')
     .option('--json', 'print each order as JSON, one per line')
+    .hook('preAction', () => {
+      // Before Redis is opened (or a private one started) just to refuse.
+      if (settingsOrExit().remote) {
+        throw new ConfigError(
+          'remote_provider',
+          'PROVISIONING_URL is set: the workers drive a remote provider, whose orders are reactivated with its own tools; this command reactivates orders of the embedded provider',
+        );
+      }
+    })
     .action(async (orders: string[], opts: { partner?: string; json?: boolean }) => {
       await withRuntime(async (rt, settings) => {
-        if (settings.remote) {
-          throw new ConfigError(
-            'remote_provider',
-            'PROVISIONING_URL is set: the workers drive a remote provider, whose orders are reactivated with its own tools; this command reactivates orders of the embedded provider',
-          );
-        }
         const partner = await rt.partners.named(opts.partner ?? settings.PARTNER_NAME);
         // A marketplace partner has unsuspendOrder: its payment unsuspends its orders, and an
         // order reactivated behind the workers' back would stay active while they hold it
@@ -518,23 +521,42 @@ function redisNamed(): string {
   }
 }
 
+/**
+ * The status of a command that could not do it now but may on its own later, the same command
+ * run again (sysexits' EX_TEMPFAIL): a lock held, a provider or a busy chain. A script retries
+ * on it, where status 2 (a refusal, a bad value) asks a person to change something first.
+ */
+const EXIT_TRY_LATER = 75;
+
+function triesLater(error: unknown): error is Error {
+  return (
+    error instanceof TransientError ||
+    (error instanceof RefusalError && error.code === 'chain_busy')
+  );
+}
+
 export async function runCli(argv: readonly string[]): Promise<void> {
   // Output piped into a reader that stops early (`| head`) ends the command quietly instead of
   // with a stack trace, with the status of a process killed by SIGPIPE (128 + 13), as other
   // command-line tools do: a script with `pipefail` still sees that output was lost (say, a new
   // partner's API key).
+  // The command still runs to its end, unheard, so it stops what it opened (a private Redis
+  // started for it) and finishes what it was asked to do (the rest of the orders to reactivate);
+  // the writes after the reader left go nowhere.
+  let readerLeft = false;
   process.stdout.on('error', (error: NodeJS.ErrnoException) => {
-    if (error.code === 'EPIPE') process.exit(141);
-    throw error;
+    if (error.code !== 'EPIPE') throw error;
+    readerLeft = true;
   });
   try {
     await buildCli().parseAsync([...argv]);
+    if (readerLeft) process.exit(141);
   } catch (error) {
-    if (
-      error instanceof ConfigError ||
-      error instanceof RefusalError ||
-      error instanceof TransientError
-    ) {
+    if (triesLater(error)) {
+      process.stderr.write(`billing: ${error.message}\n`);
+      process.exit(EXIT_TRY_LATER);
+    }
+    if (error instanceof ConfigError || error instanceof RefusalError) {
       process.stderr.write(`billing: ${error.message}\n`);
       process.exit(2);
     }
