@@ -148,11 +148,21 @@ export function buildCli(): Command {
         renewalWindowDays?: number;
         json?: boolean;
       }) => {
-        const name = opts.name.trim();
-        if (name === '' || name.length > 200) {
+        const { name } = opts;
+        // Counted in characters, as the settings count PARTNER_NAME (an emoji is one).
+        const length = [...name].length;
+        if (length === 0 || length > 200) {
           throw new ConfigError(
             'invalid_flag',
             `--name must be 1..200 characters, got ${JSON.stringify(opts.name)}`,
+          );
+        }
+        // Partners are found by their exact name (set-window, PARTNER_NAME): a name kept other
+        // than as typed would be one nobody finds by typing it again.
+        if (name.trim() !== name) {
+          throw new ConfigError(
+            'invalid_flag',
+            `--name must not start or end with white space, got ${JSON.stringify(opts.name)}`,
           );
         }
         // `partners list` prints it: a tab or a bidi override would garble the table.

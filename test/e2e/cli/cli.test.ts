@@ -133,8 +133,23 @@ describe('billing partners', () => {
         stderr: `billing: --name must not contain control or format characters, got ${JSON.stringify(name)}\n`,
       });
     }
+    // Found by their exact name later (set-window, PARTNER_NAME): kept as typed or refused.
+    const spaced = await billing(
+      ['partners', 'add', '--name', 'spaced ', '--variant', 'external'],
+      env,
+    );
+    expect(spaced).toMatchObject({
+      code: 2,
+      stderr: 'billing: --name must not start or end with white space, got "spaced "\n',
+    });
+    // 200 characters, as PARTNER_NAME counts them: an emoji is one.
+    const emoji = '\u{1F600}'.repeat(150);
+    const wide = await billing(['partners', 'add', '--name', emoji, '--variant', 'external'], env);
+    expect(wide.code).toBe(0);
     const list = await billing(['partners', 'list', '--json'], env);
     expect(list.stdout).not.toContain('bell');
+    expect(list.stdout).not.toContain('spaced');
+    expect(list.stdout).toContain(emoji);
   });
 
   it('says what the service will do with its own partner, made by hand before it starts', async () => {
