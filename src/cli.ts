@@ -428,11 +428,24 @@ const operator = () => ({ operator: `cli:${osUser()}` });
 
 /** Who runs the command, for the history: a container's user id may have no passwd entry. */
 function osUser(): string {
+  let username: string | undefined;
   try {
-    return userInfo().username;
+    username = userInfo().username;
   } catch {
-    return process.env.USER || process.env.LOGNAME || `uid:${process.getuid?.() ?? 'unknown'}`;
+    // No passwd entry: USER or LOGNAME, from the environment.
   }
+  return operatorName([username, process.env.USER, process.env.LOGNAME], process.getuid?.());
+}
+
+/**
+ * The first name that the ops API would take as `x-operator` (1..100 characters, none a control
+ * or format character, which would garble `chains show`), else the user id: the environment's
+ * USER can hold anything.
+ */
+export function operatorName(candidates: readonly (string | undefined)[], uid?: number): string {
+  const fits = (name: string | undefined): name is string =>
+    name !== undefined && name !== '' && [...name].length <= 100 && !UNPRINTABLE.test(name);
+  return candidates.find(fits) ?? `uid:${uid ?? 'unknown'}`;
 }
 
 function parseDays(value: string): number {
