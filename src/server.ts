@@ -31,6 +31,7 @@ import {
 import type { ProvisioningCore } from './provisioning/operations.js';
 import type { PartnerDirectory } from './provisioning/partners.js';
 import { isRedisUnavailable } from './redis/connection.js';
+import { pathOf } from './request-target.js';
 
 export const BODY_LIMIT_BYTES = 1024 * 1024;
 export const BOARD_PATH = '/admin/queues';
@@ -158,13 +159,16 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     // the API the path falls under, like every other error.
     frameworkErrors: (error, request, reply) => {
       countedAndLoggedUnrouted(request, reply, deps.metrics);
+      // Fastify's words quote the whole target: its query may hold a credential, which the
+      // refusal's log line would keep, so they quote its path alone.
+      const message = error.message.split(request.url).join(pathOf(request.url));
       if (isProvisioningPath(request.url)) {
-        if (!deps.provisioning) return sendProvisioningError(reply, 400, error.message);
-        const answer = [400, 'bad_url', error.message] as const;
+        if (!deps.provisioning) return sendProvisioningError(reply, 400, message);
+        const answer = [400, 'bad_url', message] as const;
         void answerAfterKeyCheck(deps.provisioning.partners, request, reply, answer);
         return;
       }
-      return sendError(reply, 400, 'invalid_request', error.message);
+      return sendError(reply, 400, 'invalid_request', message);
     },
     clientErrorHandler: unparsedRequestAnswerer(deps.metrics),
   });
@@ -238,8 +242,12 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     if (deps.provisioning && isProvisioningPath(request.url)) {
       return provisioningNotFound(deps.provisioning.partners, request, reply);
     }
-    const path = request.url.split('?')[0] ?? '';
-    return sendError(reply, 404, 'not_found', `no such path: ${request.method} ${path}`);
+    return sendError(
+      reply,
+      404,
+      'not_found',
+      `no such path: ${request.method} ${pathOf(request.url)}`,
+    );
   });
   if (deps.provisioning) await app.register(provisioningRoutes(deps.provisioning));
   if (deps.webhooks) await app.register(webhookRoutes(deps.webhooks));

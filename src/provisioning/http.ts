@@ -4,6 +4,7 @@ import { z } from 'zod';
 import { RefusalError, TransientError } from '../errors.js';
 import { JSON_ONLY } from '../http-errors.js';
 import { isRedisTimeout, isRedisUnavailable } from '../redis/connection.js';
+import { pathOf } from '../request-target.js';
 import { describeIssues } from '../validation.js';
 import type { ProvisioningCore } from './operations.js';
 import type { PartnerDirectory } from './partners.js';
@@ -26,10 +27,6 @@ export { sendError as sendProvisioningError };
 /** The refusal of an HTTP method the address does not take. */
 function methodNotAllowed(method: string): string {
   return `HTTP method ${method} is not supported here: use GET (or POST) with a JSON body`;
-}
-
-function pathOf(url: string): string {
-  return url.split('?')[0] ?? '';
 }
 
 /** Whether `url` is the provisioning address (with or without its trailing slash). */

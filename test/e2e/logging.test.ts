@@ -30,6 +30,19 @@ afterAll(async () => {
   await redis.stop();
 });
 
+/** Bytes written as they are over a socket of their own: what the server answered. */
+function rawRequest(text: string): Promise<string> {
+  const { port } = new URL(app.baseUrl);
+  return new Promise<string>((resolve) => {
+    const socket = connect(Number(port), '127.0.0.1', () => socket.write(text));
+    let answer = '';
+    socket.on('data', (chunk) => {
+      answer += chunk;
+    });
+    socket.on('close', () => resolve(answer));
+  });
+}
+
 describe('request logs', () => {
   it('are JSON and hold no API key or password, even for refused calls', async () => {
     const { apiKey } = await app.addPartner('marketplace');
@@ -138,23 +151,32 @@ describe('request logs', () => {
     lines.length = 0;
     const { port } = new URL(app.baseUrl);
     const password = 'AbsoluteForm-Passw0rd-123';
-    const answer = await new Promise<string>((resolve) => {
-      const socket = connect(Number(port), '127.0.0.1', () =>
-        socket.write(
-          `GET http://ops:${password}@127.0.0.1:${port}/healthz?x=1 HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`,
-        ),
-      );
-      let text = '';
-      socket.on('data', (chunk) => {
-        text += chunk;
-      });
-      socket.on('close', () => resolve(text));
-    });
+    const answer = await rawRequest(
+      `GET http://ops:${password}@127.0.0.1:${port}/healthz?x=1 HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`,
+    );
     expect(answer).toMatch(/^HTTP\/1\.1 200/);
     await vi.waitFor(() => expect(lines.join('\n')).toContain('request completed'));
     expect(lines.join('\n')).not.toContain(password);
     const incoming = lines.map((l) => JSON.parse(l)).find((l) => l.msg === 'incoming request');
     expect(incoming.req.url).toBe(`http://[redacted]@127.0.0.1:${port}/healthz?x=1`);
+  });
+
+  it('hide a query credential from the refusal of a provisioning URL that cannot be decoded', async () => {
+    const { apiKey } = await app.addPartner('marketplace');
+    lines.length = 0;
+    const secret = 'QueryToken-Secret-123';
+    const answer = await rawRequest(
+      `GET /provisioning/%zz?access_token=${secret} HTTP/1.1\r\nHost: 127.0.0.1\r\n` +
+        `x-api-key: ${apiKey}\r\nConnection: close\r\n\r\n`,
+    );
+    expect(answer).toMatch(/^HTTP\/1\.1 400/);
+    await vi.waitFor(() => expect(lines.join('\n')).toContain('request completed'));
+    const refused = lines.map((l) => JSON.parse(l)).find((l) => l.msg === 'provisioning refused');
+    expect(refused).toMatchObject({
+      code: 'bad_url',
+      refusal: expect.stringContaining('/provisioning/%zz'),
+    });
+    expect(lines.join('\n')).not.toContain(secret);
   });
 
   it('redact secrets that a caller passes to the logger by mistake', () => {

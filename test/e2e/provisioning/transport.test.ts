@@ -125,6 +125,46 @@ describe('the provisioning address', () => {
       }
     });
 
+    it.each([
+      ['an unknown path below it', '/provisioning/nope'],
+      ['a path it cannot decode', '/provisioning/%zz'],
+    ])('checks the key first also in an absolute-form request (%s)', async (_label, path) => {
+      const { host } = new URL(app.baseUrl);
+      const answer = await overSocket(app.baseUrl, (socket) => {
+        socket.write(
+          `GET http://user:pw@${host}${path} HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`,
+        );
+      });
+      const [head, body] = answer.split('\r\n\r\n');
+      expect(head).toMatch(/^HTTP\/1\.1 401/);
+      expect(JSON.parse(body ?? '')).toBe('missing x-api-key header');
+    });
+
+    it('answers an unknown path in an absolute-form request naming its path alone', async () => {
+      const { host } = new URL(app.baseUrl);
+      const answer = await overSocket(app.baseUrl, (socket) => {
+        socket.write(
+          `GET http://user:pw@${host}/provisioning/nope HTTP/1.1\r\nHost: ${host}\r\n` +
+            `x-api-key: ${marketplace.apiKey}\r\nConnection: close\r\n\r\n`,
+        );
+      });
+      const [head, body] = answer.split('\r\n\r\n');
+      expect(head).toMatch(/^HTTP\/1\.1 404/);
+      expect(JSON.parse(body ?? '')).toBe(
+        'no such path: GET /provisioning/nope (the interface is /provisioning)',
+      );
+      // Elsewhere too: the user info sent is not echoed back.
+      const elsewhere = await overSocket(app.baseUrl, (socket) => {
+        socket.write(
+          `GET http://user:pw@${host}/nope?q=1 HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`,
+        );
+      });
+      expect(JSON.parse(elsewhere.split('\r\n\r\n')[1] ?? '')).toEqual({
+        error: 'not_found',
+        message: 'no such path: GET /nope',
+      });
+    });
+
     it('answers a path it cannot decode with 400 and a JSON string body', async () => {
       const res = await request(`${app.url}/%E0%A4%A`, {
         headers: { 'x-api-key': marketplace.apiKey },
