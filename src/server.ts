@@ -281,6 +281,12 @@ async function registerBoard(
   });
   await app.register(async (scope) => {
     scope.addHook('onRequest', requireOpsToken(board.token));
+    // Its buttons change queues (retry, clean, obliterate): no other site may frame it and lead
+    // a browser that holds its login into clicking them.
+    scope.addHook('onSend', async (_request, reply) => {
+      reply.header('x-frame-options', 'DENY');
+      reply.header('content-security-policy', "frame-ancestors 'none'");
+    });
     // Bull Board answers its failures itself (500 with the message, 503 for a Redis outage)
     // and logs nothing; an operator needs them in the log beside the rest.
     scope.addHook('onError', async (request, _reply, error) => {

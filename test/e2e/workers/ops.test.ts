@@ -154,6 +154,14 @@ describe('Bull Board', () => {
     expect(names).toEqual(['maintenance', 'orders', 'payment-signals', 'renewals', 'seat-changes']);
   });
 
+  it('may not be framed by another site, whose page could lead a logged-in browser to click', async () => {
+    for (const path of ['/admin/queues', '/admin/queues/api/queues']) {
+      const res = await raw(path, { authorization: `Bearer ${OPS_TOKEN}` });
+      expect(res.headers['x-frame-options']).toBe('DENY');
+      expect(res.headers['content-security-policy']).toBe("frame-ancestors 'none'");
+    }
+  });
+
   it('asks a browser for credentials', async () => {
     const res = await raw('/admin/queues');
     expect(res.headers['www-authenticate']).toMatch(/^Basic realm=/);
