@@ -38,13 +38,27 @@ export interface Runtime {
   close(): Promise<void>;
 }
 
-/** How many connections besides `redis` the server has: other processes using it. */
+/** The connection name of a process on its way out of the private Redis. */
+const LEAVING = 'billing-leaving';
+
+/**
+ * How many connections besides `redis` the server has that are not leaving too: other processes
+ * that go on using it. `redis` says first that it is leaving, then counts: of two processes
+ * closing at once (one Ctrl-C reaching both), the one that counts last sees the other leaving
+ * (or gone) and stops the server, where each would otherwise count the other and leave it
+ * running for nobody. Both may stop it, which is harmless.
+ */
 async function otherClients(redis: RedisClient): Promise<number> {
+  await redis.call('CLIENT', 'SETNAME', LEAVING);
   const [list, id] = (await Promise.all([
     redis.call('CLIENT', 'LIST'),
     redis.call('CLIENT', 'ID'),
   ])) as [string, number];
-  return list.split('\n').filter((line) => line !== '' && !line.startsWith(`id=${id} `)).length;
+  return list
+    .split('\n')
+    .filter(
+      (line) => line !== '' && !line.startsWith(`id=${id} `) && !line.includes(` name=${LEAVING} `),
+    ).length;
 }
 
 /**

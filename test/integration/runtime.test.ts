@@ -51,6 +51,19 @@ describe.each([
   });
 });
 
+describe('a private Redis shared by two runtimes closing at once (one Ctrl-C reaching both)', () => {
+  it('is stopped: each sees the other leaving, not staying', { timeout: 30_000 }, async () => {
+    const dataDir = await mkdtemp(path.join(os.tmpdir(), 'runtime-'));
+    dirs.push(dataDir);
+    const both = [await open(dataDir), await open(dataDir)];
+    const pid = await recordedPid(dataDir);
+    opened.length = 0;
+    await Promise.all(both.map((runtime) => runtime.close()));
+    await expect.poll(() => isRunning(pid), { timeout: 10_000 }).toBe(false);
+    await expect(readFile(path.join(dataDir, 'redis', 'redis.json'))).rejects.toThrow(/ENOENT/);
+  });
+});
+
 describe('processes of one Redis with different key-hash secrets', () => {
   let redis: TestRedis;
   beforeEach(async () => {
