@@ -565,15 +565,14 @@ export async function runCli(argv: readonly string[]): Promise<void> {
   // partner's API key).
   // The command still runs to its end, unheard, so it stops what it opened (a private Redis
   // started for it) and finishes what it was asked to do (the rest of the orders to reactivate);
-  // the writes after the reader left go nowhere.
-  let readerLeft = false;
+  // the writes after the reader left go nowhere. The error may come only after the command has
+  // returned: the status is set for the exit, whenever that is.
   process.stdout.on('error', (error: NodeJS.ErrnoException) => {
     if (error.code !== 'EPIPE') throw error;
-    readerLeft = true;
+    process.exitCode = 141;
   });
   try {
     await buildCli().parseAsync([...argv]);
-    if (readerLeft) process.exit(141);
   } catch (error) {
     if (triesLater(error)) {
       process.stderr.write(`billing: ${error.message}\n`);
