@@ -115,7 +115,9 @@ export async function startSystem(
     LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
     OPS_TOKEN,
     WEBHOOK_SECRET: `whsec_${randomBytes(24).toString('base64')}`,
-    PARTNER_NAME: `workers-${randomUUID()}`,
+    // Systems sharing a Redis act for one partner, as the service's processes do (a start with
+    // another would be refused once chains exist).
+    PARTNER_NAME: options.redisUrl === undefined ? `workers-${randomUUID()}` : 'workers-shared',
     RECONCILE_INTERVAL_SECONDS: '3600',
     // Systems on a Redis of the test's own share it one after another, each with a DATA_DIR of
     // its own: like hosts sharing one Redis, they need the same key-hash secret.

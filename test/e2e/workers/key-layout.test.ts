@@ -4,6 +4,7 @@ import { Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chainIdOf } from '../../../src/chains/keys.js';
+import { PROVIDER_KEY } from '../../../src/chains/provider-binding.js';
 import { systemClock } from '../../../src/clock.js';
 import { webhookDedupKey } from '../../../src/intake/webhooks.js';
 import { KEY_LAYOUT_KEY, KEY_TAG } from '../../../src/redis/key-space.js';
@@ -38,7 +39,8 @@ const keysMatching = (pattern: string) => redis.keys(pattern);
 async function downgradeKeys(): Promise<number> {
   const tagged = await keysMatching(`${KEY_TAG}:*`);
   for (const key of tagged) {
-    if (key === KEY_LAYOUT_KEY) await redis.del(key);
+    // Keys the older version never wrote.
+    if (key === KEY_LAYOUT_KEY || key === PROVIDER_KEY) await redis.del(key);
     else await redis.rename(key, untaggedKeyName(key));
   }
   return tagged.length;
