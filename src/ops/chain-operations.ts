@@ -48,15 +48,16 @@ export type ChainOperations = ReturnType<typeof makeChainOperations>;
  * next license count.
  */
 function asGovernedBy(main: Chain, addOn: Chain): Chain {
-  // An add-on that ended stays expired under a suspended main chain: nothing of it is in force.
-  const governed =
-    main.status === 'cancelled' || (main.status === 'suspended' && addOn.status !== 'expired');
+  // An add-on that ended, or was cancelled by itself, stays so under a suspended main chain:
+  // nothing of it is in force to suspend, or to reactivate.
+  const over = addOn.status === 'expired' || addOn.status === 'cancelled';
+  const governed = main.status === 'cancelled' || (main.status === 'suspended' && !over);
   return {
     ...addOn,
     status: governed ? main.status : addOn.status,
     autoRenew: main.autoRenew,
     payment: main.payment,
-    needsReactivation: main.needsReactivation,
+    needsReactivation: addOn.status === 'cancelled' ? false : main.needsReactivation,
     // One cancelled by itself carries nothing into a next term (the main chain's share for it
     // stays recorded until the next seat event allots the total again); under a cancelled main
     // chain it keeps its count, as the main chain does.
