@@ -14,6 +14,8 @@ export interface WorkerSettings {
   autoRenewDefault: boolean;
   paymentGraceDays: number;
   seatIncrease: 'coterm' | 'addon';
+  /** Whom the workers act for (PARTNER_NAME, or remote mode): what new chains are bound to. */
+  provider: Pick<Settings, 'remote' | 'PARTNER_NAME'>;
 }
 
 /** The settings the processors read, from the parsed environment. */
@@ -24,6 +26,7 @@ export function workerSettingsFrom(settings: Settings): WorkerSettings {
     autoRenewDefault: settings.AUTO_RENEW_DEFAULT,
     paymentGraceDays: settings.PAYMENT_GRACE_DAYS,
     seatIncrease: settings.SEAT_INCREASE,
+    provider: { remote: settings.remote, PARTNER_NAME: settings.PARTNER_NAME },
   };
 }
 

@@ -3,6 +3,7 @@
 import { type Job, UnrecoverableError } from 'bullmq';
 import { cancelChain, markAddOnsCancelled } from '../src/chains/cancel.js';
 import { chainIdOf } from '../src/chains/keys.js';
+import { claimProviderForNewChain } from '../src/chains/provider-binding.js';
 import {
   type Chain,
   type HistoryEntry,
@@ -12,7 +13,7 @@ import {
 } from '../src/chains/records.js';
 import type { OrderResponse } from '../src/client/provisioning-client.js';
 import { withNextRenewalAt } from '../src/domain/renewal.js';
-import { RefusalError } from '../src/errors.js';
+import { ConfigError, RefusalError } from '../src/errors.js';
 import {
   type EventJobData,
   eventJobData,
@@ -156,6 +157,10 @@ async function placeOrder(
       );
       return `already placed: ${ev.order.id}`;
     }
+    // Before the provider hears of it: the chains of a Redis are one account's.
+    await claimProviderForNewChain(deps.chains.redis, deps.settings.provider).catch((error) => {
+      throw error instanceof ConfigError ? new UnrecoverableError(error.message) : error;
+    });
     const customerEntries = await ensureCustomer(deps, ev);
     const intent = firstOrderIntent(deps, ev, job.id ?? null);
     let order: OrderResponse;

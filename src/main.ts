@@ -5,7 +5,7 @@ import { randomBytes } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { type Settings, serverUrl, settingDefinitions } from '../config/settings.js';
 import { workerSettingsFrom } from '../jobs/deps.js';
-import { bindChainsToProvider } from './chains/provider-binding.js';
+import { checkProviderAtStart } from './chains/provider-binding.js';
 import { ChainStore } from './chains/store.js';
 import { instrumentClient } from './client/instrumented.js';
 import type { ProvisioningClient } from './client/provisioning-client.js';
@@ -159,7 +159,7 @@ export async function start(
     storeRedis = await connectRedis(runtime.redisUrl, 'store');
     // Before the partner is made: another PARTNER_NAME would act for an account without the
     // chains' orders (and create it for nothing).
-    await bindChainsToProvider(runtime.redis, settings);
+    await checkProviderAtStart(runtime.redis, settings);
     const made = await makeProvisioningClient(settings, runtime);
     provisioning = instrumentClient(made.client, metrics);
     // The workers and the ops API act for the workers' partner: they ask the clock as it does.

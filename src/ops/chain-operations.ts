@@ -370,7 +370,9 @@ export function makeChainOperations(deps: ChainOperationsDeps) {
       // after a full page may all be add-ons, listed inside their main chains already).
       const mains: Chain[] = [];
       while (mains.length <= CUSTOMER_CHAINS_LIMIT && from < ids.length) {
-        const batch = ids.slice(from, from + CUSTOMER_CHAINS_LIMIT + 1 - mains.length);
+        // Whole batches once the page is full too: the ids left may be many add-ons.
+        const wanted = Math.max(CUSTOMER_CHAINS_LIMIT + 1 - mains.length, CUSTOMER_CHAINS_LIMIT);
+        const batch = ids.slice(from, from + wanted);
         from += batch.length;
         mains.push(...(await chains.getMany(batch)).filter((c) => c.mainChain === null));
       }

@@ -4,15 +4,11 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Queue, Worker } from 'bullmq';
-import { Redis } from 'ioredis';
 import { request } from 'undici';
 import { afterAll, afterEach, beforeAll, expect, it, vi } from 'vitest';
 import { loadSettings } from '../../config/settings.js';
-import { indexKeys } from '../../src/chains/keys.js';
-import { PROVIDER_KEY } from '../../src/chains/provider-binding.js';
 import { createLogger } from '../../src/logger.js';
 import { start } from '../../src/main.js';
-import { registryKeys } from '../../src/provisioning/keys.js';
 import { queueNames } from '../../src/queues.js';
 import { capturingLogger } from '../helpers/logger.js';
 import { startTestRedis, type TestRedis } from '../helpers/redis-server.js';
@@ -91,56 +87,6 @@ it('names PARTNER_VARIANT when its partner exists with the other variant', async
       /^PARTNER_VARIANT=external: the partner PARTNER_NAME=variant-fixed exists here with variant marketplace.*set PARTNER_VARIANT=marketplace/,
     ),
   });
-});
-
-it('refuses another PARTNER_NAME, or remote mode, once chains were made for a partner', async () => {
-  const log = createLogger('silent');
-  const dir = await mkdtemp(join(tmpdir(), 'billing-start-provider-'));
-  const db = new Redis(redis.url);
-  try {
-    const on = (extra: Record<string, string>) =>
-      settingsOn(dir, {
-        RECONCILE_INTERVAL_SECONDS: '3600',
-        KEY_HASH_SECRET: 'a'.repeat(40),
-        ...extra,
-      });
-    // No chain yet: a first start under the wrong name is put right by the next.
-    await (await start(on({ PARTNER_NAME: 'first-try' }), log, 'worker')).stop();
-    await (await start(on({ PARTNER_NAME: 'alpha' }), log, 'worker')).stop();
-    // A chain made for alpha (the index reconcile walks is what counts).
-    await db.zadd(indexKeys.all, 1, 'c-made-for-alpha');
-    await expect(start(on({ PARTNER_NAME: 'beta' }), log, 'worker')).rejects.toMatchObject({
-      name: 'ConfigError',
-      code: 'provider_changed',
-      message: expect.stringMatching(
-        /^the chains in this Redis were made with the embedded core's partner "alpha", but PARTNER_NAME=beta now: .*; set PARTNER_NAME=alpha, or use another Redis$/,
-      ),
-    });
-    // Refused before the partner beta was made.
-    expect(await db.hexists(registryKeys.partnerNames, 'alpha')).toBe(1);
-    expect(await db.hexists(registryKeys.partnerNames, 'beta')).toBe(0);
-    await expect(
-      start(
-        on({
-          PARTNER_NAME: 'alpha',
-          PROVISIONING_URL: 'http://127.0.0.1:9/provisioning',
-          PROVISIONING_API_KEY: 'remote-key-0123456789abcdef',
-        }),
-        log,
-        'worker',
-      ),
-    ).rejects.toMatchObject({
-      code: 'provider_changed',
-      message: expect.stringMatching(
-        /but PROVISIONING_URL is set now: .*set PARTNER_NAME=alpha and unset PROVISIONING_URL/,
-      ),
-    });
-    await (await start(on({ PARTNER_NAME: 'alpha' }), log, 'worker')).stop();
-  } finally {
-    await db.del(indexKeys.all, PROVIDER_KEY);
-    await db.quit();
-    await rm(dir, { recursive: true, force: true });
-  }
 });
 
 it('warns when HOST binds every address and PUBLIC_URL is left to follow it', async () => {
