@@ -51,13 +51,7 @@ export async function checkProviderAtStart(
   redis: RedisClient,
   settings: Pick<Settings, 'remote' | 'PARTNER_NAME'>,
 ): Promise<void> {
-  const bound = (await redis.eval(
-    AT_START,
-    2,
-    PROVIDER_KEY,
-    indexKeys.all,
-    providerOf(settings),
-  )) as string | null;
+  const bound = await otherProvider(redis, AT_START, settings);
   if (bound === null) return;
   throw new ConfigError('provider_changed', refusal(bound, settings), {
     setting: settings.remote || bound === 'remote' ? 'PROVISIONING_URL' : 'PARTNER_NAME',
@@ -73,15 +67,19 @@ export async function claimProviderForNewChain(
   redis: RedisClient,
   settings: Pick<Settings, 'remote' | 'PARTNER_NAME'>,
 ): Promise<void> {
-  const bound = (await redis.eval(
-    BEFORE_FIRST_ORDER,
-    2,
-    PROVIDER_KEY,
-    indexKeys.all,
-    providerOf(settings),
-  )) as string | null;
+  const bound = await otherProvider(redis, BEFORE_FIRST_ORDER, settings);
   if (bound === null) return;
   throw new ConfigError('provider_changed', refusal(bound, settings));
+}
+
+/** Runs one of the scripts above: the other account the chains are bound to, or null. */
+async function otherProvider(
+  redis: RedisClient,
+  script: string,
+  settings: Pick<Settings, 'remote' | 'PARTNER_NAME'>,
+): Promise<string | null> {
+  const keys = [PROVIDER_KEY, indexKeys.all];
+  return (await redis.eval(script, keys.length, ...keys, providerOf(settings))) as string | null;
 }
 
 function refusal(bound: string, settings: Pick<Settings, 'remote' | 'PARTNER_NAME'>): string {
