@@ -1,5 +1,5 @@
 // Turns zod issues into one message that names each bad field and the value it had.
-import type { z } from 'zod';
+import { z } from 'zod';
 
 /**
  * A value as refusals quote it: its JSON, cut short (it may be any length). A number JSON
@@ -74,3 +74,14 @@ export function decimalDigits(value: unknown): unknown {
  * paragraph separator.
  */
 export const UNPRINTABLE = /[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]/u;
+
+/**
+ * Who made a change, as a chain's history records it (`x-operator`, the CLI's user name). It is
+ * printed there (`billing chains show`): a tab, a line separator or a bidi override would shift,
+ * break or reverse what follows it.
+ */
+export const operatorNameRule = z
+  .string()
+  .min(1, 'must not be empty')
+  .max(100, 'must be at most 100 characters')
+  .refine((name) => !UNPRINTABLE.test(name), 'must not contain control or format characters');

@@ -13,7 +13,7 @@ import {
 import { sendError, sendUnrecognisedError } from '../http-errors.js';
 import { utf8Header } from '../http-headers.js';
 import { isRedisUnavailable } from '../redis/connection.js';
-import { decimalDigits, describeIssues, UNPRINTABLE } from '../validation.js';
+import { decimalDigits, describeIssues, operatorNameRule } from '../validation.js';
 import { requireOpsToken } from './auth.js';
 import {
   type ChainOperationsDeps,
@@ -49,14 +49,7 @@ const renewalsQuery = z.strictObject({
     .default(7),
   after: dueCursorFromText.optional(),
 });
-const operatorHeader = z
-  .string()
-  .min(1, 'must not be empty')
-  .max(100, 'must be at most 100 characters')
-  // It is printed in a chain's history (`billing chains show`): a tab, a line separator or a
-  // bidi override would shift, break or reverse what follows it there.
-  .refine((name) => !UNPRINTABLE.test(name), 'must not contain control or format characters')
-  .default('ops-api');
+const operatorHeader = operatorNameRule.default('ops-api');
 
 function parse<T>(schema: z.ZodType<T>, value: unknown, where: string): T {
   const parsed = schema.safeParse(value, { reportInput: true });
