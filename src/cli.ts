@@ -20,7 +20,7 @@ import { workersSide } from './provisioning-client-factory.js';
 import { QUEUE_PREFIX, QUEUES } from './queues.js';
 import { isRedisUnavailable } from './redis/connection.js';
 import { describeRedisTarget } from './redis/target.js';
-import { decimalDigits, UNPRINTABLE } from './validation.js';
+import { decimalDigits, operatorNameRule, UNPRINTABLE } from './validation.js';
 
 function settingsOrExit(): Settings {
   try {
@@ -444,7 +444,7 @@ function osUser(): string {
  */
 export function operatorName(candidates: readonly (string | undefined)[], uid?: number): string {
   const fits = (name: string | undefined): name is string =>
-    name !== undefined && name !== '' && [...name].length <= 100 && !UNPRINTABLE.test(name);
+    operatorNameRule.safeParse(name).success;
   return candidates.find(fits) ?? `uid:${uid ?? 'unknown'}`;
 }
 
@@ -574,13 +574,9 @@ export async function runCli(argv: readonly string[]): Promise<void> {
   try {
     await buildCli().parseAsync([...argv]);
   } catch (error) {
-    if (triesLater(error)) {
+    if (error instanceof ConfigError || error instanceof RefusalError || triesLater(error)) {
       process.stderr.write(`billing: ${error.message}\n`);
-      process.exit(EXIT_TRY_LATER);
-    }
-    if (error instanceof ConfigError || error instanceof RefusalError) {
-      process.stderr.write(`billing: ${error.message}\n`);
-      process.exit(2);
+      process.exit(triesLater(error) ? EXIT_TRY_LATER : 2);
     }
     // Anything else (Redis unreachable, a port in use) is told by its message alone: Node's own
     // report would inspect the error, and a Redis error carries its command's arguments (a
