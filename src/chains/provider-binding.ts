@@ -51,11 +51,7 @@ export async function checkProviderAtStart(
   redis: RedisClient,
   settings: Pick<Settings, 'remote' | 'PARTNER_NAME'>,
 ): Promise<void> {
-  const bound = await otherProvider(redis, AT_START, settings);
-  if (bound === null) return;
-  throw new ConfigError('provider_changed', refusal(bound, settings), {
-    setting: settings.remote || bound === 'remote' ? 'PROVISIONING_URL' : 'PARTNER_NAME',
-  });
+  await refusedUnlessBound(redis, AT_START, settings);
 }
 
 /**
@@ -67,19 +63,23 @@ export async function claimProviderForNewChain(
   redis: RedisClient,
   settings: Pick<Settings, 'remote' | 'PARTNER_NAME'>,
 ): Promise<void> {
-  const bound = await otherProvider(redis, BEFORE_FIRST_ORDER, settings);
-  if (bound === null) return;
-  throw new ConfigError('provider_changed', refusal(bound, settings));
+  await refusedUnlessBound(redis, BEFORE_FIRST_ORDER, settings);
 }
 
-/** Runs one of the scripts above: the other account the chains are bound to, or null. */
-async function otherProvider(
+/** Runs one of the scripts above; a ConfigError naming the other account the chains are bound to. */
+async function refusedUnlessBound(
   redis: RedisClient,
   script: string,
   settings: Pick<Settings, 'remote' | 'PARTNER_NAME'>,
-): Promise<string | null> {
+): Promise<void> {
   const keys = [PROVIDER_KEY, indexKeys.all];
-  return (await redis.eval(script, keys.length, ...keys, providerOf(settings))) as string | null;
+  const bound = (await redis.eval(script, keys.length, ...keys, providerOf(settings))) as
+    | string
+    | null;
+  if (bound === null) return;
+  throw new ConfigError('provider_changed', refusal(bound, settings), {
+    setting: settings.remote || bound === 'remote' ? 'PROVISIONING_URL' : 'PARTNER_NAME',
+  });
 }
 
 function refusal(bound: string, settings: Pick<Settings, 'remote' | 'PARTNER_NAME'>): string {
