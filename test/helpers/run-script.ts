@@ -1,5 +1,6 @@
 // Runs a Node script as a user would, in a process of its own, and keeps how it ended.
-import { type ExecFileOptions, execFile } from 'node:child_process';
+import { type ExecFileOptions, execFile, spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { promisify } from 'node:util';
 
 const run = promisify(execFile);
@@ -32,4 +33,26 @@ export function runScript(
   env: NodeJS.ProcessEnv,
 ): Promise<ScriptOutcome> {
   return runCommand(process.execPath, [script, ...args], { env });
+}
+
+/**
+ * Runs `script` with `args` whose output's reader has left before it writes (`| head` that
+ * stopped): how it ended and what it said on stderr.
+ */
+export async function runScriptReaderGone(
+  script: string,
+  args: readonly string[],
+  env: NodeJS.ProcessEnv,
+): Promise<{ code: number | null; stderr: string }> {
+  const child = spawn(process.execPath, [script, ...args], {
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  child.stdout.destroy();
+  let stderr = '';
+  child.stderr.on('data', (chunk) => {
+    stderr += chunk;
+  });
+  const [code] = (await once(child, 'exit')) as [number | null];
+  return { code, stderr };
 }

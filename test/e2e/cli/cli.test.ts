@@ -18,7 +18,7 @@ import { chainFor } from '../../helpers/chains.js';
 import { commandLine, descendants, isRunning, serviceStarted } from '../../helpers/processes.js';
 import { listen } from '../../helpers/proxy.js';
 import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
-import { runScript } from '../../helpers/run-script.js';
+import { runScript, runScriptReaderGone } from '../../helpers/run-script.js';
 
 const BIN = join(import.meta.dirname, '../../../bin/billing.js');
 
@@ -90,16 +90,11 @@ describe('billing partners', () => {
   });
 
   it('ends quietly when the reader of its output stops early (| head)', async () => {
-    const child = spawn(process.execPath, [BIN, 'partners', 'list'], {
-      env: cleanEnv({ REDIS_URL: redis.url }),
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    child.stdout.destroy();
-    let stderr = '';
-    child.stderr.on('data', (chunk) => {
-      stderr += chunk;
-    });
-    const [code] = (await once(child, 'exit')) as [number | null];
+    const { code, stderr } = await runScriptReaderGone(
+      BIN,
+      ['partners', 'list'],
+      cleanEnv({ REDIS_URL: redis.url }),
+    );
     expect(stderr).not.toMatch(/EPIPE|Error/);
     expect(code).toBe(141);
   });

@@ -1,8 +1,6 @@
 // The `billing` command's exit statuses as a script reads them: 2 asks a person to change
 // something, 75 (EX_TEMPFAIL) says the same command may work later, 141 that the reader of its
 // output left early. Real processes against a real Redis, or the private one of DATA_DIR.
-import { spawn } from 'node:child_process';
-import { once } from 'node:events';
 import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -16,7 +14,7 @@ import { createLogger } from '../../../src/logger.js';
 import { chainFor } from '../../helpers/chains.js';
 import { isRunning } from '../../helpers/processes.js';
 import { startTestRedis, type TestRedis } from '../../helpers/redis-server.js';
-import { runScript } from '../../helpers/run-script.js';
+import { runScript, runScriptReaderGone } from '../../helpers/run-script.js';
 
 const BIN = join(import.meta.dirname, '../../../bin/billing.js');
 const dirs: string[] = [];
@@ -145,20 +143,11 @@ describe('billing orders reactivate | head (the reader stops early)', () => {
     }
     await rt.close();
 
-    const child = spawn(
-      process.execPath,
-      [BIN, 'orders', 'reactivate', 'E-1', 'E-2', '--partner', 'ext'],
-      {
-        env: env({ DATA_DIR: dataDir }),
-        stdio: ['ignore', 'pipe', 'pipe'],
-      },
+    const { code, stderr } = await runScriptReaderGone(
+      BIN,
+      ['orders', 'reactivate', 'E-1', 'E-2', '--partner', 'ext'],
+      env({ DATA_DIR: dataDir }),
     );
-    child.stdout.destroy();
-    let stderr = '';
-    child.stderr.on('data', (chunk) => {
-      stderr += chunk;
-    });
-    const [code] = (await once(child, 'exit')) as [number | null];
     expect(code).toBe(141);
     expect(stderr).toContain('this command started it');
     expect(stderr).not.toMatch(/EPIPE|Error/);
